@@ -1,0 +1,264 @@
+package schema
+
+import (
+	"context"
+	"database/sql"
+	_ "embed"
+	"fmt"
+	"strings"
+)
+
+//go:embed outbox_table.sql
+var outboxDDL string
+
+// InsertSQL is the minimal plain-SQL insert of an outbox row, for services in any language.
+// Run it inside the transaction that writes the business rows; every other column has a
+// default. Replace local_message with the configured table name.
+const InsertSQL = "INSERT INTO local_message (msg_id, topic, tag, content, msg_keys) VALUES (?, ?, ?, ?, ?)"
+
+// DDL returns the CREATE TABLE IF NOT EXISTS statement for an outbox table.
+func DDL(table string) (string, error) {
+	if err := ValidateIdent(table); err != nil {
+		return "", err
+	}
+	return strings.ReplaceAll(outboxDDL, "{{TABLE}}", table), nil
+}
+
+// column is one column the relay relies on: the types it accepts and the definition used
+// to add it to an older table.
+type column struct {
+	name  string
+	types []string // acceptable DATA_TYPE values from information_schema
+	def   string   // ADD COLUMN definition
+}
+
+// columns lists every column of the contract, in table order. Widening is accepted (a
+// content of longtext, a bigint status), narrowing is reported.
+var columns = []column{
+	{"id", []string{"bigint"}, "bigint NOT NULL AUTO_INCREMENT"},
+	{"create_time", []string{"datetime", "timestamp"}, "datetime NOT NULL DEFAULT CURRENT_TIMESTAMP"},
+	{"update_time", []string{"datetime", "timestamp"}, "datetime NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP"},
+	{"is_deleted", []string{"tinyint", "smallint", "int"}, "tinyint NOT NULL DEFAULT 0"},
+	{"msg_id", []string{"varchar"}, "varchar(64) NOT NULL"},
+	{"topic", []string{"varchar"}, "varchar(200) NOT NULL"},
+	{"tag", []string{"varchar"}, "varchar(200) NOT NULL DEFAULT ''"},
+	{"content", []string{"text", "mediumtext", "longtext"}, "mediumtext NOT NULL"},
+	{"status", []string{"tinyint", "smallint", "int"}, "tinyint NOT NULL DEFAULT 0"},
+	{"fail_reason", []string{"varchar", "text"}, "varchar(1000) DEFAULT NULL"},
+	{"retry_count", []string{"int", "bigint"}, "int NOT NULL DEFAULT 0"},
+	{"next_retry_time", []string{"bigint"}, "bigint NOT NULL DEFAULT 0"},
+	{"max_retry_count", []string{"int", "bigint"}, "int NOT NULL DEFAULT 3"},
+	{"msg_keys", []string{"varchar", "text"}, "varchar(512) NOT NULL DEFAULT ''"},
+	{"sharding_key", []string{"varchar"}, "varchar(128) NOT NULL DEFAULT ''"},
+	{"properties", []string{"text", "mediumtext", "longtext", "json"}, "text DEFAULT NULL"},
+	{"sent_time", []string{"bigint"}, "bigint NOT NULL DEFAULT 0"},
+}
+
+// index is an index the relay's queries rely on, matched by its column list, not its name.
+type index struct {
+	name    string
+	unique  bool
+	columns []string
+}
+
+var indexes = []index{
+	{"uk_msg_id", true, []string{"msg_id"}},
+	{"idx_status_retry", false, []string{"status", "next_retry_time"}},
+	{"idx_topic_tag", false, []string{"topic", "tag"}},
+	{"idx_status_update", false, []string{"status", "update_time"}},
+	{"idx_sharding_status", false, []string{"sharding_key", "status", "id"}},
+}
+
+// Problem is one way a table differs from the contract.
+type Problem struct {
+	// Kind is "missing table", "missing column", "wrong type", "not auto_increment",
+	// "missing index" or "not unique".
+	Kind string
+	// Object names the column or index concerned; empty for a missing table.
+	Object string
+	// Want and Got describe the expected and the found definition, where that applies.
+	Want, Got string
+}
+
+func (p Problem) String() string {
+	s := p.Kind
+	if p.Object != "" {
+		s += " " + p.Object
+	}
+	if p.Want != "" || p.Got != "" {
+		s += fmt.Sprintf(" (want %s, got %s)", p.Want, p.Got)
+	}
+	return s
+}
+
+// Check compares table with the contract and returns every difference; an up-to-date table
+// gives none. Only what the relay relies on is checked: extra columns and indexes are fine.
+func Check(ctx context.Context, db *sql.DB, table string) ([]Problem, error) {
+	if err := ValidateIdent(table); err != nil {
+		return nil, err
+	}
+	found, err := readColumns(ctx, db, table)
+	if err != nil {
+		return nil, err
+	}
+	if len(found) == 0 {
+		return []Problem{{Kind: "missing table", Object: table}}, nil
+	}
+	var problems []Problem
+	for _, c := range columns {
+		got, ok := found[c.name]
+		switch {
+		case !ok:
+			problems = append(problems, Problem{Kind: "missing column", Object: c.name, Want: c.def})
+		case !contains(c.types, got.dataType):
+			problems = append(problems, Problem{Kind: "wrong type", Object: c.name, Want: strings.Join(c.types, " or "), Got: got.dataType})
+		case c.name == "id" && !strings.Contains(got.extra, "auto_increment"):
+			problems = append(problems, Problem{Kind: "not auto_increment", Object: "id", Want: "AUTO_INCREMENT", Got: got.columnType})
+		}
+	}
+	have, err := readIndexes(ctx, db, table)
+	if err != nil {
+		return nil, err
+	}
+	for _, ix := range indexes {
+		key := strings.Join(ix.columns, ",")
+		unique, ok := have[key]
+		switch {
+		case !ok:
+			problems = append(problems, Problem{Kind: "missing index", Object: ix.name, Want: "(" + key + ")"})
+		case ix.unique && !unique:
+			problems = append(problems, Problem{Kind: "not unique", Object: ix.name, Want: "UNIQUE (" + key + ")", Got: "non-unique"})
+		}
+	}
+	return problems, nil
+}
+
+// Migrate creates table when it does not exist, or upgrades it in place: missing columns
+// and indexes are added with their defaults and id is made AUTO_INCREMENT, so a table made
+// with the original local_message DDL keeps all its rows. Running it on an up-to-date table
+// changes nothing. A column of an incompatible type is reported, never altered.
+func Migrate(ctx context.Context, db *sql.DB, table string) error {
+	ddl, err := DDL(table)
+	if err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, ddl); err != nil {
+		return fmt.Errorf("create table %s: %w", table, err)
+	}
+	problems, err := Check(ctx, db, table)
+	if err != nil {
+		return err
+	}
+	var alters, wrong []string
+	for _, p := range problems {
+		switch p.Kind {
+		case "missing column":
+			alters = append(alters, fmt.Sprintf("ADD COLUMN `%s` %s", p.Object, p.Want))
+		case "not auto_increment":
+			alters = append(alters, "MODIFY COLUMN `id` bigint NOT NULL AUTO_INCREMENT")
+		case "missing index":
+			ix := indexByName(p.Object)
+			kind := "INDEX"
+			if ix.unique {
+				kind = "UNIQUE INDEX"
+			}
+			alters = append(alters, fmt.Sprintf("ADD %s `%s` (`%s`)", kind, ix.name, strings.Join(ix.columns, "`, `")))
+		default:
+			wrong = append(wrong, p.String())
+		}
+	}
+	if len(wrong) > 0 {
+		return fmt.Errorf("table %s cannot be upgraded automatically: %s", table, strings.Join(wrong, "; "))
+	}
+	if len(alters) == 0 {
+		return nil
+	}
+	// One ALTER so that the table is rebuilt at most once.
+	stmt := fmt.Sprintf("ALTER TABLE `%s` %s", table, strings.Join(alters, ", "))
+	if _, err := db.ExecContext(ctx, stmt); err != nil {
+		return fmt.Errorf("upgrade table %s: %w", table, err)
+	}
+	return nil
+}
+
+type columnInfo struct {
+	dataType, columnType, extra string
+}
+
+func readColumns(ctx context.Context, db *sql.DB, table string) (map[string]columnInfo, error) {
+	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, EXTRA
+		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, table)
+	if err != nil {
+		return nil, fmt.Errorf("read columns of %s: %w", table, err)
+	}
+	defer rows.Close()
+	out := map[string]columnInfo{}
+	for rows.Next() {
+		var name string
+		var ci columnInfo
+		if err := rows.Scan(&name, &ci.dataType, &ci.columnType, &ci.extra); err != nil {
+			return nil, fmt.Errorf("read columns of %s: %w", table, err)
+		}
+		ci.dataType = strings.ToLower(ci.dataType)
+		ci.extra = strings.ToLower(ci.extra)
+		out[strings.ToLower(name)] = ci
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read columns of %s: %w", table, err)
+	}
+	return out, nil
+}
+
+// readIndexes returns the table's indexes keyed by their comma-joined column list, with
+// whether each is unique.
+func readIndexes(ctx context.Context, db *sql.DB, table string) (map[string]bool, error) {
+	rows, err := db.QueryContext(ctx, `SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME
+		FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?
+		ORDER BY INDEX_NAME, SEQ_IN_INDEX`, table)
+	if err != nil {
+		return nil, fmt.Errorf("read indexes of %s: %w", table, err)
+	}
+	defer rows.Close()
+	cols := map[string][]string{}
+	uniq := map[string]bool{}
+	var order []string
+	for rows.Next() {
+		var name, col string
+		var nonUnique int
+		if err := rows.Scan(&name, &nonUnique, &col); err != nil {
+			return nil, fmt.Errorf("read indexes of %s: %w", table, err)
+		}
+		if _, seen := cols[name]; !seen {
+			order = append(order, name)
+		}
+		cols[name] = append(cols[name], strings.ToLower(col))
+		uniq[name] = nonUnique == 0
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read indexes of %s: %w", table, err)
+	}
+	out := map[string]bool{}
+	for _, name := range order {
+		key := strings.Join(cols[name], ",")
+		out[key] = out[key] || uniq[name]
+	}
+	return out, nil
+}
+
+func indexByName(name string) index {
+	for _, ix := range indexes {
+		if ix.name == name {
+			return ix
+		}
+	}
+	panic("schema: unknown index " + name)
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
