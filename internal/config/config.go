@@ -1,0 +1,376 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/backoff"
+)
+
+// Values of relay.unrouted.
+const (
+	// UnroutedDefault publishes a message that matches no route with the default producer
+	// settings (rocketmq.group, rocketmq.send_timeout).
+	UnroutedDefault = "default"
+	// UnroutedDead marks a message that matches no route dead at once: strict routing.
+	UnroutedDead = "dead"
+)
+
+// Values of log.format.
+const (
+	// LogFormatAuto (the default, written as "" or "auto") is JSON, or console on a terminal.
+	LogFormatAuto    = ""
+	LogFormatJSON    = "json"
+	LogFormatConsole = "console"
+)
+
+// Limits enforced by Validate.
+const (
+	MaxBatchSize   = 10000
+	MaxConcurrency = 1024
+	MaxDelayLevel  = 18
+	// MaxBodyBytesLimit bounds relay.max_body_bytes; RocketMQ brokers default to 4 MiB.
+	MaxBodyBytesLimit = 64 << 20
+)
+
+// Config is the sidecar's whole configuration, as produced by Load. The zero value is not
+// useful: use Load, or Default for the documented defaults.
+type Config struct {
+	MySQL    MySQL
+	Redis    Redis
+	RocketMQ RocketMQ
+	Relay    Relay
+	Lock     Lock
+	// Backoff is the retry delay policy (backoff.base, backoff.multiplier, backoff.max,
+	// backoff.jitter). Defaults to 1s doubling up to 1h, no jitter.
+	Backoff backoff.Policy
+	// Routes map topic and tag patterns to producer settings, first match wins (routes).
+	// Defaults to none: every message uses the default producer settings.
+	Routes []Route
+	HTTP   HTTP
+	Log    Log
+}
+
+// MySQL is where the outbox table lives.
+type MySQL struct {
+	// DSN is the go-sql-driver/mysql DSN (mysql.dsn). Defaults to root:@tcp(127.0.0.1:3306)/test.
+	// It may hold a password: print it only through Redacted.
+	DSN string
+	// Table is the outbox table (mysql.table). Defaults to local_message.
+	Table string
+	// Tables, when not empty, lists several outbox tables to relay and overrides Table
+	// (mysql.tables). Defaults to empty.
+	Tables []string
+}
+
+// Redis holds the connection used for the leader lock and nudges.
+type Redis struct {
+	// Addr is host:port (redis.addr). Defaults to 127.0.0.1:6379.
+	Addr string
+	// Password is the AUTH password (redis.password). Defaults to empty. Secret.
+	Password string
+	// DB is the database number (redis.db). Defaults to 0.
+	DB int
+}
+
+// RocketMQ holds the producer's connection and default settings.
+type RocketMQ struct {
+	// NameServers are host:port addresses (rocketmq.nameservers; comma-separated in the
+	// environment). Defaults to [127.0.0.1:9876].
+	NameServers []string
+	// AccessKey is the ACL access key (rocketmq.access_key). Defaults to empty (no ACL).
+	AccessKey string
+	// SecretKey is the ACL secret key (rocketmq.secret_key). Defaults to empty. Secret.
+	SecretKey string
+	// Group is the default producer group (rocketmq.group). Defaults to outbox-relay.
+	Group string
+	// SendTimeout bounds one send attempt (rocketmq.send_timeout). Defaults to 3 seconds.
+	SendTimeout time.Duration
+}
+
+// Relay tunes the delivery engine.
+type Relay struct {
+	// PollInterval is the time between scans for due rows (relay.poll_interval).
+	// Defaults to 1 second.
+	PollInterval time.Duration
+	// BatchSize is the number of rows read and published per batch (relay.batch_size), 1 to
+	// 10000. Defaults to 500.
+	BatchSize int
+	// Concurrency is the number of publishing goroutines (relay.concurrency), 1 to 1024.
+	// Defaults to 16.
+	Concurrency int
+	// BatchSend sends several messages of the same topic in one broker request
+	// (relay.batch_send). Defaults to true.
+	BatchSend bool
+	// Nudge listens to Redis nudges sent by writers after commit, to publish without
+	// waiting for the next poll (relay.nudge). Defaults to true.
+	Nudge bool
+	// Unrouted says what happens to a message no route matches (relay.unrouted):
+	// UnroutedDefault publishes it with the default settings, UnroutedDead marks it dead.
+	// Defaults to UnroutedDefault.
+	Unrouted string
+	// MaxBodyBytes is the largest body published; a longer one is marked dead
+	// (relay.max_body_bytes). Defaults to 4194304 (4 MiB, the broker's default limit).
+	MaxBodyBytes int
+	// ShutdownTimeout bounds the wait for the in-flight batch on shutdown
+	// (relay.shutdown_timeout). Defaults to 15 seconds.
+	ShutdownTimeout time.Duration
+	// PurgeRetention is the age past which sent rows are deleted periodically
+	// (relay.purge_retention); 0 turns the periodic purge off. Defaults to 0.
+	PurgeRetention time.Duration
+	// PurgeInterval is the time between periodic purges (relay.purge_interval).
+	// Defaults to 10 minutes.
+	PurgeInterval time.Duration
+}
+
+// Lock configures the leader lock held in Redis.
+type Lock struct {
+	// TTL is the lock's expiry, extended every third of it (lock.ttl). A relay that dies
+	// holding the lock is replaced after about one TTL. Defaults to 10 seconds.
+	TTL time.Duration
+	// Key is the Redis key of the lock; "{table}" is replaced by the table name (lock.key).
+	// Defaults to outbox-relay:lock:{table}.
+	Key string
+}
+
+// KeyFor returns the lock key for table.
+func (l Lock) KeyFor(table string) string {
+	return strings.ReplaceAll(l.Key, "{table}", table)
+}
+
+// Route maps messages whose topic and tag match its patterns to producer settings.
+// Patterns are globs (path.Match syntax): "*" matches anything, "order-*" a prefix.
+type Route struct {
+	// Topic is the topic pattern (routes[].topic). Required.
+	Topic string `json:"topic" yaml:"topic"`
+	// Tag is the tag pattern (routes[].tag). Defaults to "*".
+	Tag string `json:"tag" yaml:"tag"`
+	// Group is the producer group (routes[].group). Defaults to rocketmq.group.
+	Group string `json:"group,omitempty" yaml:"group,omitempty"`
+	// SendTimeout bounds one send attempt (routes[].send_timeout). Defaults to
+	// rocketmq.send_timeout.
+	SendTimeout time.Duration `json:"-" yaml:"-"`
+	// Ordered sends messages with the same sharding_key to one queue in id order
+	// (routes[].ordered). Defaults to false.
+	Ordered bool `json:"ordered,omitempty" yaml:"ordered,omitempty"`
+	// DelayLevel is RocketMQ's delay level, 0 (none) to 18 (routes[].delay_level).
+	// Defaults to 0.
+	DelayLevel int `json:"delay_level,omitempty" yaml:"delay_level,omitempty"`
+}
+
+// Matches reports whether topic and tag match the route's patterns.
+func (r Route) Matches(topic, tag string) bool {
+	okTopic, _ := path.Match(r.Topic, topic)
+	if !okTopic {
+		return false
+	}
+	okTag, _ := path.Match(r.Tag, tag)
+	return okTag
+}
+
+// HTTP configures the metrics and health server.
+type HTTP struct {
+	// Addr is the listen address for /metrics, /healthz and /readyz (http.addr).
+	// Defaults to :9464.
+	Addr string
+}
+
+// Log configures logging.
+type Log struct {
+	// Level is a zerolog level name (log.level). Defaults to info.
+	Level string
+	// Format is LogFormatJSON or LogFormatConsole (log.format). Defaults to LogFormatAuto:
+	// JSON, or console when stderr is a terminal.
+	Format string
+}
+
+// Tables returns the tables to relay: MySQL.Tables when set, else MySQL.Table.
+func (c Config) Tables() []string {
+	if len(c.MySQL.Tables) > 0 {
+		return slices.Clone(c.MySQL.Tables)
+	}
+	return []string{c.MySQL.Table}
+}
+
+// Default returns the configuration with every key at its default.
+func Default() Config {
+	c, err := Load(NewViper(), "")
+	if err != nil {
+		panic(fmt.Sprintf("config: defaults do not load: %v", err)) // a bug in this package
+	}
+	return c
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+
+// validIdent checks a table name. It mirrors schema.ValidateIdent (letters, digits and
+// underscores, not starting with a digit, at most 64 characters), kept local so that config
+// does not depend on the schema package.
+func validIdent(s string) error {
+	if !identRE.MatchString(s) {
+		return fmt.Errorf("must be an SQL identifier (letters, digits, _; not starting with a digit; at most 64 characters), got %q", s)
+	}
+	return nil
+}
+
+// Validate checks every value and returns all problems at once, each naming its key.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+
+	// mysql
+	if c.MySQL.DSN == "" {
+		bad(KeyMySQLDSN, "must not be empty")
+	} else if _, err := mysql.ParseDSN(c.MySQL.DSN); err != nil {
+		bad(KeyMySQLDSN, "invalid DSN: %v", err) // the driver's messages do not echo the DSN
+	}
+	if err := validIdent(c.MySQL.Table); err != nil {
+		bad(KeyMySQLTable, "%v", err)
+	}
+	seen := map[string]bool{}
+	for i, t := range c.MySQL.Tables {
+		if err := validIdent(t); err != nil {
+			bad(fmt.Sprintf("%s[%d]", KeyMySQLTables, i), "%v", err)
+		} else if seen[strings.ToLower(t)] {
+			bad(fmt.Sprintf("%s[%d]", KeyMySQLTables, i), "duplicate table %q", t)
+		}
+		seen[strings.ToLower(t)] = true
+	}
+
+	// redis
+	if err := hostPort(c.Redis.Addr); err != nil {
+		bad(KeyRedisAddr, "%v", err)
+	}
+	if c.Redis.DB < 0 {
+		bad(KeyRedisDB, "must be >= 0, got %d", c.Redis.DB)
+	}
+
+	// rocketmq
+	if len(c.RocketMQ.NameServers) == 0 {
+		bad(KeyRocketMQNameServers, "must list at least one name server")
+	}
+	for i, ns := range c.RocketMQ.NameServers {
+		if err := nameServer(ns); err != nil {
+			bad(fmt.Sprintf("%s[%d]", KeyRocketMQNameServers, i), "%v", err)
+		}
+	}
+	if (c.RocketMQ.AccessKey == "") != (c.RocketMQ.SecretKey == "") {
+		bad(KeyRocketMQSecretKey, "rocketmq.access_key and rocketmq.secret_key must be set together")
+	}
+	if c.RocketMQ.Group == "" {
+		bad(KeyRocketMQGroup, "must not be empty")
+	}
+	positive(bad, KeyRocketMQSendTimeout, c.RocketMQ.SendTimeout)
+
+	// relay
+	positive(bad, KeyRelayPollInterval, c.Relay.PollInterval)
+	between(bad, KeyRelayBatchSize, c.Relay.BatchSize, 1, MaxBatchSize)
+	between(bad, KeyRelayConcurrency, c.Relay.Concurrency, 1, MaxConcurrency)
+	if c.Relay.Unrouted != UnroutedDefault && c.Relay.Unrouted != UnroutedDead {
+		bad(KeyRelayUnrouted, "must be %q or %q, got %q", UnroutedDefault, UnroutedDead, c.Relay.Unrouted)
+	}
+	between(bad, KeyRelayMaxBodyBytes, c.Relay.MaxBodyBytes, 1, MaxBodyBytesLimit)
+	positive(bad, KeyRelayShutdownTimeout, c.Relay.ShutdownTimeout)
+	if c.Relay.PurgeRetention < 0 {
+		bad(KeyRelayPurgeRetention, "must be >= 0 (0 turns purging off), got %s", c.Relay.PurgeRetention)
+	}
+	positive(bad, KeyRelayPurgeInterval, c.Relay.PurgeInterval)
+
+	// lock
+	if c.Lock.TTL < 100*time.Millisecond {
+		bad(KeyLockTTL, "must be at least 100ms, got %s", c.Lock.TTL)
+	}
+	if c.Lock.Key == "" {
+		bad(KeyLockKey, "must not be empty")
+	} else if len(c.Tables()) > 1 && !strings.Contains(c.Lock.Key, "{table}") {
+		bad(KeyLockKey, "must contain {table} when several tables are relayed, got %q", c.Lock.Key)
+	}
+
+	// backoff
+	positive(bad, KeyBackoffBase, c.Backoff.Base)
+	if !(c.Backoff.Multiplier >= 1) || c.Backoff.Multiplier > 1e6 {
+		bad(KeyBackoffMultiplier, "must be between 1 and 1e6, got %v", c.Backoff.Multiplier)
+	}
+	if c.Backoff.Max < c.Backoff.Base {
+		bad(KeyBackoffMax, "must be at least backoff.base (%s), got %s", c.Backoff.Base, c.Backoff.Max)
+	}
+	if !(c.Backoff.Jitter >= 0 && c.Backoff.Jitter <= 1) {
+		bad(KeyBackoffJitter, "must be between 0 and 1, got %v", c.Backoff.Jitter)
+	}
+
+	// routes
+	for i, r := range c.Routes {
+		key := fmt.Sprintf("%s[%d]", KeyRoutes, i)
+		if r.Topic == "" {
+			bad(key+".topic", "must not be empty (use \"*\" for any topic)")
+		} else if _, err := path.Match(r.Topic, ""); err != nil {
+			bad(key+".topic", "invalid pattern %q: %v", r.Topic, err)
+		}
+		if _, err := path.Match(r.Tag, ""); err != nil || r.Tag == "" {
+			bad(key+".tag", "invalid pattern %q (use \"*\" for any tag)", r.Tag)
+		}
+		if r.SendTimeout < 0 {
+			bad(key+".send_timeout", "must be >= 0, got %s", r.SendTimeout)
+		}
+		between(bad, key+".delay_level", r.DelayLevel, 0, MaxDelayLevel)
+	}
+
+	// http, log
+	if c.HTTP.Addr != "" {
+		if _, _, err := net.SplitHostPort(c.HTTP.Addr); err != nil {
+			bad(KeyHTTPAddr, "must be [host]:port, got %q", c.HTTP.Addr)
+		}
+	}
+	if _, err := zerolog.ParseLevel(c.Log.Level); err != nil || c.Log.Level == "" {
+		bad(KeyLogLevel, "must be one of trace, debug, info, warn, error, fatal, panic, disabled; got %q", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case LogFormatAuto, LogFormatJSON, LogFormatConsole:
+	default:
+		bad(KeyLogFormat, "must be %q or %q, got %q", LogFormatJSON, LogFormatConsole, c.Log.Format)
+	}
+	return errors.Join(errs...)
+}
+
+func positive(bad func(string, string, ...any), key string, d time.Duration) {
+	if d <= 0 {
+		bad(key, "must be a positive duration, got %s", d)
+	}
+}
+
+func between(bad func(string, string, ...any), key string, n, lo, hi int) {
+	if n < lo || n > hi {
+		bad(key, "must be between %d and %d, got %d", lo, hi, n)
+	}
+}
+
+func hostPort(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" || port == "" {
+		return fmt.Errorf("must be host:port, got %q", addr)
+	}
+	return nil
+}
+
+// nameServer accepts host:port, or an http(s) URL for name-server discovery endpoints.
+func nameServer(ns string) error {
+	if strings.HasPrefix(ns, "http://") || strings.HasPrefix(ns, "https://") {
+		if u, err := url.Parse(ns); err != nil || u.Host == "" {
+			return fmt.Errorf("must be host:port or an http(s) URL, got %q", ns)
+		}
+		return nil
+	}
+	return hostPort(ns)
+}

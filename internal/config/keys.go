@@ -1,0 +1,120 @@
+package config
+
+import (
+	"time"
+
+	"github.com/spf13/viper"
+)
+
+// Keys of the configuration, as written in YAML (dotted paths) and, upper-cased with "."
+// replaced by "_" and the OUTBOX_ prefix, as environment variables.
+const (
+	KeyMySQLDSN    = "mysql.dsn"
+	KeyMySQLTable  = "mysql.table"
+	KeyMySQLTables = "mysql.tables"
+
+	KeyRedisAddr     = "redis.addr"
+	KeyRedisPassword = "redis.password"
+	KeyRedisDB       = "redis.db"
+
+	KeyRocketMQNameServers = "rocketmq.nameservers"
+	KeyRocketMQAccessKey   = "rocketmq.access_key"
+	KeyRocketMQSecretKey   = "rocketmq.secret_key"
+	KeyRocketMQGroup       = "rocketmq.group"
+	KeyRocketMQSendTimeout = "rocketmq.send_timeout"
+
+	KeyRelayPollInterval    = "relay.poll_interval"
+	KeyRelayBatchSize       = "relay.batch_size"
+	KeyRelayConcurrency     = "relay.concurrency"
+	KeyRelayBatchSend       = "relay.batch_send"
+	KeyRelayNudge           = "relay.nudge"
+	KeyRelayUnrouted        = "relay.unrouted"
+	KeyRelayMaxBodyBytes    = "relay.max_body_bytes"
+	KeyRelayShutdownTimeout = "relay.shutdown_timeout"
+	KeyRelayPurgeRetention  = "relay.purge_retention"
+	KeyRelayPurgeInterval   = "relay.purge_interval"
+
+	KeyLockTTL = "lock.ttl"
+	KeyLockKey = "lock.key"
+
+	KeyBackoffBase       = "backoff.base"
+	KeyBackoffMultiplier = "backoff.multiplier"
+	KeyBackoffMax        = "backoff.max"
+	KeyBackoffJitter     = "backoff.jitter"
+
+	KeyRoutes = "routes"
+
+	KeyHTTPAddr = "http.addr"
+
+	KeyLogLevel  = "log.level"
+	KeyLogFormat = "log.format"
+)
+
+// EnvPrefix is the prefix of every environment variable read by the configuration.
+const EnvPrefix = "OUTBOX"
+
+// defaults lists every key with its default, in documentation order. A key missing here is
+// unknown and rejected by Load.
+var defaults = []struct {
+	key string
+	val any
+}{
+	{KeyMySQLDSN, "root:@tcp(127.0.0.1:3306)/test"},
+	{KeyMySQLTable, "local_message"},
+	{KeyMySQLTables, []string{}},
+	{KeyRedisAddr, "127.0.0.1:6379"},
+	{KeyRedisPassword, ""},
+	{KeyRedisDB, 0},
+	{KeyRocketMQNameServers, []string{"127.0.0.1:9876"}},
+	{KeyRocketMQAccessKey, ""},
+	{KeyRocketMQSecretKey, ""},
+	{KeyRocketMQGroup, "outbox-relay"},
+	{KeyRocketMQSendTimeout, 3 * time.Second},
+	{KeyRelayPollInterval, time.Second},
+	{KeyRelayBatchSize, 500},
+	{KeyRelayConcurrency, 16},
+	{KeyRelayBatchSend, true},
+	{KeyRelayNudge, true},
+	{KeyRelayUnrouted, UnroutedDefault},
+	{KeyRelayMaxBodyBytes, 4 << 20},
+	{KeyRelayShutdownTimeout, 15 * time.Second},
+	{KeyRelayPurgeRetention, time.Duration(0)},
+	{KeyRelayPurgeInterval, 10 * time.Minute},
+	{KeyLockTTL, 10 * time.Second},
+	{KeyLockKey, "outbox-relay:lock:{table}"},
+	{KeyBackoffBase, time.Second},
+	{KeyBackoffMultiplier, 2.0},
+	{KeyBackoffMax, time.Hour},
+	{KeyBackoffJitter, 0.0},
+	{KeyRoutes, []any{}},
+	{KeyHTTPAddr, ":9464"},
+	{KeyLogLevel, "info"},
+	{KeyLogFormat, ""},
+}
+
+// Keys returns every configuration key in documentation order.
+func Keys() []string {
+	out := make([]string, len(defaults))
+	for i, d := range defaults {
+		out[i] = d.key
+	}
+	return out
+}
+
+// EnvName returns the environment variable that sets key, e.g. OUTBOX_RELAY_BATCH_SIZE.
+func EnvName(key string) string {
+	return EnvPrefix + "_" + envReplacer.Replace(upper(key))
+}
+
+// NewViper returns a viper instance that knows every key with its default and reads OUTBOX_*
+// environment variables. Bind flags to it with BindFlags, then call Load.
+func NewViper() *viper.Viper {
+	v := viper.New()
+	for _, d := range defaults {
+		v.SetDefault(d.key, d.val)
+	}
+	v.SetEnvPrefix(EnvPrefix)
+	v.SetEnvKeyReplacer(envReplacer)
+	v.AutomaticEnv()
+	return v
+}

@@ -1,0 +1,336 @@
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/viper"
+)
+
+// Load reads the YAML file at file (none when file is ""), on top of the defaults already in
+// v (see NewViper), under the environment and any flags bound to v, then decodes and
+// validates the result. Unknown keys in the file are errors, so a typo cannot silently fall
+// back to a default. Every error names its key; the returned error lists them all.
+func Load(v *viper.Viper, file string) (Config, error) {
+	if file != "" {
+		v.SetConfigFile(file)
+		if ext := strings.ToLower(filepath.Ext(file)); ext != ".yaml" && ext != ".yml" {
+			v.SetConfigType("yaml")
+		}
+		if err := v.ReadInConfig(); err != nil {
+			return Config{}, fmt.Errorf("read config file %s: %w", file, err)
+		}
+	}
+	d := decoder{v: v}
+	var unknown []error
+	for _, k := range v.AllKeys() {
+		if !d.known(k) {
+			unknown = append(unknown, fmt.Errorf("%s: unknown key", k))
+		}
+	}
+	c := Config{
+		MySQL: MySQL{
+			DSN:    d.str(KeyMySQLDSN),
+			Table:  d.str(KeyMySQLTable),
+			Tables: d.list(KeyMySQLTables),
+		},
+		Redis: Redis{
+			Addr:     d.str(KeyRedisAddr),
+			Password: d.str(KeyRedisPassword),
+			DB:       d.int(KeyRedisDB),
+		},
+		RocketMQ: RocketMQ{
+			NameServers: d.list(KeyRocketMQNameServers),
+			AccessKey:   d.str(KeyRocketMQAccessKey),
+			SecretKey:   d.str(KeyRocketMQSecretKey),
+			Group:       d.str(KeyRocketMQGroup),
+			SendTimeout: d.duration(KeyRocketMQSendTimeout),
+		},
+		Relay: Relay{
+			PollInterval:    d.duration(KeyRelayPollInterval),
+			BatchSize:       d.int(KeyRelayBatchSize),
+			Concurrency:     d.int(KeyRelayConcurrency),
+			BatchSend:       d.bool(KeyRelayBatchSend),
+			Nudge:           d.bool(KeyRelayNudge),
+			Unrouted:        strings.ToLower(d.str(KeyRelayUnrouted)),
+			MaxBodyBytes:    d.int(KeyRelayMaxBodyBytes),
+			ShutdownTimeout: d.duration(KeyRelayShutdownTimeout),
+			PurgeRetention:  d.duration(KeyRelayPurgeRetention),
+			PurgeInterval:   d.duration(KeyRelayPurgeInterval),
+		},
+		Lock: Lock{
+			TTL: d.duration(KeyLockTTL),
+			Key: d.str(KeyLockKey),
+		},
+		HTTP: HTTP{Addr: d.str(KeyHTTPAddr)},
+		Log: Log{
+			Level:  strings.ToLower(d.str(KeyLogLevel)),
+			Format: strings.ToLower(d.str(KeyLogFormat)),
+		},
+	}
+	c.Backoff.Base = d.duration(KeyBackoffBase)
+	c.Backoff.Multiplier = d.float(KeyBackoffMultiplier)
+	c.Backoff.Max = d.duration(KeyBackoffMax)
+	c.Backoff.Jitter = d.float(KeyBackoffJitter)
+	if c.Log.Format == "auto" {
+		c.Log.Format = LogFormatAuto
+	}
+	c.Routes = d.routes(c.RocketMQ)
+	if err := errors.Join(append(unknown, d.errs...)...); err != nil {
+		return Config{}, err
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// decoder reads raw values from viper strictly: viper's own getters turn "abc" into 0 for an
+// int or a duration, which would hide mistakes.
+type decoder struct {
+	v    *viper.Viper
+	errs []error
+}
+
+func (d *decoder) fail(key, format string, args ...any) {
+	d.errs = append(d.errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+}
+
+func (d *decoder) known(k string) bool {
+	for _, def := range defaults {
+		if k == def.key {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *decoder) str(key string) string {
+	switch x := d.v.Get(key).(type) {
+	case nil:
+		return ""
+	case string:
+		return strings.TrimSpace(x)
+	case int, int64, float64, bool:
+		return fmt.Sprint(x)
+	default:
+		d.fail(key, "must be a string, got %T", x)
+		return ""
+	}
+}
+
+func (d *decoder) int(key string) int {
+	switch x := d.v.Get(key).(type) {
+	case int:
+		return x
+	case int64:
+		return int(x)
+	case uint64:
+		if x > math.MaxInt32 {
+			d.fail(key, "too large: %d", x)
+			return 0
+		}
+		return int(x)
+	case float64:
+		if x != math.Trunc(x) || math.Abs(x) > math.MaxInt32 {
+			d.fail(key, "must be a whole number, got %v", x)
+			return 0
+		}
+		return int(x)
+	case string:
+		n, err := strconv.Atoi(strings.TrimSpace(x))
+		if err != nil {
+			d.fail(key, "must be a whole number, got %q", x)
+		}
+		return n
+	default:
+		d.fail(key, "must be a whole number, got %v (%T)", x, x)
+		return 0
+	}
+}
+
+func (d *decoder) float(key string) float64 {
+	switch x := d.v.Get(key).(type) {
+	case float64:
+		return x
+	case int:
+		return float64(x)
+	case int64:
+		return float64(x)
+	case string:
+		f, err := strconv.ParseFloat(strings.TrimSpace(x), 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			d.fail(key, "must be a number, got %q", x)
+		}
+		return f
+	default:
+		d.fail(key, "must be a number, got %v (%T)", x, x)
+		return 0
+	}
+}
+
+func (d *decoder) bool(key string) bool {
+	switch x := d.v.Get(key).(type) {
+	case bool:
+		return x
+	case string:
+		b, err := strconv.ParseBool(strings.TrimSpace(x))
+		if err != nil {
+			d.fail(key, "must be true or false, got %q", x)
+		}
+		return b
+	default:
+		d.fail(key, "must be true or false, got %v (%T)", x, x)
+		return false
+	}
+}
+
+func (d *decoder) duration(key string) time.Duration {
+	dur, err := parseDuration(d.v.Get(key))
+	if err != nil {
+		d.fail(key, "%v", err)
+	}
+	return dur
+}
+
+// parseDuration accepts Go duration strings ("1.5s", "10m", "168h") and the bare number 0.
+// A bare non-zero number is rejected: "10" could mean seconds or nanoseconds.
+func parseDuration(raw any) (time.Duration, error) {
+	switch x := raw.(type) {
+	case time.Duration:
+		return x, nil
+	case int:
+		if x == 0 {
+			return 0, nil
+		}
+	case int64:
+		if x == 0 {
+			return 0, nil
+		}
+	case float64:
+		if x == 0 {
+			return 0, nil
+		}
+	case string:
+		s := strings.TrimSpace(x)
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return 0, fmt.Errorf("must be a duration with a unit such as 500ms, 10s, 5m or 168h, got %q", x)
+		}
+		return d, nil
+	}
+	return 0, fmt.Errorf("must be a duration with a unit such as 500ms, 10s, 5m or 168h, got %v", raw)
+}
+
+// list accepts a YAML list or a string separated by commas (environment, flags); semicolons
+// separate too, as in RocketMQ's own name-server strings. Blank entries are dropped.
+func (d *decoder) list(key string) []string {
+	var parts []string
+	switch x := d.v.Get(key).(type) {
+	case nil:
+	case string:
+		parts = strings.FieldsFunc(x, func(r rune) bool { return r == ',' || r == ';' })
+	case []string:
+		parts = x
+	case []any:
+		for i, e := range x {
+			s, ok := e.(string)
+			if !ok {
+				d.fail(fmt.Sprintf("%s[%d]", key, i), "must be a string, got %v (%T)", e, e)
+				continue
+			}
+			parts = append(parts, s)
+		}
+	default:
+		d.fail(key, "must be a list of strings, got %v (%T)", x, x)
+	}
+	out := make([]string, 0, len(parts))
+	for _, p := range parts {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+var routeFields = []string{"topic", "tag", "group", "send_timeout", "ordered", "delay_level"}
+
+// routes decodes the routes list; in the environment (OUTBOX_ROUTES) it is a JSON array of
+// objects with the same fields. Unset fields take the defaults of rocketmq.
+func (d *decoder) routes(mq RocketMQ) []Route {
+	raw := d.v.Get(KeyRoutes)
+	if s, ok := raw.(string); ok {
+		if strings.TrimSpace(s) == "" {
+			return nil
+		}
+		var items []any
+		if err := json.Unmarshal([]byte(s), &items); err != nil {
+			d.fail(KeyRoutes, "from the environment must be a JSON array of objects: %v", err)
+			return nil
+		}
+		raw = items
+	}
+	items, ok := raw.([]any)
+	if !ok {
+		if m, isMaps := raw.([]map[string]any); isMaps {
+			for _, e := range m {
+				items = append(items, e)
+			}
+		} else if raw != nil {
+			d.fail(KeyRoutes, "must be a list of {topic, tag, group, send_timeout, ordered, delay_level}, got %T", raw)
+			return nil
+		}
+	}
+	out := make([]Route, 0, len(items))
+	for i, item := range items {
+		key := fmt.Sprintf("%s[%d]", KeyRoutes, i)
+		m, ok := item.(map[string]any)
+		if !ok {
+			d.fail(key, "must be an object with topic, tag, ...; got %v (%T)", item, item)
+			continue
+		}
+		r := Route{Tag: "*", Group: mq.Group, SendTimeout: mq.SendTimeout}
+		sub := viper.New()
+		for k, val := range m {
+			k = strings.ToLower(k)
+			if !slices.Contains(routeFields, k) {
+				d.fail(key+"."+k, "unknown key (known: %s)", strings.Join(routeFields, ", "))
+				continue
+			}
+			sub.Set(k, val)
+		}
+		sd := decoder{v: sub}
+		if sub.IsSet("topic") {
+			r.Topic = sd.str("topic")
+		}
+		if sub.IsSet("tag") {
+			r.Tag = sd.str("tag")
+		}
+		if g := sd.str("group"); g != "" {
+			r.Group = g
+		}
+		if sub.IsSet("send_timeout") {
+			if t := sd.duration("send_timeout"); t != 0 {
+				r.SendTimeout = t // 0 keeps rocketmq.send_timeout
+			}
+		}
+		if sub.IsSet("ordered") {
+			r.Ordered = sd.bool("ordered")
+		}
+		if sub.IsSet("delay_level") {
+			r.DelayLevel = sd.int("delay_level")
+		}
+		for _, e := range sd.errs {
+			d.errs = append(d.errs, fmt.Errorf("%s.%w", key, e))
+		}
+		out = append(out, r)
+	}
+	return out
+}
