@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/url"
 	"path"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/backoff"
+	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 // Values of relay.unrouted.
@@ -211,18 +211,6 @@ func Default() Config {
 	return c
 }
 
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
-
-// validIdent checks a table name. It mirrors schema.ValidateIdent (letters, digits and
-// underscores, not starting with a digit, at most 64 characters), kept local so that config
-// does not depend on the schema package.
-func validIdent(s string) error {
-	if !identRE.MatchString(s) {
-		return fmt.Errorf("must be an SQL identifier (letters, digits, _; not starting with a digit; at most 64 characters), got %q", s)
-	}
-	return nil
-}
-
 // Validate checks every value and returns all problems at once, each naming its key.
 func (c Config) Validate() error {
 	var errs []error
@@ -236,12 +224,12 @@ func (c Config) Validate() error {
 	} else if _, err := mysql.ParseDSN(c.MySQL.DSN); err != nil {
 		bad(KeyMySQLDSN, "invalid DSN: %v", err) // the driver's messages do not echo the DSN
 	}
-	if err := validIdent(c.MySQL.Table); err != nil {
+	if err := schema.ValidateIdent(c.MySQL.Table); err != nil {
 		bad(KeyMySQLTable, "%v", err)
 	}
 	seen := map[string]bool{}
 	for i, t := range c.MySQL.Tables {
-		if err := validIdent(t); err != nil {
+		if err := schema.ValidateIdent(t); err != nil {
 			bad(fmt.Sprintf("%s[%d]", KeyMySQLTables, i), "%v", err)
 		} else if seen[strings.ToLower(t)] {
 			bad(fmt.Sprintf("%s[%d]", KeyMySQLTables, i), "duplicate table %q", t)
