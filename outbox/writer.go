@@ -1,0 +1,247 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/outbox-relay/outbox-relay/schema"
+)
+
+// Message is one outbox message as a service writes it.
+type Message struct {
+	// MsgID is the unique id of the message; a second insert of the same id fails with
+	// *DuplicateError. Empty: Insert generates a time-sortable id (NewID) and sets it here.
+	MsgID string
+	// Topic is the RocketMQ topic.
+	Topic string
+	// Tag is the RocketMQ tag; may be empty.
+	Tag string
+	// Keys are the RocketMQ message keys; put the order number here so consumers can dedupe
+	// by it. Empty: the relay sends MsgID as the key.
+	Keys []string
+	// ShardingKey chooses the queue by hash and, on routes marked ordered, keeps the
+	// messages of one key in insertion order. Empty: any queue, no order.
+	ShardingKey string
+	// Body is sent to the broker byte for byte. It must be valid UTF-8 (it is stored in a text
+	// column) and within the writer's MaxBodyBytes.
+	Body []byte
+	// Properties are RocketMQ user properties, e.g. trace context.
+	Properties map[string]string
+	// DeliverAt delays the first attempt until then. Zero: as soon as committed.
+	DeliverAt time.Time
+	// MaxRetries is how many retries are allowed after the first attempt. 0 means the
+	// writer's default (3); NoRetries gives a single attempt.
+	MaxRetries int
+}
+
+// NoRetries as Message.MaxRetries allows a single attempt and no retry.
+const NoRetries = -1
+
+// Execer is the smallest interface Insert needs; *sql.Tx, *sql.DB and *sql.Conn have it.
+// Pass the transaction that writes the business rows, or the message is not atomic with them.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// Config configures a Writer.
+type Config struct {
+	// Table is the outbox table. Defaults to "local_message".
+	Table string
+	// MaxBodyBytes refuses larger bodies. Defaults to DefaultMaxBodyBytes (4 MiB), RocketMQ's
+	// default limit.
+	MaxBodyBytes int
+	// DefaultMaxRetries is used for messages with MaxRetries 0. Defaults to 3.
+	DefaultMaxRetries int
+	// Redis, when set, lets Nudge wake the relay right after a commit.
+	Redis redis.UniversalClient
+}
+
+// Writer inserts outbox messages into one table. It is safe for concurrent use.
+type Writer struct {
+	table      string
+	maxBody    int
+	maxRetries int
+	rdb        redis.UniversalClient
+}
+
+// NewWriter checks cfg and returns a Writer; an invalid table name is refused here, before it
+// can reach a statement.
+func NewWriter(cfg Config) (*Writer, error) {
+	if cfg.Table == "" {
+		cfg.Table = "local_message"
+	}
+	if err := schema.ValidateIdent(cfg.Table); err != nil {
+		return nil, fmt.Errorf("outbox: Table: %w", err)
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.MaxBodyBytes < 0 {
+		return nil, fmt.Errorf("outbox: MaxBodyBytes: must be positive, got %d", cfg.MaxBodyBytes)
+	}
+	if cfg.DefaultMaxRetries == 0 {
+		cfg.DefaultMaxRetries = 3
+	}
+	if cfg.DefaultMaxRetries < 0 {
+		return nil, fmt.Errorf("outbox: DefaultMaxRetries: must be positive, got %d", cfg.DefaultMaxRetries)
+	}
+	return &Writer{table: cfg.Table, maxBody: cfg.MaxBodyBytes, maxRetries: cfg.DefaultMaxRetries, rdb: cfg.Redis}, nil
+}
+
+// Table returns the table the writer inserts into.
+func (w *Writer) Table() string { return w.table }
+
+// insertColumns is the column list Insert writes; everything else takes its default.
+const insertColumns = "msg_id, topic, tag, content, msg_keys, sharding_key, properties, next_retry_time, max_retry_count"
+
+// rowsPerStatement keeps one INSERT well under MySQL's 65,535 placeholders.
+const rowsPerStatement = 1000
+
+// Insert validates msgs and writes them with one multi-row INSERT (per 1,000 messages)
+// through exec, normally the caller's transaction. Empty MsgIDs are generated and written
+// back into msgs. Nothing is written when any message is invalid; the error names the
+// message by index and the field at fault. A msg_id that exists already gives *DuplicateError.
+func (w *Writer) Insert(ctx context.Context, exec Execer, msgs ...Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	for i := range msgs {
+		if msgs[i].MsgID == "" {
+			msgs[i].MsgID = NewID()
+		}
+		if err := w.validate(&msgs[i]); err != nil {
+			return fmt.Errorf("outbox: message %d (msg_id %q): %w", i, msgs[i].MsgID, err)
+		}
+	}
+	for start := 0; start < len(msgs); start += rowsPerStatement {
+		end := min(start+rowsPerStatement, len(msgs))
+		if err := w.insertChunk(ctx, exec, msgs[start:end]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *Writer) insertChunk(ctx context.Context, exec Execer, msgs []Message) error {
+	var b strings.Builder
+	b.WriteString("INSERT INTO ")
+	b.WriteString(w.table)
+	b.WriteString(" (" + insertColumns + ") VALUES ")
+	args := make([]any, 0, len(msgs)*9)
+	for i, m := range msgs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		var props any
+		if len(m.Properties) > 0 {
+			raw, err := json.Marshal(m.Properties)
+			if err != nil {
+				return fmt.Errorf("outbox: encode properties of %q: %w", m.MsgID, err)
+			}
+			props = string(raw)
+		}
+		var next int64
+		if !m.DeliverAt.IsZero() {
+			next = m.DeliverAt.UnixMilli()
+		}
+		retries := m.MaxRetries
+		switch {
+		case retries == 0:
+			retries = w.maxRetries
+		case retries < 0:
+			retries = 0
+		}
+		args = append(args, m.MsgID, m.Topic, m.Tag, string(m.Body), strings.Join(m.Keys, " "), m.ShardingKey, props, next, retries)
+	}
+	if _, err := exec.ExecContext(ctx, b.String(), args...); err != nil {
+		if dup := asDuplicate(err); dup != nil {
+			return dup
+		}
+		return fmt.Errorf("outbox: insert %d messages into %s: %w", len(msgs), w.table, err)
+	}
+	return nil
+}
+
+func (w *Writer) validate(m *Message) error {
+	if len(m.MsgID) > MaxMsgIDLen {
+		return fmt.Errorf("msg_id is %d characters, over the limit of %d", len(m.MsgID), MaxMsgIDLen)
+	}
+	if err := ValidateTopic(m.Topic); err != nil {
+		return err
+	}
+	if err := ValidateTag(m.Tag); err != nil {
+		return err
+	}
+	if err := ValidateKeys(m.Keys); err != nil {
+		return err
+	}
+	if len(m.ShardingKey) > MaxShardingKeyLen {
+		return fmt.Errorf("sharding key is %d characters, over the limit of %d", len(m.ShardingKey), MaxShardingKeyLen)
+	}
+	if err := ValidateBody(m.Body, w.maxBody); err != nil {
+		return err
+	}
+	return ValidateProperties(m.Properties)
+}
+
+// ErrDuplicate is matched by errors.Is for every *DuplicateError.
+var ErrDuplicate = errors.New("outbox: duplicate msg_id")
+
+// DuplicateError reports an insert of a msg_id that is already in the table. In MySQL the
+// failed statement is rolled back but the transaction is not: the caller decides whether
+// the duplicate means "already done" or is a bug.
+type DuplicateError struct {
+	// MsgID is the id the database reported as duplicate.
+	MsgID string
+	err   error
+}
+
+func (e *DuplicateError) Error() string {
+	return fmt.Sprintf("outbox: duplicate msg_id %q: %v", e.MsgID, e.err)
+}
+
+// Unwrap returns the driver's error.
+func (e *DuplicateError) Unwrap() error { return e.err }
+
+// Is makes errors.Is(err, ErrDuplicate) true.
+func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
+
+var duplicateEntryRE = regexp.MustCompile(`Duplicate entry '(.*)' for key '(?:[^']*\.)?uk_msg_id'`)
+
+func asDuplicate(err error) *DuplicateError {
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || me.Number != 1062 {
+		return nil
+	}
+	m := duplicateEntryRE.FindStringSubmatch(me.Message)
+	if m == nil {
+		return nil // a duplicate on another unique key of the caller's making
+	}
+	return &DuplicateError{MsgID: m[1], err: err}
+}
+
+// NudgeChannel is the Redis pub/sub channel on which the relay of table listens for nudges.
+func NudgeChannel(table string) string { return "outbox-relay:nudge:" + table }
+
+// Nudge tells the relay of the writer's table that new rows are committed, so it publishes
+// now rather than at its next poll. Call it after Commit, never inside the transaction. It is
+// a hint: an error or a missing Redis only delays delivery to the next poll.
+func (w *Writer) Nudge(ctx context.Context) error {
+	if w.rdb == nil {
+		return nil
+	}
+	if err := w.rdb.Publish(ctx, NudgeChannel(w.table), "1").Err(); err != nil {
+		return fmt.Errorf("outbox: nudge %s: %w", w.table, err)
+	}
+	return nil
+}
