@@ -1,0 +1,126 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultRedisKeyPrefix is the prefix of every key RedisStore writes, unless configured.
+const DefaultRedisKeyPrefix = "idempotency:"
+
+// Values stored under a key. A claim is "consuming:<token>", a finished key "consumed".
+const (
+	redisConsumingPrefix = "consuming:"
+	redisConsumed        = "consumed"
+)
+
+// claimScript is SET key consuming:<token> NX PX ttl, and on failure tells a consumed key
+// from a held one in the same atomic step (a separate GET could find the key gone).
+var claimScript = redis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return 1
+end
+if redis.call('GET', KEYS[1]) == 'consumed' then
+  return 2
+end
+return 3
+`)
+
+// finishScript sets the key to consumed only if the caller's claim is still there.
+var finishScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], 'consumed', 'PX', ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// releaseScript deletes the key only if the caller's claim is still there.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+`)
+
+// RedisConfig configures a RedisStore.
+type RedisConfig struct {
+	// KeyPrefix is put before every key, to keep the store's keys apart from others in the
+	// same Redis database. Defaults to DefaultRedisKeyPrefix ("idempotency:").
+	KeyPrefix string
+}
+
+// RedisStore is a Store in Redis: a claim is SET key consuming:<token> NX PX ttl, and
+// Finish and Release are compare-and-set Lua scripts on the token. Each call is one round
+// trip. Keys live in one hash slot each, so it works with Redis Cluster too.
+//
+// Memory: about 100 bytes per consumed key, kept for the retention TTL; at 1,000 messages
+// a second and 72 hours of retention that is roughly 26 GB, so size the retention to the
+// traffic (or use SQLGuard, whose rows live on disk).
+type RedisStore struct {
+	rdb    redis.Scripter
+	prefix string
+}
+
+var _ Store = (*RedisStore)(nil)
+
+// NewRedisStore returns a Store on rdb, which can be a *redis.Client, *redis.ClusterClient or
+// anything else that runs scripts.
+func NewRedisStore(rdb redis.Scripter, cfg RedisConfig) (*RedisStore, error) {
+	if rdb == nil {
+		return nil, errors.New("idempotency: NewRedisStore: nil Redis client")
+	}
+	if cfg.KeyPrefix == "" {
+		cfg.KeyPrefix = DefaultRedisKeyPrefix
+	}
+	return &RedisStore{rdb: rdb, prefix: cfg.KeyPrefix}, nil
+}
+
+// Key returns the Redis key under which key is stored, for inspection and tests.
+func (s *RedisStore) Key(key string) string { return s.prefix + key }
+
+// Claim implements Store.
+func (s *RedisStore) Claim(ctx context.Context, key, token string, ttl time.Duration) (ClaimResult, error) {
+	n, err := claimScript.Run(ctx, s.rdb, []string{s.prefix + key}, redisConsumingPrefix+token, ttl.Milliseconds()).Int()
+	if err != nil {
+		return 0, fmt.Errorf("idempotency: claim %q in redis: %w", key, err)
+	}
+	switch n {
+	case 1:
+		return ClaimAcquired, nil
+	case 2:
+		return ClaimConsumed, nil
+	case 3:
+		return ClaimHeld, nil
+	}
+	return 0, fmt.Errorf("idempotency: claim %q in redis: unexpected script result %d", key, n)
+}
+
+// Finish implements Store.
+func (s *RedisStore) Finish(ctx context.Context, key, token string, retention time.Duration) error {
+	n, err := finishScript.Run(ctx, s.rdb, []string{s.prefix + key}, redisConsumingPrefix+token, retention.Milliseconds()).Int()
+	if err != nil {
+		return fmt.Errorf("idempotency: mark %q consumed in redis: %w", key, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("idempotency: mark %q consumed: %w", key, ErrClaimLost)
+	}
+	return nil
+}
+
+// Release implements Store.
+func (s *RedisStore) Release(ctx context.Context, key, token string) error {
+	n, err := releaseScript.Run(ctx, s.rdb, []string{s.prefix + key}, redisConsumingPrefix+token).Int()
+	if err != nil {
+		return fmt.Errorf("idempotency: release %q in redis: %w", key, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("idempotency: release %q: %w", key, ErrClaimLost)
+	}
+	return nil
+}
