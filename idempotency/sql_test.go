@@ -1,0 +1,221 @@
+package idempotency_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+
+	"github.com/outbox-relay/outbox-relay/idempotency"
+)
+
+func TestSQLGuardEachOrderAppliedOnce(t *testing.T) {
+	t.Parallel()
+	b := setupSQL(t)
+	const orders, copies, workers = 1000, 3, 8
+
+	counts := deliverAll(t, orders, copies, workers, func(ctx context.Context, sn string) (idempotency.Outcome, error) {
+		return b.guard.Do(ctx, b.db, sn, func(ctx context.Context, tx *sql.Tx) error { return applyOrder(ctx, tx, sn) })
+	}, idempotency.IsRetryable) // a deadlock or lock wait timeout is redelivered
+
+	assertEachAppliedOnce(t, b.db.DB, orders)
+	if counts[idempotency.Applied] != orders || counts[idempotency.Duplicate] != orders*(copies-1) {
+		t.Errorf("outcomes %v, want %d applied and %d duplicates", counts, orders, orders*(copies-1))
+	}
+	t.Logf("outcomes: %v", counts)
+	var rows int
+	if err := b.db.QueryRow("SELECT COUNT(*) FROM outbox_dedupe WHERE consumer_group = 'stock'").Scan(&rows); err != nil || rows != orders {
+		t.Fatalf("dedupe rows %d (%v), want %d", rows, err, orders)
+	}
+}
+
+func TestSQLGuardHandlerFailureRollsBack(t *testing.T) {
+	t.Parallel()
+	b := setupSQL(t)
+	ctx := context.Background()
+	boom := errors.New("insufficient stock")
+
+	out, err := b.guard.Do(ctx, b.db, "SN1", func(ctx context.Context, tx *sql.Tx) error {
+		if err := applyOrder(ctx, tx, "SN1"); err != nil {
+			return err
+		}
+		return boom // after a write: the write must be rolled back with the dedupe row
+	})
+	if out != idempotency.Failed || !errors.Is(err, boom) {
+		t.Fatalf("failing handler: %v, %v; want failed wrapping the handler's error", out, err)
+	}
+	if n := appliedCount(t, b.db.DB, "SN1"); n != 0 {
+		t.Fatalf("business write survived the failure (%d)", n)
+	}
+	if n := dedupeRows(t, b.db.DB, "SN1"); n != 0 {
+		t.Fatalf("dedupe row survived the failure")
+	}
+	for i, want := range []idempotency.Outcome{idempotency.Applied, idempotency.Duplicate} {
+		out, err := b.guard.Do(ctx, b.db, "SN1", func(ctx context.Context, tx *sql.Tx) error { return applyOrder(ctx, tx, "SN1") })
+		if out != want || err != nil {
+			t.Fatalf("redelivery %d: %v, %v; want %v", i+1, out, err, want)
+		}
+	}
+	if n := appliedCount(t, b.db.DB, "SN1"); n != 1 {
+		t.Fatalf("applied %d times, want 1", n)
+	}
+}
+
+// A consumer dies in the middle of its transaction (its connection is killed while the
+// effect is written and the dedupe row locked): a duplicate waiting on the row lock, or
+// arriving later, applies the effect once; the dead consumer's commit fails.
+func TestSQLGuardConsumerDiesMidTransaction(t *testing.T) {
+	t.Parallel()
+	b := setupSQL(t)
+	ctx := context.Background()
+	const sn = "SN1"
+
+	connID := make(chan int64, 1)
+	killed := make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		out, err := b.guard.Do(ctx, b.db, sn, func(ctx context.Context, tx *sql.Tx) error {
+			if err := applyOrder(ctx, tx, sn); err != nil {
+				return err
+			}
+			var id int64
+			if err := tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+				return err
+			}
+			connID <- id
+			<-killed
+			return nil // wakes up believing it succeeded
+		})
+		if out != idempotency.Failed {
+			err = errors.Join(err, errors.New("dead consumer's outcome is "+out.String()+", want failed"))
+		} else {
+			err = nil
+		}
+		first <- err
+	}()
+
+	id := <-connID
+	second := make(chan error, 1)
+	go func() { // a duplicate that blocks on the dedupe row's lock, or arrives after the kill
+		out, err := b.guard.Do(ctx, b.db, sn, func(ctx context.Context, tx *sql.Tx) error { return applyOrder(ctx, tx, sn) })
+		if out != idempotency.Applied || err != nil {
+			err = errors.Join(err, errors.New("takeover outcome is "+out.String()+", want applied"))
+		}
+		second <- err
+	}()
+	if _, err := b.db.ExecContext(ctx, "KILL CONNECTION ?", id); err != nil {
+		t.Fatalf("kill consumer's connection: %v", err)
+	}
+	close(killed)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	if n := appliedCount(t, b.db.DB, sn); n != 1 {
+		t.Fatalf("applied %d times, want 1", n)
+	}
+}
+
+func TestSQLGuardBadKeys(t *testing.T) {
+	t.Parallel()
+	b := setupSQL(t)
+	ctx := context.Background()
+	called := false
+	fn := func(context.Context, *sql.Tx) error { called = true; return nil }
+
+	if out, err := b.guard.Do(ctx, b.db, "", fn); out != idempotency.Failed || !errors.Is(err, idempotency.ErrNoKey) {
+		t.Errorf("empty key: %v, %v; want ErrNoKey", out, err)
+	}
+	long := strings.Repeat("x", idempotency.MaxSQLKeyLen+1)
+	if out, err := b.guard.Do(ctx, b.db, long, fn); out != idempotency.Failed || !errors.Is(err, idempotency.ErrInvalidKey) {
+		t.Errorf("long key: %v, %v; want ErrInvalidKey", out, err)
+	}
+	if called {
+		t.Error("handler called for a bad key")
+	}
+	// Keys compare byte for byte: case, trailing spaces and lookalikes are distinct orders.
+	for _, key := range []string{"sn-a", "SN-A", "SN-A ", "SN-Ä", strings.Repeat("y", idempotency.MaxSQLKeyLen)} {
+		if out, err := b.guard.Do(ctx, b.db, key, fn); out != idempotency.Applied || err != nil {
+			t.Errorf("key %q: %v, %v; want applied", key, out, err)
+		}
+	}
+}
+
+func TestSQLGuardGroupsAndPurge(t *testing.T) {
+	t.Parallel()
+	b := setupSQL(t)
+	ctx := context.Background()
+	points, err := idempotency.NewSQLGuard(idempotency.SQLConfig{Group: "points"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nop := func(context.Context, *sql.Tx) error { return nil }
+	for _, g := range []*idempotency.SQLGuard{b.guard, points} {
+		if out, err := g.Do(ctx, b.db, "SN1", nop); out != idempotency.Applied || err != nil {
+			t.Fatalf("%v, %v; want each group to apply", out, err)
+		}
+	}
+	if _, err := b.db.Exec("UPDATE outbox_dedupe SET created_at = NOW(6) - INTERVAL 10 DAY WHERE consumer_group = 'stock'"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.guard.Purge(ctx, b.db, 7*24*time.Hour, 100); n != 1 || err != nil {
+		t.Fatalf("purge: %d, %v; want 1 row", n, err)
+	}
+	if out, _ := points.Do(ctx, b.db, "SN1", nop); out != idempotency.Duplicate {
+		t.Fatalf("purge of group stock touched group points: %v", out)
+	}
+	if err := b.guard.CreateTable(ctx, b.db); err != nil {
+		t.Fatalf("CreateTable on an existing table: %v", err)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, field string
+		err         error
+	}{
+		{"guard without group", "Group", func() error {
+			_, err := idempotency.NewGuard(&idempotency.RedisStore{}, idempotency.Config{})
+			return err
+		}()},
+		{"guard negative TTL", "ClaimTTL", func() error {
+			_, err := idempotency.NewGuard(&idempotency.RedisStore{}, idempotency.Config{Group: "g", ClaimTTL: -1})
+			return err
+		}()},
+		{"guard group with colon", "Group", func() error {
+			_, err := idempotency.NewGuard(&idempotency.RedisStore{}, idempotency.Config{Group: "a:b"})
+			return err
+		}()},
+		{"sql without group", "Group", func() error { _, err := idempotency.NewSQLGuard(idempotency.SQLConfig{}); return err }()},
+		{"sql table injection", "Table", func() error {
+			_, err := idempotency.NewSQLGuard(idempotency.SQLConfig{Group: "g", Table: "t; DROP TABLE x"})
+			return err
+		}()},
+		{"sql table leading digit", "Table", func() error {
+			_, err := idempotency.NewSQLGuard(idempotency.SQLConfig{Group: "g", Table: "1t"})
+			return err
+		}()},
+		{"sql table too long", "Table", func() error {
+			_, err := idempotency.NewSQLGuard(idempotency.SQLConfig{Group: "g", Table: strings.Repeat("t", 65)})
+			return err
+		}()},
+		{"middleware policy", "MissingKey", func() error {
+			_, err := idempotency.WrapRocketMQ(&idempotency.Guard{}, idempotency.RocketMQConfig{MissingKey: 7}, func(context.Context, *primitive.MessageExt) error { return nil })
+			return err
+		}()},
+	} {
+		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.field) {
+			t.Errorf("%s: error %v, want one naming %s", tc.name, tc.err, tc.field)
+		}
+	}
+	if _, err := idempotency.NewSQLGuard(idempotency.SQLConfig{Group: "g", Table: strings.Repeat("t", 64)}); err != nil {
+		t.Errorf("64-character table name rejected: %v", err)
+	}
+}
