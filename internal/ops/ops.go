@@ -1,0 +1,492 @@
+package ops
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/schema"
+)
+
+// query fills the {T} placeholder after validating table.
+func query(stmt, table string) (string, error) {
+	if err := schema.ValidateIdent(table); err != nil {
+		return "", err
+	}
+	return strings.ReplaceAll(stmt, "{T}", table), nil
+}
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+// TopicCount is the number of rows of one status and topic.
+type TopicCount struct {
+	Status  string `json:"status"`
+	Topic   string `json:"topic"`
+	Deleted bool   `json:"deleted,omitempty"` // rows with is_deleted = 1: never sent
+	Count   int64  `json:"count"`
+}
+
+// StatusReport summarizes an outbox table.
+type StatusReport struct {
+	Table string `json:"table"`
+	// Pending, Failed, Sent and Dead count all rows of each status (deleted ones included).
+	Pending int64 `json:"pending"`
+	Failed  int64 `json:"failed"`
+	Sent    int64 `json:"sent"`
+	Dead    int64 `json:"dead"`
+	// Due counts the rows the relay should be sending now (pending or failed, next_retry_time
+	// passed, not deleted).
+	Due int64 `json:"due"`
+	// OldestDueAge is how long the oldest due row has been due; 0 when none is.
+	OldestDueAge time.Duration `json:"-"`
+	// OldestDueAgeSeconds is OldestDueAge in seconds, for JSON.
+	OldestDueAgeSeconds float64 `json:"oldest_due_age_seconds"`
+	// ByTopic breaks the unsent rows (pending, failed, dead) down by status and topic. Sent
+	// rows are only counted in total, so that the report costs the backlog, not the history.
+	ByTopic []TopicCount `json:"by_topic"`
+}
+
+// Status counts the rows of table by status, and the unsent ones by topic, and measures the
+// backlog: how many rows are due at now and for how long the oldest has been.
+func Status(ctx context.Context, db *sql.DB, table string, now time.Time) (StatusReport, error) {
+	r := StatusReport{Table: table, ByTopic: []TopicCount{}}
+	q, err := query(sqlCountByStatus, table)
+	if err != nil {
+		return r, err
+	}
+	rows, err := db.QueryContext(ctx, q)
+	if err != nil {
+		return r, fmt.Errorf("count %s by status: %w", table, err)
+	}
+	for rows.Next() {
+		var st int
+		var n int64
+		if err := rows.Scan(&st, &n); err != nil {
+			rows.Close()
+			return r, fmt.Errorf("count %s by status: %w", table, err)
+		}
+		switch outbox.Status(st) {
+		case outbox.StatusPending:
+			r.Pending = n
+		case outbox.StatusFailed:
+			r.Failed = n
+		case outbox.StatusSent:
+			r.Sent = n
+		case outbox.StatusDead:
+			r.Dead = n
+		}
+	}
+	if err := closeRows(rows); err != nil {
+		return r, fmt.Errorf("count %s by status: %w", table, err)
+	}
+
+	q, _ = query(sqlCountUnsentByTopic, table)
+	rows, err = db.QueryContext(ctx, q)
+	if err != nil {
+		return r, fmt.Errorf("count %s by topic: %w", table, err)
+	}
+	for rows.Next() {
+		var st, del int
+		var tc TopicCount
+		if err := rows.Scan(&st, &tc.Topic, &del, &tc.Count); err != nil {
+			rows.Close()
+			return r, fmt.Errorf("count %s by topic: %w", table, err)
+		}
+		tc.Status, tc.Deleted = outbox.Status(st).String(), del != 0
+		r.ByTopic = append(r.ByTopic, tc)
+	}
+	if err := closeRows(rows); err != nil {
+		return r, fmt.Errorf("count %s by topic: %w", table, err)
+	}
+
+	q, _ = query(sqlDue, table)
+	nowMs := now.UnixMilli()
+	var oldest sql.NullInt64
+	if err := db.QueryRowContext(ctx, q, nowMs).Scan(&r.Due, &oldest); err != nil {
+		return r, fmt.Errorf("count due rows of %s: %w", table, err)
+	}
+	if oldest.Valid && oldest.Int64 < nowMs {
+		r.OldestDueAge = time.Duration(nowMs-oldest.Int64) * time.Millisecond
+		r.OldestDueAgeSeconds = r.OldestDueAge.Seconds()
+	}
+	return r, nil
+}
+
+func closeRows(rows *sql.Rows) error {
+	err := rows.Err()
+	if cerr := rows.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Filter selects dead rows. Its conditions are ANDed; an empty Filter selects every dead row
+// (DeadList accepts that, Requeue only with All set).
+type Filter struct {
+	// MsgIDs selects these msg_ids only.
+	MsgIDs []string
+	// Topic and Tag match exactly, or as a pattern when they contain "*" (any characters).
+	Topic, Tag string
+	// OlderThan selects rows that have been dead (untouched) for at least this long,
+	// by update_time and the database clock.
+	OlderThan time.Duration
+	// All confirms that an empty filter means every dead row, for Requeue.
+	All bool
+}
+
+func (f Filter) empty() bool {
+	return len(f.MsgIDs) == 0 && f.Topic == "" && f.Tag == "" && f.OlderThan <= 0
+}
+
+// where returns the filter's extra conditions (each starting with " AND") and their arguments.
+func (f Filter) where() (string, []any) {
+	var sb strings.Builder
+	var args []any
+	if len(f.MsgIDs) > 0 {
+		sb.WriteString(" AND msg_id IN (" + placeholders(len(f.MsgIDs)) + ")")
+		for _, id := range f.MsgIDs {
+			args = append(args, id)
+		}
+	}
+	for _, c := range []struct{ col, val string }{{"topic", f.Topic}, {"tag", f.Tag}} {
+		switch {
+		case c.val == "":
+		case strings.Contains(c.val, "*"):
+			sb.WriteString(" AND " + c.col + " LIKE ? ESCAPE '!'")
+			args = append(args, globToLike(c.val))
+		default:
+			sb.WriteString(" AND " + c.col + " = ?")
+			args = append(args, c.val)
+		}
+	}
+	if f.OlderThan > 0 {
+		sb.WriteString(" AND update_time < NOW() - INTERVAL ? SECOND")
+		args = append(args, int64(f.OlderThan.Seconds()))
+	}
+	return sb.String(), args
+}
+
+// globToLike turns a "*" pattern into a LIKE pattern, escaping LIKE's own wildcards.
+func globToLike(glob string) string {
+	r := strings.NewReplacer("!", "!!", "%", "!%", "_", "!_", "*", "%")
+	return r.Replace(glob)
+}
+
+// DeadMessage is a dead row as listed by DeadList.
+type DeadMessage struct {
+	ID            int64     `json:"id"`
+	MsgID         string    `json:"msg_id"`
+	Topic         string    `json:"topic"`
+	Tag           string    `json:"tag"`
+	FailReason    string    `json:"fail_reason"`
+	RetryCount    int       `json:"retry_count"`
+	MaxRetryCount int       `json:"max_retry_count"`
+	CreateTime    time.Time `json:"create_time"`
+	// UpdateTime is when the row was last changed, normally when it died.
+	UpdateTime   time.Time `json:"update_time"`
+	MsgKeys      string    `json:"msg_keys"`
+	ShardingKey  string    `json:"sharding_key"`
+	ContentChars int64     `json:"content_chars"`
+}
+
+// DefaultListLimit is DeadList's limit when none is given.
+const DefaultListLimit = 100
+
+// DeadList returns up to limit dead rows matching f, oldest id first, starting after id
+// afterID (0 for the start; pass the last ID to page). limit <= 0 means DefaultListLimit.
+// Content is not returned, only its length.
+func DeadList(ctx context.Context, db *sql.DB, table string, f Filter, afterID int64, limit int) ([]DeadMessage, error) {
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	q, err := query(sqlDeadSelect, table)
+	if err != nil {
+		return nil, err
+	}
+	w, args := f.where()
+	q = strings.Replace(q, "{W}", w, 1)
+	rows, err := db.QueryContext(ctx, q, append(args, afterID, limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("list dead rows of %s: %w", table, err)
+	}
+	out := []DeadMessage{}
+	for rows.Next() {
+		var m DeadMessage
+		var created, updated int64
+		if err := rows.Scan(&m.ID, &m.MsgID, &m.Topic, &m.Tag, &m.FailReason, &m.RetryCount, &m.MaxRetryCount,
+			&created, &updated, &m.MsgKeys, &m.ShardingKey, &m.ContentChars); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("list dead rows of %s: %w", table, err)
+		}
+		m.CreateTime, m.UpdateTime = time.Unix(created, 0).UTC(), time.Unix(updated, 0).UTC()
+		out = append(out, m)
+	}
+	if err := closeRows(rows); err != nil {
+		return nil, fmt.Errorf("list dead rows of %s: %w", table, err)
+	}
+	return out, nil
+}
+
+// CountDead returns how many dead rows match f.
+func CountDead(ctx context.Context, db *sql.DB, table string, f Filter) (int64, error) {
+	q, err := query("SELECT COUNT(*) FROM `{T}` WHERE status = 3 AND is_deleted = 0{W}", table)
+	if err != nil {
+		return 0, err
+	}
+	w, args := f.where()
+	var n int64
+	if err := db.QueryRowContext(ctx, strings.Replace(q, "{W}", w, 1), args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count dead rows of %s: %w", table, err)
+	}
+	return n, nil
+}
+
+// ErrNoSelection is returned by Requeue for an empty Filter without All.
+var ErrNoSelection = errors.New("requeue needs a selection: msg ids, a topic, a tag, an age, or all dead rows")
+
+// RequeueResult reports what Requeue changed.
+type RequeueResult struct {
+	Table string `json:"table"`
+	// Requeued lists the msg_ids set back to pending, in id order.
+	Requeued []string `json:"requeued"`
+	// Skipped explains each asked-for msg_id that was left alone (not found, not dead, or
+	// deleted), as msg_id -> reason.
+	Skipped map[string]string `json:"skipped,omitempty"`
+}
+
+// requeueChunk bounds the rows locked and updated per transaction.
+const requeueChunk = 1000
+
+// Requeue sets the dead rows matching f back to pending with a fresh retry budget
+// (status 0, retry_count 0, next_retry_time 0, fail_reason NULL), chunk by chunk in short
+// READ COMMITTED transactions. Only rows that are dead when updated change. An empty filter
+// requires f.All.
+func Requeue(ctx context.Context, db *sql.DB, table string, f Filter) (RequeueResult, error) {
+	res := RequeueResult{Table: table, Requeued: []string{}}
+	if f.empty() && !f.All {
+		return res, ErrNoSelection
+	}
+	sel, err := query(sqlRequeueLock, table)
+	if err != nil {
+		return res, err
+	}
+	w, args := f.where()
+	sel = strings.Replace(sel, "{W}", w, 1)
+	upd, _ := query(sqlRequeue, table)
+	var after int64
+	for {
+		ids, msgIDs, err := requeueChunkTx(ctx, db, sel, upd, args, after)
+		if err != nil {
+			return res, fmt.Errorf("requeue dead rows of %s: %w", table, err)
+		}
+		res.Requeued = append(res.Requeued, msgIDs...)
+		if len(ids) < requeueChunk {
+			break
+		}
+		after = ids[len(ids)-1]
+	}
+	if len(f.MsgIDs) > 0 {
+		if res.Skipped, err = explainSkipped(ctx, db, table, f.MsgIDs, res.Requeued); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+func requeueChunkTx(ctx context.Context, db *sql.DB, sel, upd string, args []any, after int64) (ids []int64, msgIDs []string, err error) {
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	rows, err := tx.QueryContext(ctx, sel, append(append([]any{}, args...), after, requeueChunk)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	for rows.Next() {
+		var id int64
+		var msgID string
+		if err = rows.Scan(&id, &msgID); err != nil {
+			rows.Close()
+			return nil, nil, err
+		}
+		ids, msgIDs = append(ids, id), append(msgIDs, msgID)
+	}
+	if err = closeRows(rows); err != nil {
+		return nil, nil, err
+	}
+	if len(ids) == 0 {
+		return nil, nil, tx.Commit()
+	}
+	idArgs := make([]any, len(ids))
+	for i, id := range ids {
+		idArgs[i] = id
+	}
+	r, err := tx.ExecContext(ctx, strings.Replace(upd, "{IDS}", placeholders(len(ids)), 1), idArgs...)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The rows are locked, so every one of them must have changed.
+	if n, _ := r.RowsAffected(); n != int64(len(ids)) {
+		err = fmt.Errorf("updated %d of %d locked dead rows", n, len(ids))
+		return nil, nil, err
+	}
+	return ids, msgIDs, tx.Commit()
+}
+
+func explainSkipped(ctx context.Context, db *sql.DB, table string, asked, done []string) (map[string]string, error) {
+	requeued := map[string]bool{}
+	for _, id := range done {
+		requeued[id] = true
+	}
+	var rest []any
+	skipped := map[string]string{}
+	for _, id := range asked {
+		if !requeued[id] {
+			rest = append(rest, id)
+			skipped[id] = "not found"
+		}
+	}
+	if len(rest) == 0 {
+		return nil, nil
+	}
+	q, _ := query(sqlStatusOfMsgIDs, table)
+	rows, err := db.QueryContext(ctx, strings.Replace(q, "{IDS}", placeholders(len(rest)), 1), rest...)
+	if err != nil {
+		return nil, fmt.Errorf("look up msg ids in %s: %w", table, err)
+	}
+	for rows.Next() {
+		var id string
+		var st, del int
+		if err := rows.Scan(&id, &st, &del); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		switch {
+		case del != 0:
+			skipped[id] = "deleted (is_deleted = 1)"
+		case outbox.Status(st) != outbox.StatusDead:
+			skipped[id] = "not dead: " + outbox.Status(st).String()
+		default:
+			skipped[id] = "did not match the other filters"
+		}
+	}
+	return skipped, closeRows(rows)
+}
+
+// PurgeOptions tunes Purge.
+type PurgeOptions struct {
+	// OlderThan is the retention: sent rows whose update_time and sent_time are older are
+	// deleted. Required (> 0).
+	OlderThan time.Duration
+	// BatchSize is the rows deleted per statement. Defaults to 1000.
+	BatchSize int
+	// DryRun counts what would be deleted and deletes nothing.
+	DryRun bool
+	// Pause is slept between batches (to spare replicas); stops early with ctx. Defaults to 0.
+	Pause time.Duration
+}
+
+// PurgeResult reports a purge.
+type PurgeResult struct {
+	Table string `json:"table"`
+	// Deleted is the rows deleted, or that would be with DryRun.
+	Deleted int64 `json:"deleted"`
+	Batches int   `json:"batches"`
+	DryRun  bool  `json:"dry_run"`
+	// Cutoff is the horizon: rows last updated before it were eligible (database clock).
+	Cutoff string `json:"cutoff"`
+}
+
+// Purge deletes sent rows older than opts.OlderThan in batches of opts.BatchSize, each its
+// own short statement, until none is left or ctx ends. Pending, failed and dead rows are never
+// touched, and the horizon is fixed at the start, so Purge ends even while the relay keeps
+// sending. It is safe to run alongside a relay.
+func Purge(ctx context.Context, db *sql.DB, table string, opts PurgeOptions) (PurgeResult, error) {
+	res := PurgeResult{Table: table, DryRun: opts.DryRun}
+	if opts.OlderThan <= 0 {
+		return res, fmt.Errorf("purge %s: the retention must be positive, got %s", table, opts.OlderThan)
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = 1000
+	}
+	cutoffQ, err := query(sqlCutoff, table)
+	if err != nil {
+		return res, err
+	}
+	if err := db.QueryRowContext(ctx, cutoffQ, int64(opts.OlderThan.Seconds())).Scan(&res.Cutoff); err != nil {
+		return res, fmt.Errorf("purge %s: read database clock: %w", table, err)
+	}
+	// sent_time is written by the relay from its own clock, in epoch ms.
+	sentCutoff := time.Now().Add(-opts.OlderThan).UnixMilli()
+	if opts.DryRun {
+		q, _ := query(sqlPurgeCount, table)
+		if err := db.QueryRowContext(ctx, q, res.Cutoff, sentCutoff).Scan(&res.Deleted); err != nil {
+			return res, fmt.Errorf("purge %s (dry run): %w", table, err)
+		}
+		return res, nil
+	}
+	q, _ := query(sqlPurge, table)
+	for {
+		r, err := db.ExecContext(ctx, q, res.Cutoff, sentCutoff, opts.BatchSize)
+		if err != nil {
+			return res, fmt.Errorf("purge %s: %w", table, err)
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return res, fmt.Errorf("purge %s: %w", table, err)
+		}
+		res.Deleted += n
+		res.Batches++
+		if n < int64(opts.BatchSize) {
+			return res, nil
+		}
+		if opts.Pause > 0 {
+			select {
+			case <-ctx.Done():
+				return res, ctx.Err()
+			case <-time.After(opts.Pause):
+			}
+		}
+	}
+}
+
+// PurgeLoop runs Purge on every table now and then every interval until ctx ends, logging
+// each result; errors are logged and retried at the next tick. It returns ctx.Err().
+// The relay runs it when relay.purge_retention is set.
+func PurgeLoop(ctx context.Context, db *sql.DB, tables []string, opts PurgeOptions, interval time.Duration, log zerolog.Logger) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		for _, table := range tables {
+			res, err := Purge(ctx, db, table, opts)
+			switch {
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case err != nil:
+				log.Error().Err(err).Str("table", table).Msg("purge failed")
+			case res.Deleted > 0:
+				log.Info().Str("table", table).Int64("deleted", res.Deleted).Int("batches", res.Batches).Str("cutoff", res.Cutoff).Msg("purged sent rows")
+			default:
+				log.Debug().Str("table", table).Str("cutoff", res.Cutoff).Msg("nothing to purge")
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}

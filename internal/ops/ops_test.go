@@ -1,0 +1,388 @@
+package ops
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
+	"github.com/outbox-relay/outbox-relay/schema"
+)
+
+const table = "local_message"
+
+type bundle struct {
+	ctx context.Context
+	db  *sql.DB
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	tdb := testenv.MySQL(t)
+	ctx := context.Background()
+	if err := schema.Migrate(ctx, tdb.DB, table); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return bundle{ctx: ctx, db: tdb.DB}
+}
+
+// row is a factory for outbox rows; ages are in seconds before the database's NOW().
+type row struct {
+	msgID, topic, tag   string
+	status              int
+	deleted             bool
+	createAge, updAge   int
+	nextRetry, sentTime int64
+	failReason          string
+	retryCount          int
+}
+
+func (b bundle) insert(t *testing.T, rows ...row) {
+	t.Helper()
+	for i, r := range rows {
+		if r.msgID == "" {
+			r.msgID = fmt.Sprintf("m-%d-%s", i, testenv.RandomSuffix(8))
+		}
+		if r.topic == "" {
+			r.topic = "orders"
+		}
+		var reason any
+		if r.failReason != "" {
+			reason = r.failReason
+		}
+		_, err := b.db.ExecContext(b.ctx, "INSERT INTO "+table+
+			" (msg_id, topic, tag, content, status, is_deleted, create_time, update_time, next_retry_time, sent_time, fail_reason, retry_count)"+
+			" VALUES (?, ?, ?, 'body', ?, ?, NOW() - INTERVAL ? SECOND, NOW() - INTERVAL ? SECOND, ?, ?, ?, ?)",
+			r.msgID, r.topic, r.tag, r.status, r.deleted, r.createAge, r.updAge, r.nextRetry, r.sentTime, reason, r.retryCount)
+		if err != nil {
+			t.Fatalf("insert %+v: %v", r, err)
+		}
+	}
+}
+
+// snapshot returns every row as a string keyed by msg_id, for before/after comparisons.
+func (b bundle) snapshot(t *testing.T) map[string]string {
+	t.Helper()
+	rows, err := b.db.QueryContext(b.ctx, "SELECT msg_id, status, retry_count, next_retry_time, COALESCE(fail_reason, '<null>'), is_deleted, sent_time FROM "+table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var id, reason string
+		var st, rc, del int
+		var next, sent int64
+		if err := rows.Scan(&id, &st, &rc, &next, &reason, &del, &sent); err != nil {
+			t.Fatal(err)
+		}
+		out[id] = fmt.Sprintf("status=%d retry=%d next=%d reason=%s deleted=%d sent=%d", st, rc, next, reason, del, sent)
+	}
+	return out
+}
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	now := time.Now()
+	halfHourAgo := now.Add(-30 * time.Minute).UnixMilli()
+	b.insert(t,
+		row{topic: "orders", status: 0, createAge: 7200, nextRetry: halfHourAgo}, // due for 30 min
+		row{topic: "orders", status: 0},
+		row{topic: "orders", status: 1, nextRetry: now.Add(time.Hour).UnixMilli()}, // not due yet
+		row{topic: "stock", status: 1, nextRetry: 1},
+		row{topic: "stock", status: 0, deleted: true, createAge: 99999}, // never due
+		row{topic: "orders", status: 2}, row{topic: "orders", status: 2}, row{topic: "stock", status: 2},
+		row{topic: "stock", status: 3}, row{topic: "orders", status: 3},
+	)
+	r, err := Status(b.ctx, b.db, table, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Pending != 3 || r.Failed != 2 || r.Sent != 3 || r.Dead != 2 {
+		t.Fatalf("counts = %+v", r)
+	}
+	if r.Due != 3 {
+		t.Fatalf("due = %d, want 3", r.Due)
+	}
+	if r.OldestDueAge != 30*time.Minute {
+		t.Fatalf("oldest due age = %s, want 30m", r.OldestDueAge)
+	}
+	want := []TopicCount{
+		{"pending", "orders", false, 2}, {"pending", "stock", true, 1},
+		{"failed", "orders", false, 1}, {"failed", "stock", false, 1},
+		{"dead", "orders", false, 1}, {"dead", "stock", false, 1},
+	}
+	if !reflect.DeepEqual(r.ByTopic, want) {
+		t.Fatalf("by topic = %+v\nwant %+v", r.ByTopic, want)
+	}
+	// The count must match a plain count of the table.
+	var total int64
+	if err := b.db.QueryRow("SELECT COUNT(*) FROM " + table).Scan(&total); err != nil {
+		t.Fatal(err)
+	}
+	if r.Pending+r.Failed+r.Sent+r.Dead != total {
+		t.Fatalf("status counts add up to %d, table has %d", r.Pending+r.Failed+r.Sent+r.Dead, total)
+	}
+}
+
+func TestStatusEmptyAndBadTable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r, err := Status(b.ctx, b.db, table, time.Now())
+	if err != nil || r.Due != 0 || r.OldestDueAge != 0 || len(r.ByTopic) != 0 {
+		t.Fatalf("empty: %+v, %v", r, err)
+	}
+	if _, err := Status(b.ctx, b.db, "x; DROP TABLE y", time.Now()); err == nil {
+		t.Fatal("invalid table name accepted")
+	}
+	if _, err := Status(b.ctx, b.db, "no_such_table", time.Now()); err == nil || !strings.Contains(err.Error(), "no_such_table") {
+		t.Fatalf("missing table: %v", err)
+	}
+}
+
+func deadFixture(t *testing.T, b bundle) {
+	b.insert(t,
+		row{msgID: "d1", topic: "order-created", tag: "vip", status: 3, updAge: 3 * 86400, failReason: "boom", retryCount: 4},
+		row{msgID: "d2", topic: "order-paid", tag: "", status: 3, updAge: 60},
+		row{msgID: "d3", topic: "stock", tag: "vip", status: 3, updAge: 2 * 86400},
+		row{msgID: "d4", topic: "order_x", tag: "", status: 3},                  // "_" must not act as a wildcard
+		row{msgID: "d5", topic: "order-created", status: 3, deleted: true},      // deleted: never listed
+		row{msgID: "p1", topic: "order-created", status: 0},                     // not dead
+		row{msgID: "s1", topic: "order-created", status: 2, updAge: 10 * 86400}, // sent
+		row{msgID: "f1", topic: "order-created", status: 1, retryCount: 2, failReason: "retrying"},
+	)
+}
+
+func ids(ms []DeadMessage) []string {
+	out := []string{}
+	for _, m := range ms {
+		out = append(out, m.MsgID)
+	}
+	return out
+}
+
+func TestDeadList(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	deadFixture(t, b)
+	tests := []struct {
+		name  string
+		f     Filter
+		limit int
+		want  []string
+	}{
+		{"all", Filter{}, 0, []string{"d1", "d2", "d3", "d4"}},
+		{"topic exact", Filter{Topic: "order-created"}, 0, []string{"d1"}},
+		{"topic glob", Filter{Topic: "order-*"}, 0, []string{"d1", "d2"}},
+		{"underscore literal", Filter{Topic: "order_*"}, 0, []string{"d4"}},
+		{"tag", Filter{Tag: "vip"}, 0, []string{"d1", "d3"}},
+		{"older than", Filter{OlderThan: 24 * time.Hour}, 0, []string{"d1", "d3"}},
+		{"combined", Filter{Topic: "*", Tag: "vip", OlderThan: 60 * time.Hour}, 0, []string{"d1"}},
+		{"msg ids", Filter{MsgIDs: []string{"d2", "p1", "zz"}}, 0, []string{"d2"}},
+		{"limit", Filter{}, 2, []string{"d1", "d2"}},
+	}
+	for _, tt := range tests {
+		got, err := DeadList(b.ctx, b.db, table, tt.f, 0, tt.limit)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if !reflect.DeepEqual(ids(got), tt.want) {
+			t.Errorf("%s: got %v, want %v", tt.name, ids(got), tt.want)
+		}
+		n, err := CountDead(b.ctx, b.db, table, tt.f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tt.limit == 0 && n != int64(len(tt.want)) {
+			t.Errorf("%s: CountDead = %d, want %d", tt.name, n, len(tt.want))
+		}
+	}
+	page1, _ := DeadList(b.ctx, b.db, table, Filter{}, 0, 2)
+	page2, _ := DeadList(b.ctx, b.db, table, Filter{}, page1[1].ID, 2)
+	if !reflect.DeepEqual(ids(page2), []string{"d3", "d4"}) {
+		t.Fatalf("page 2 = %v", ids(page2))
+	}
+	d1 := page1[0]
+	if d1.FailReason != "boom" || d1.RetryCount != 4 || d1.Tag != "vip" || d1.ContentChars != 4 || d1.UpdateTime.After(time.Now().Add(-47*time.Hour)) {
+		t.Fatalf("d1 = %+v", d1)
+	}
+}
+
+func TestRequeueChangesExactlyTheSelectedRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	deadFixture(t, b)
+	before := b.snapshot(t)
+
+	if _, err := Requeue(b.ctx, b.db, table, Filter{}); err != ErrNoSelection {
+		t.Fatalf("empty filter: %v, want ErrNoSelection", err)
+	}
+	res, err := Requeue(b.ctx, b.db, table, Filter{MsgIDs: []string{"d1", "d3", "p1", "s1", "d5", "nope"}, Tag: "vip"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(res.Requeued, []string{"d1", "d3"}) {
+		t.Fatalf("requeued %v", res.Requeued)
+	}
+	wantSkipped := map[string]string{"p1": "not dead: pending", "s1": "not dead: sent", "d5": "deleted (is_deleted = 1)", "nope": "not found"}
+	if !reflect.DeepEqual(res.Skipped, wantSkipped) {
+		t.Fatalf("skipped %v", res.Skipped)
+	}
+	after := b.snapshot(t)
+	for id, was := range before {
+		now := after[id]
+		switch id {
+		case "d1", "d3":
+			if want := "status=0 retry=0 next=0 reason=<null> deleted=0 sent=0"; now != want {
+				t.Errorf("%s: %s, want %s", id, now, want)
+			}
+		default:
+			if now != was {
+				t.Errorf("%s changed: %s -> %s", id, was, now)
+			}
+		}
+	}
+	// Requeued rows are no longer dead: a second run changes nothing.
+	res, err = Requeue(b.ctx, b.db, table, Filter{MsgIDs: []string{"d1"}})
+	if err != nil || len(res.Requeued) != 0 || res.Skipped["d1"] != "not dead: pending" {
+		t.Fatalf("second run: %+v %v", res, err)
+	}
+}
+
+func TestRequeueAllInChunks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 2*requeueChunk + 37
+	var sb strings.Builder
+	args := []any{}
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			sb.WriteString(",")
+		}
+		sb.WriteString("(?, 'bulk', '', 'x', 3, 5, 'dead')")
+		args = append(args, fmt.Sprintf("bulk-%05d", i))
+	}
+	if _, err := b.db.ExecContext(b.ctx, "INSERT INTO "+table+" (msg_id, topic, tag, content, status, retry_count, fail_reason) VALUES "+sb.String(), args...); err != nil {
+		t.Fatal(err)
+	}
+	b.insert(t, row{msgID: "sent", status: 2}, row{msgID: "pend", status: 0, retryCount: 1})
+	res, err := Requeue(b.ctx, b.db, table, Filter{All: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Requeued) != n || !sort.StringsAreSorted(res.Requeued) {
+		t.Fatalf("requeued %d rows, want %d in order", len(res.Requeued), n)
+	}
+	var dead, reset int
+	b.db.QueryRow("SELECT COUNT(*) FROM " + table + " WHERE status = 3").Scan(&dead)
+	b.db.QueryRow("SELECT COUNT(*) FROM " + table + " WHERE status = 0 AND retry_count = 0 AND fail_reason IS NULL").Scan(&reset)
+	if dead != 0 || reset != n {
+		t.Fatalf("dead left %d, reset %d", dead, reset)
+	}
+	snap := b.snapshot(t)
+	if snap["sent"] != "status=2 retry=0 next=0 reason=<null> deleted=0 sent=0" || !strings.HasPrefix(snap["pend"], "status=0 retry=1") {
+		t.Fatalf("untouched rows changed: %v %v", snap["sent"], snap["pend"])
+	}
+}
+
+func TestPurgeRemovesOnlyOldSentRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	old := time.Now().Add(-10 * 24 * time.Hour).UnixMilli()
+	day := 86400
+	var rows []row
+	for i := 0; i < 7; i++ {
+		rows = append(rows, row{msgID: fmt.Sprintf("old-sent-%d", i), status: 2, updAge: 8 * day, sentTime: old})
+	}
+	rows = append(rows,
+		row{msgID: "legacy-sent", status: 2, updAge: 9 * day},                                           // sent_time 0: seed 002 relay
+		row{msgID: "new-sent", status: 2, updAge: 3600, sentTime: time.Now().UnixMilli()},               // too young
+		row{msgID: "old-update-new-sent", status: 2, updAge: 9 * day, sentTime: time.Now().UnixMilli()}, // sent recently
+		row{msgID: "old-pending", status: 0, updAge: 30 * day},
+		row{msgID: "old-failed", status: 1, updAge: 30 * day},
+		row{msgID: "old-dead", status: 3, updAge: 30 * day},
+	)
+	b.insert(t, rows...)
+
+	dry, err := Purge(b.ctx, b.db, table, PurgeOptions{OlderThan: 7 * 24 * time.Hour, DryRun: true})
+	if err != nil || dry.Deleted != 8 || !dry.DryRun {
+		t.Fatalf("dry run: %+v %v", dry, err)
+	}
+	if len(b.snapshot(t)) != 13 {
+		t.Fatal("dry run deleted rows")
+	}
+	res, err := Purge(b.ctx, b.db, table, PurgeOptions{OlderThan: 7 * 24 * time.Hour, BatchSize: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Deleted != 8 || res.Batches != 3 {
+		t.Fatalf("purge: %+v, want 8 rows in 3 batches", res)
+	}
+	left := []string{}
+	for id := range b.snapshot(t) {
+		left = append(left, id)
+	}
+	sort.Strings(left)
+	want := []string{"new-sent", "old-dead", "old-failed", "old-pending", "old-update-new-sent"}
+	if !reflect.DeepEqual(left, want) {
+		t.Fatalf("left %v, want %v", left, want)
+	}
+	if _, err := Purge(b.ctx, b.db, table, PurgeOptions{}); err == nil {
+		t.Fatal("zero retention accepted")
+	}
+}
+
+func TestPurgePlanUsesStatusUpdateIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// Enough history for the optimizer to prefer the index over a scan.
+	var sb strings.Builder
+	for i := 0; i < 2000; i++ {
+		if i > 0 {
+			sb.WriteString(",")
+		}
+		fmt.Fprintf(&sb, "('h-%d', 't', '', 'x', %d)", i, i%4)
+	}
+	if _, err := b.db.ExecContext(b.ctx, "INSERT INTO "+table+" (msg_id, topic, tag, content, status) VALUES "+sb.String()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.ExecContext(b.ctx, "ANALYZE TABLE "+table); err != nil {
+		t.Fatal(err)
+	}
+	q, _ := query(sqlExplainPurge, table)
+	rows, err := b.db.QueryContext(b.ctx, q, "2000-01-01 00:00:00", int64(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	seen := 0
+	for rows.Next() {
+		seen++
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		plan := map[string]string{}
+		for i, c := range cols {
+			plan[c] = vals[i].String
+		}
+		if plan["key"] != "idx_status_update" || strings.Contains(plan["Extra"], "filesort") {
+			t.Fatalf("purge plan does not walk idx_status_update: %v", plan)
+		}
+		t.Logf("purge plan: %v", plan)
+	}
+	if seen != 1 {
+		t.Fatalf("EXPLAIN returned %d rows", seen)
+	}
+}
