@@ -66,20 +66,23 @@ type broker struct {
 	opaque atomic.Int32
 	rr     atomic.Uint32 // round robin for sends that name no queue
 
-	mu      sync.Mutex
-	groups  map[string]map[string]*consumerReg
-	offsets map[offsetKey]int64
-	locks   map[lockKey]lockEntry
-	sendQs  map[*conn]chan queuedSend
+	mu       sync.Mutex
+	stopping chan struct{}  // closed by StopBroker: held pulls answer at once
+	pulls    sync.WaitGroup // held pulls of the current run, counted while stopping is open
+	groups   map[string]map[string]*consumerReg
+	offsets  map[offsetKey]int64
+	locks    map[lockKey]lockEntry
+	sendQs   map[*conn]chan queuedSend
 }
 
 func newBroker(s *Server) *broker {
 	return &broker{
-		s:       s,
-		groups:  map[string]map[string]*consumerReg{},
-		offsets: map[offsetKey]int64{},
-		locks:   map[lockKey]lockEntry{},
-		sendQs:  map[*conn]chan queuedSend{},
+		s:        s,
+		stopping: make(chan struct{}),
+		groups:   map[string]map[string]*consumerReg{},
+		offsets:  map[offsetKey]int64{},
+		locks:    map[lockKey]lockEntry{},
+		sendQs:   map[*conn]chan queuedSend{},
 	}
 }
 
@@ -91,10 +94,20 @@ func (b *broker) serve(c *conn, req *command) {
 	case reqSendMessage, reqSendMessageV2, reqSendBatchMessage:
 		b.enqueueSend(c, req)
 	case reqPullMessage:
+		b.mu.Lock()
+		stopping := b.stopping
+		counted := !isClosed(stopping)
+		if counted {
+			b.pulls.Add(1)
+		}
+		b.mu.Unlock()
 		b.wg.Add(1)
 		go func() {
 			defer b.wg.Done()
-			b.pull(c, req)
+			if counted {
+				defer b.pulls.Done()
+			}
+			b.pull(c, req, stopping)
 		}()
 	case reqHeartBeat:
 		b.heartbeat(c, req)
@@ -414,7 +427,36 @@ func decodeBatch(b []byte) ([]batchEntry, error) {
 
 // ---- pulls ----
 
-func (b *broker) pull(c *conn, req *command) {
+// stop makes held pulls answer (PULL_NOT_FOUND) and waits for those answers to be
+// written, so that consumers see the outage at once rather than after the client's
+// 30 s pull timeout; restart re-arms it.
+func (b *broker) stop() {
+	b.mu.Lock()
+	if !isClosed(b.stopping) {
+		close(b.stopping)
+	}
+	b.mu.Unlock()
+	b.pulls.Wait()
+}
+
+func (b *broker) restart() {
+	b.mu.Lock()
+	if isClosed(b.stopping) {
+		b.stopping = make(chan struct{})
+	}
+	b.mu.Unlock()
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func (b *broker) pull(c *conn, req *command, stopping <-chan struct{}) {
 	ext := req.Ext
 	group, topic := ext["consumerGroup"], ext["topic"]
 	qid, _ := strconv.Atoi(ext["queueId"])
@@ -454,12 +496,13 @@ func (b *broker) pull(c *conn, req *command) {
 			code, next = resPullOffsetMoved, res.maxOffset
 		case len(res.recs) > 0:
 			code, next = resSuccess, offset+int64(len(res.recs))
-		case suspend && time.Now().Before(deadline):
+		case suspend && time.Now().Before(deadline) && !isClosed(stopping):
 			// Long poll: hold the pull until a message arrives or the suspend time is up.
 			t := time.NewTimer(time.Until(deadline))
 			select {
 			case <-res.signal:
 			case <-t.C:
+			case <-stopping:
 			case <-c.done:
 				t.Stop()
 				return

@@ -199,13 +199,15 @@ func (s *Server) Close() {
 	s.mu.Unlock()
 	s.nameSrv.close()
 	if bl != nil {
+		s.broker.stop()
 		bl.close()
 	}
 	s.broker.wait()
 }
 
 // StopBroker simulates a broker outage: its listener is closed and its connections
-// dropped (pending sends get no answer). The name server keeps announcing the broker,
+// dropped (pending sends get no answer; long-polling pulls are answered "no new
+// message" first, so consumers notice at once). The name server keeps announcing the broker,
 // as a real one does until its registration expires. Stored messages and consumer
 // offsets are kept. Stopping a stopped broker does nothing.
 func (s *Server) StopBroker() {
@@ -214,6 +216,7 @@ func (s *Server) StopBroker() {
 	s.brokerLn = nil
 	s.mu.Unlock()
 	if bl != nil {
+		s.broker.stop()
 		bl.close()
 	}
 }
@@ -228,6 +231,7 @@ func (s *Server) StartBroker() error {
 	if s.brokerLn != nil {
 		return nil
 	}
+	s.broker.restart()
 	bl, err := listen(s.brokerAddr, s.broker)
 	if err != nil {
 		return fmt.Errorf("rmqtest: broker listen again on %s: %w", s.brokerAddr, err)

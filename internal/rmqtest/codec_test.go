@@ -1,0 +1,93 @@
+package rmqtest
+
+import (
+	"bufio"
+	"bytes"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/apache/rocketmq-client-go/v2/producer"
+)
+
+// rawRequest sends one command on a fresh connection and reads the answer.
+func rawRequest(t *testing.T, addr string, cmd *command) *command {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+	frame, err := encodeCommand(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := readCommand(bufio.NewReader(nc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func TestCodecRoundTrip(t *testing.T) {
+	for _, codec := range []byte{codecJSON, codecBinary} {
+		in := &command{Code: 310, Version: 317, Opaque: 42, Flag: flagOneway, Remark: "ré",
+			Ext: map[string]string{"a": "group", "b": "topic", "i": "K\x01V\x02"}, Body: []byte{0, 1, 2, 255}, codec: codec}
+		frame, err := encodeCommand(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := readCommand(bufio.NewReader(bytes.NewReader(frame)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Code != in.Code || out.Opaque != in.Opaque || out.Flag != in.Flag || out.Remark != in.Remark ||
+			!bytes.Equal(out.Body, in.Body) || len(out.Ext) != 3 || out.Ext["i"] != "K\x01V\x02" || out.codec != codec {
+			t.Fatalf("codec %d: got %+v", codec, out)
+		}
+	}
+}
+
+func TestDecodeBatchMatchesClientEncoding(t *testing.T) {
+	a := primitive.NewMessage("T", []byte("first"))
+	a.WithTag("x")
+	a.Flag = 7
+	b := primitive.NewMessage("T", []byte{})
+	b.WithProperty("k", "v")
+	entries, err := decodeBatch(producer.MarshalMessageBatch(a, b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 2 || string(entries[0].body) != "first" || entries[0].flag != 7 ||
+		parseProperties(entries[0].props)["TAGS"] != "x" || len(entries[1].body) != 0 || parseProperties(entries[1].props)["k"] != "v" {
+		t.Fatalf("entries %+v", entries)
+	}
+	if _, err := decodeBatch([]byte{0, 0, 0, 99, 1}); err == nil {
+		t.Fatal("truncated batch accepted")
+	}
+}
+
+func TestStoredEncodingDecodesWithTheClient(t *testing.T) {
+	r := &record{
+		topic: "T", queueID: 2, queueOffset: 5, physOffset: 1234, flag: 3,
+		body: []byte("hello"), props: formatProperties(map[string]string{"TAGS": "t", "UNIQ_KEY": "ABC"}),
+		bornTimestamp: 111, storeTimestamp: 222, reconsumeTimes: 4,
+		bornHost:  hostPort{ip: net.IPv4(10, 0, 0, 1).To4(), port: 5555},
+		storeHost: hostPort{ip: net.ParseIP("::1"), port: 10911},
+	}
+	msgs := primitive.DecodeMessage(r.encode())
+	if len(msgs) != 1 {
+		t.Fatalf("decoded %d messages", len(msgs))
+	}
+	m := msgs[0]
+	if m.Topic != "T" || m.Queue.QueueId != 2 || m.QueueOffset != 5 || m.CommitLogOffset != 1234 || m.Flag != 3 ||
+		string(m.Body) != "hello" || m.GetTags() != "t" || m.MsgId != "ABC" || m.BornTimestamp != 111 ||
+		m.StoreTimestamp != 222 || m.ReconsumeTimes != 4 || m.BornHost != "10.0.0.1:5555" || m.StoreSize != int32(len(r.encode())) {
+		t.Fatalf("decoded %v", m)
+	}
+}
