@@ -1,0 +1,345 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outbox-relay/outbox-relay/internal/ops"
+)
+
+// confirmAbove is the number of rows requeue changes without asking.
+const confirmAbove = 10
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func (a *app) newStatusCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Count rows by status and topic, and show the backlog",
+		Long: `Count the rows of each outbox table by status (pending, failed, sent, dead), break the
+unsent ones down by topic, and show how many rows are due now and how long the oldest has
+been waiting. Sent rows are counted in total only, so the command stays cheap on a large
+history.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			db, err := a.openDB(ctx)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			reports := []ops.StatusReport{}
+			for _, table := range a.cfg.Tables() {
+				r, err := ops.Status(ctx, db, table, time.Now())
+				if err != nil {
+					return err
+				}
+				reports = append(reports, r)
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), reports)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			for i, r := range reports {
+				if i > 0 {
+					fmt.Fprintln(tw)
+				}
+				fmt.Fprintf(tw, "table %s\n", r.Table)
+				fmt.Fprintf(tw, "  pending\t%d\n  failed\t%d\n  sent\t%d\n  dead\t%d\n", r.Pending, r.Failed, r.Sent, r.Dead)
+				fmt.Fprintf(tw, "  due now\t%d\n  oldest due\t%s\n", r.Due, r.OldestDueAge.Round(time.Second))
+				if len(r.ByTopic) > 0 {
+					fmt.Fprintln(tw, "\n  STATUS\tTOPIC\tCOUNT\t")
+					for _, tc := range r.ByTopic {
+						st := tc.Status
+						if tc.Deleted {
+							st += " (deleted)"
+						}
+						fmt.Fprintf(tw, "  %s\t%s\t%d\t\n", st, tc.Topic, tc.Count)
+					}
+				}
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	return cmd
+}
+
+// filterFlags are the dead-row selection flags shared by dead list and requeue.
+type filterFlags struct {
+	msgIDs     []string
+	topic, tag string
+	olderThan  time.Duration
+}
+
+func (f *filterFlags) add(cmd *cobra.Command, withMsgID bool) {
+	if withMsgID {
+		cmd.Flags().StringArrayVar(&f.msgIDs, "msg-id", nil, "select this msg_id (repeatable)")
+	}
+	cmd.Flags().StringVar(&f.topic, "topic", "", "select this topic; * matches any characters (order-*)")
+	cmd.Flags().StringVar(&f.tag, "tag", "", "select this tag; * matches any characters")
+	cmd.Flags().DurationVar(&f.olderThan, "older-than", 0, "select rows dead for at least this long (e.g. 1h, 72h)")
+}
+
+func (f *filterFlags) filter() (ops.Filter, error) {
+	if f.olderThan < 0 {
+		return ops.Filter{}, usageError("--older-than must not be negative, got %s", f.olderThan)
+	}
+	for _, id := range f.msgIDs {
+		if strings.TrimSpace(id) == "" {
+			return ops.Filter{}, usageError("--msg-id must not be empty")
+		}
+	}
+	return ops.Filter{MsgIDs: f.msgIDs, Topic: f.topic, Tag: f.tag, OlderThan: f.olderThan}, nil
+}
+
+// deadRow is a dead message with its table, for JSON output.
+type deadRow struct {
+	Table string `json:"table"`
+	ops.DeadMessage
+}
+
+func (a *app) newDeadCmd() *cobra.Command {
+	dead := &cobra.Command{
+		Use:   "dead",
+		Short: "Inspect dead messages (see: dead list)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageError("dead: missing subcommand (try: outbox-relay dead list)")
+		},
+	}
+	var ff filterFlags
+	var limit int
+	var afterID int64
+	var asJSON bool
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List dead messages, oldest first",
+		Long: `List the dead rows (status 3) of each outbox table with why they died, oldest id first.
+Filters combine: --topic order-* --older-than 24h lists the order topics' rows dead for a
+day or more. Page with --after-id (the last id printed).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := ff.filter()
+			if err != nil {
+				return err
+			}
+			if limit < 1 || limit > 100000 {
+				return usageError("--limit must be between 1 and 100000, got %d", limit)
+			}
+			ctx := cmd.Context()
+			db, err := a.openDB(ctx)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			var rows []deadRow
+			for _, table := range a.cfg.Tables() {
+				ms, err := ops.DeadList(ctx, db, table, f, afterID, limit-len(rows))
+				if err != nil {
+					return err
+				}
+				for _, m := range ms {
+					rows = append(rows, deadRow{table, m})
+				}
+				if len(rows) >= limit {
+					break
+				}
+			}
+			if asJSON {
+				if rows == nil {
+					rows = []deadRow{}
+				}
+				return writeJSON(cmd.OutOrStdout(), rows)
+			}
+			if len(rows) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "no dead messages match")
+				return nil
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TABLE\tID\tMSG_ID\tTOPIC\tTAG\tRETRIES\tDEAD SINCE\tREASON")
+			for _, r := range rows {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", r.Table, r.ID, r.MsgID, r.Topic, r.Tag,
+					r.RetryCount, r.MaxRetryCount, r.UpdateTime.Format(time.RFC3339), oneLine(r.FailReason, 80))
+			}
+			return tw.Flush()
+		},
+	}
+	ff.add(list, true)
+	list.Flags().IntVar(&limit, "limit", ops.DefaultListLimit, "print at most this many rows")
+	list.Flags().Int64Var(&afterID, "after-id", 0, "start after this id (paging)")
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	dead.AddCommand(list)
+	return dead
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func (a *app) newRequeueCmd() *cobra.Command {
+	var ff filterFlags
+	var all, yes, dryRun, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "requeue",
+		Short: "Send dead messages again",
+		Long: `Set dead rows back to pending with a fresh retry budget (status 0, retry_count 0,
+next_retry_time 0, fail_reason NULL), so the relay sends them at once. Only rows that are
+dead are changed. Select them with --msg-id (repeatable), --topic, --tag, --older-than, or
+take every dead row with --all-dead; selections combine with AND.
+
+More than 10 rows are changed only after a confirmation on the terminal, or with --yes.
+Without a terminal and without --yes the command refuses and exits 3.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := ff.filter()
+			if err != nil {
+				return err
+			}
+			f.All = all
+			if len(f.MsgIDs) == 0 && f.Topic == "" && f.Tag == "" && f.OlderThan == 0 && !all {
+				return usageError("requeue: choose the rows with --msg-id, --topic, --tag, --older-than, or --all-dead")
+			}
+			ctx := cmd.Context()
+			db, err := a.openDB(ctx)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			out := cmd.OutOrStdout()
+			tables := a.cfg.Tables()
+			var total int64
+			for _, table := range tables {
+				n, err := ops.CountDead(ctx, db, table, f)
+				if err != nil {
+					return err
+				}
+				total += n
+			}
+			if dryRun {
+				fmt.Fprintf(out, "would requeue %d dead row(s) in %s\n", total, strings.Join(tables, ", "))
+				return nil
+			}
+			if total > confirmAbove && !yes {
+				if !a.interactive {
+					return refusedError("requeue: %d dead rows match; changing more than %d rows needs confirmation, and stdin is not a terminal: re-run with --yes (or --dry-run to check the count)", total, confirmAbove)
+				}
+				fmt.Fprintf(out, "Requeue %d dead rows in %s? [y/N] ", total, strings.Join(tables, ", "))
+				answer, _ := bufio.NewReader(a.in).ReadString('\n')
+				if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+					return refusedError("requeue: not confirmed; nothing changed")
+				}
+			}
+			results := []ops.RequeueResult{}
+			for _, table := range tables {
+				res, err := ops.Requeue(ctx, db, table, f)
+				if err != nil {
+					return err
+				}
+				results = append(results, res)
+				a.log.Info().Str("table", table).Int("requeued", len(res.Requeued)).Msg("requeued dead messages")
+			}
+			if asJSON {
+				return writeJSON(out, results)
+			}
+			for _, res := range results {
+				fmt.Fprintf(out, "%s: requeued %d row(s)\n", res.Table, len(res.Requeued))
+				const show = 50
+				for i, id := range res.Requeued {
+					if i == show {
+						fmt.Fprintf(out, "  ... and %d more (use --json for the full list)\n", len(res.Requeued)-show)
+						break
+					}
+					fmt.Fprintf(out, "  %s\n", id)
+				}
+				for _, id := range f.MsgIDs {
+					if why, ok := res.Skipped[id]; ok {
+						fmt.Fprintf(out, "  skipped %s: %s\n", id, why)
+					}
+				}
+			}
+			return nil
+		},
+	}
+	ff.add(cmd, true)
+	cmd.Flags().BoolVar(&all, "all-dead", false, "select every dead row (combined with the other filters, if any)")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only count the rows that would be requeued")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func (a *app) newPurgeCmd() *cobra.Command {
+	var olderThan time.Duration
+	var batch int
+	var dryRun, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "purge",
+		Short: "Delete sent rows older than a retention, in small batches",
+		Long: `Delete the sent rows (status 2) last updated and sent longer ago than --older-than
+(default: relay.purge_retention), in batches of --delete-batch-size rows, each its own short
+statement walking the (status, update_time) index. Pending, failed and dead rows are never
+touched, and it is safe while the relay runs. --dry-run only counts.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("older-than") {
+				olderThan = a.cfg.Relay.PurgeRetention
+			}
+			if olderThan <= 0 {
+				return usageError("purge: give the retention with --older-than (e.g. 168h) or relay.purge_retention")
+			}
+			if batch < 1 || batch > 100000 {
+				return usageError("--delete-batch-size must be between 1 and 100000, got %d", batch)
+			}
+			ctx := cmd.Context()
+			db, err := a.openDB(ctx)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			results := []ops.PurgeResult{}
+			for _, table := range a.cfg.Tables() {
+				res, err := ops.Purge(ctx, db, table, ops.PurgeOptions{OlderThan: olderThan, BatchSize: batch, DryRun: dryRun})
+				if err != nil {
+					return err
+				}
+				results = append(results, res)
+				if !dryRun {
+					a.log.Info().Str("table", table).Int64("deleted", res.Deleted).Msg("purged sent rows")
+				}
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), results)
+			}
+			for _, r := range results {
+				verb := "deleted"
+				if r.DryRun {
+					verb = "would delete"
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s %d sent row(s) last updated before %s\n", r.Table, verb, r.Deleted, r.Cutoff)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "retention: delete sent rows older than this (e.g. 168h); default relay.purge_retention")
+	cmd.Flags().IntVar(&batch, "delete-batch-size", 1000, "rows deleted per statement")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only count the rows that would be deleted")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}

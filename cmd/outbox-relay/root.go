@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql" // the "mysql" database/sql driver
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/logging"
+)
+
+// Exit codes, documented in docs/cli.md.
+const (
+	exitOK      = 0 // success
+	exitRuntime = 1 // the command ran and failed (database down, migration failed, ...)
+	exitUsage   = 2 // bad flags, arguments or configuration: nothing was done
+	exitRefused = 3 // a confirmation was refused or could not be asked: nothing was changed
+)
+
+// exitError carries an exit code up to execute.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageError(format string, args ...any) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+func refusedError(format string, args ...any) error {
+	return &exitError{code: exitRefused, err: fmt.Errorf(format, args...)}
+}
+
+// noConfig marks commands that must work without (or with a broken) configuration.
+const noConfig = "no-config"
+
+// app is the CLI's wiring: its streams and, once loaded, the configuration and logger.
+// One app serves one execution; tests build their own.
+type app struct {
+	in          io.Reader
+	out, errOut io.Writer
+	// interactive reports whether in is a terminal a person can answer on.
+	interactive bool
+
+	cfg config.Config
+	log zerolog.Logger
+	// ready is set once flags, arguments and configuration are all valid: an error after
+	// that is a runtime error, before it a usage error.
+	ready bool
+}
+
+// execute runs the command line args and returns the process exit code.
+func execute(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer) int {
+	a := &app{in: in, out: out, errOut: errOut}
+	if f, ok := in.(*os.File); ok {
+		a.interactive = logging.IsTerminal(f)
+	}
+	return a.execute(ctx, args)
+}
+
+func (a *app) execute(ctx context.Context, args []string) int {
+	root := a.newRootCmd()
+	root.SetArgs(args)
+	root.SetIn(a.in)
+	root.SetOut(a.out)
+	root.SetErr(a.errOut)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	code := exitRuntime
+	var ee *exitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.code
+	case !a.ready:
+		code = exitUsage
+	}
+	fmt.Fprintf(a.errOut, "outbox-relay: %v\n", err)
+	if code == exitUsage {
+		fmt.Fprintln(a.errOut, "Run 'outbox-relay --help' for usage.")
+	}
+	return code
+}
+
+func (a *app) newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "outbox-relay",
+		Short: "Transactional-outbox relay from MySQL to RocketMQ",
+		Long: `outbox-relay delivers the rows that services commit to an outbox table (local_message)
+to Apache RocketMQ, at least once, retrying with exponential backoff and parking what
+cannot be delivered as dead for an operator.
+
+Without a command it runs the relay. Configuration comes from a YAML file (--config or
+OUTBOX_CONFIG), OUTBOX_* environment variables and flags, each overriding the one before.`,
+		SilenceUsage:      true,
+		SilenceErrors:     true,
+		Args:              cobra.NoArgs,
+		PersistentPreRunE: a.loadConfig,
+	}
+	root.CompletionOptions.HiddenDefaultCmd = true
+	fs := root.PersistentFlags()
+	fs.String("config", "", "YAML configuration file (env OUTBOX_CONFIG)")
+	config.AddFlags(fs)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return &exitError{code: exitUsage, err: err}
+	})
+
+	run := a.newRunCmd()
+	root.RunE = run.RunE
+	root.AddCommand(run, a.newMigrateCmd(), a.newVersionCmd(), a.newConfigCmd(), a.newStatusCmd(),
+		a.newDeadCmd(), a.newRequeueCmd(), a.newPurgeCmd(), a.newHealthcheckCmd())
+	return root
+}
+
+// loadConfig loads and validates the configuration and sets up logging before any command
+// that needs them.
+func (a *app) loadConfig(cmd *cobra.Command, _ []string) error {
+	for c := cmd; c != nil; c = c.Parent() {
+		if c.Annotations[noConfig] != "" || c.Name() == "completion" {
+			a.ready = true
+			return nil
+		}
+	}
+	file, _ := cmd.Flags().GetString("config")
+	if file == "" {
+		file = os.Getenv("OUTBOX_CONFIG")
+	}
+	v := config.NewViper()
+	if err := config.BindFlags(v, cmd.Flags()); err != nil {
+		return err
+	}
+	cfg, err := config.Load(v, file)
+	if err != nil {
+		return &exitError{code: exitUsage, err: fmt.Errorf("invalid configuration:\n%w", err)}
+	}
+	if cmd.Flags().Changed("table") {
+		cfg.MySQL.Tables = nil // an explicit --table wins over mysql.tables from file or env
+	}
+	log, err := logging.New(a.errOut, cfg.Log.Level, cfg.Log.Format)
+	if err != nil {
+		return &exitError{code: exitUsage, err: err}
+	}
+	a.cfg, a.log, a.ready = cfg, log, true
+	return nil
+}
+
+// openDB opens and pings the configured database.
+func (a *app) openDB(ctx context.Context) (*sql.DB, error) {
+	db, err := sql.Open("mysql", a.cfg.MySQL.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connect to MySQL (%s): %w", config.RedactDSN(a.cfg.MySQL.DSN), err)
+	}
+	return db, nil
+}
