@@ -1,0 +1,252 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+	"strings"
+	"unicode/utf8"
+)
+
+// store holds every statement the relay runs against one table. The table name was
+// validated when the relay was built; values always go through placeholders.
+type store struct {
+	db    *sql.DB
+	table string
+}
+
+// row is one due outbox row as read by a page.
+type row struct {
+	id          int64
+	msgID       string
+	topic, tag  string
+	content     []byte
+	keys        string
+	shardingKey string
+	properties  sql.NullString
+	retryCount  int
+	maxRetries  int
+	nextRetry   int64
+}
+
+// cursor is the keyset position within one status: pages resume after (next, id).
+type cursor struct {
+	next int64
+	id   int64
+}
+
+// page reads up to limit due rows of one status after c, in (next_retry_time, id) order.
+// The order is that of the (status, next_retry_time) index, whose entries carry the primary
+// key, so MySQL reads the due rows only: it neither walks the primary key over the sent
+// history nor sorts (see FACTS.md's ORDER BY id trap and docs/performance.md's EXPLAIN).
+func (s *store) page(ctx context.Context, status int, nowMs int64, c cursor, limit int, out []row) ([]row, error) {
+	q := `SELECT id, msg_id, topic, tag, content, msg_keys, sharding_key, properties, retry_count, max_retry_count, next_retry_time
+		FROM ` + s.table + `
+		WHERE status = ? AND next_retry_time <= ? AND next_retry_time >= ? AND (next_retry_time > ? OR id > ?) AND is_deleted = 0
+		ORDER BY next_retry_time, id LIMIT ?`
+	rows, err := s.db.QueryContext(ctx, q, status, nowMs, c.next, c.next, c.id, limit)
+	if err != nil {
+		return out, fmt.Errorf("read due rows of %s: %w", s.table, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(&r.id, &r.msgID, &r.topic, &r.tag, &r.content, &r.keys, &r.shardingKey, &r.properties,
+			&r.retryCount, &r.maxRetries, &r.nextRetry); err != nil {
+			return out, fmt.Errorf("read due rows of %s: %w", s.table, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return out, fmt.Errorf("read due rows of %s: %w", s.table, err)
+	}
+	return out, nil
+}
+
+// orderKey identifies one ordered stream: a sharding key within a topic.
+type orderKey struct{ topic, key string }
+
+// unsentUpTo returns, per ordered stream among keys, the ids of its rows still pending or
+// failed (due or not) up to maxID, ascending. A row may go only when every earlier unsent row
+// of its stream goes before it in the same batch.
+func (s *store) unsentUpTo(ctx context.Context, keys []string, maxID int64) (map[orderKey][]int64, error) {
+	out := map[orderKey][]int64{}
+	for start := 0; start < len(keys); start += maxIDsPerStatement {
+		chunk := keys[start:min(start+maxIDsPerStatement, len(keys))]
+		q := `SELECT id, topic, sharding_key FROM ` + s.table + `
+			WHERE sharding_key IN (` + placeholders(len(chunk)) + `) AND status IN (0, 1) AND id <= ? AND is_deleted = 0`
+		args := make([]any, 0, len(chunk)+1)
+		for _, k := range chunk {
+			args = append(args, k)
+		}
+		args = append(args, maxID)
+		rows, err := s.db.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.table, err)
+		}
+		for rows.Next() {
+			var id int64
+			var k orderKey
+			if err := rows.Scan(&id, &k.topic, &k.key); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.table, err)
+			}
+			out[k] = append(out[k], id)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.table, err)
+		}
+	}
+	for _, ids := range out {
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	}
+	return out, nil
+}
+
+// maxIDsPerStatement bounds an IN list.
+const maxIDsPerStatement = 1000
+
+// maxReasonChars is the width of fail_reason.
+const maxReasonChars = 1000
+
+// markSent sets the acknowledged rows sent. Rows another relay finished meanwhile are left
+// alone; the number changed is returned.
+func (s *store) markSent(ctx context.Context, ids []int64, nowMs int64) (int64, error) {
+	var total int64
+	for start := 0; start < len(ids); start += maxIDsPerStatement {
+		chunk := ids[start:min(start+maxIDsPerStatement, len(ids))]
+		args := append([]any{nowMs}, int64Args(chunk)...)
+		res, err := s.db.ExecContext(ctx, `UPDATE `+s.table+` SET status = 2, sent_time = ?
+			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1)`, args...)
+		if err != nil {
+			return total, fmt.Errorf("mark %d rows of %s sent: %w", len(chunk), s.table, err)
+		}
+		n, _ := res.RowsAffected()
+		total += n
+	}
+	return total, nil
+}
+
+// failure is one failed row of a write-back.
+type failure struct {
+	id     int64
+	reason string
+}
+
+// markRetry records a failed attempt of rows that had retryCount failures before: the count
+// goes up by one, and the row goes dead when it exceeds max_retry_count, else waits until
+// nextMs. The guard on retry_count makes a second relay's concurrent write a no-op.
+func (s *store) markRetry(ctx context.Context, retryCount int, fails []failure, nextMs int64) (int64, error) {
+	var total int64
+	for start := 0; start < len(fails); start += maxIDsPerStatement {
+		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
+		reasonSQL, reasonArgs := reasonCase(chunk)
+		args := []any{retryCount + 1, retryCount + 1, nextMs}
+		args = append(args, reasonArgs...)
+		args = append(args, failureIDs(chunk)...)
+		args = append(args, retryCount)
+		res, err := s.db.ExecContext(ctx, `UPDATE `+s.table+` SET retry_count = ?,
+			status = CASE WHEN ? > max_retry_count THEN 3 ELSE 1 END, next_retry_time = ?, fail_reason = `+reasonSQL+`
+			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND retry_count = ?`, args...)
+		if err != nil {
+			return total, fmt.Errorf("record %d failed attempts in %s: %w", len(chunk), s.table, err)
+		}
+		n, _ := res.RowsAffected()
+		total += n
+	}
+	return total, nil
+}
+
+// markDead parks rows that can never be sent, with their reasons.
+func (s *store) markDead(ctx context.Context, fails []failure) (int64, error) {
+	var total int64
+	for start := 0; start < len(fails); start += maxIDsPerStatement {
+		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
+		reasonSQL, args := reasonCase(chunk)
+		args = append(args, failureIDs(chunk)...)
+		res, err := s.db.ExecContext(ctx, `UPDATE `+s.table+` SET status = 3, fail_reason = `+reasonSQL+`
+			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1)`, args...)
+		if err != nil {
+			return total, fmt.Errorf("mark %d rows of %s dead: %w", len(chunk), s.table, err)
+		}
+		n, _ := res.RowsAffected()
+		total += n
+	}
+	return total, nil
+}
+
+// backlog returns the unsent rows (pending or failed) and the age in seconds of the oldest
+// due one, counted from when it became due.
+func (s *store) backlog(ctx context.Context, nowMs int64) (pending int64, oldestDueSeconds float64, err error) {
+	err = s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+s.table+` WHERE status IN (0, 1) AND is_deleted = 0`).Scan(&pending)
+	if err != nil {
+		return 0, 0, fmt.Errorf("count backlog of %s: %w", s.table, err)
+	}
+	var oldest sql.NullInt64
+	err = s.db.QueryRowContext(ctx, `SELECT MIN(GREATEST(UNIX_TIMESTAMP(create_time) * 1000, next_retry_time)) FROM `+s.table+`
+		WHERE status IN (0, 1) AND next_retry_time <= ? AND is_deleted = 0`, nowMs).Scan(&oldest)
+	if err != nil {
+		return 0, 0, fmt.Errorf("age of oldest due row of %s: %w", s.table, err)
+	}
+	if oldest.Valid && oldest.Int64 < nowMs {
+		oldestDueSeconds = float64(nowMs-oldest.Int64) / 1000
+	}
+	return pending, oldestDueSeconds, nil
+}
+
+// reasonCase returns the SQL expression and arguments that set each row's own reason: a
+// single placeholder when all reasons agree, as they do when the broker is down.
+func reasonCase(fails []failure) (string, []any) {
+	same := true
+	for _, f := range fails[1:] {
+		if f.reason != fails[0].reason {
+			same = false
+			break
+		}
+	}
+	if same {
+		return "?", []any{truncateReason(fails[0].reason)}
+	}
+	var b strings.Builder
+	args := make([]any, 0, 2*len(fails))
+	b.WriteString("CASE id")
+	for _, f := range fails {
+		b.WriteString(" WHEN ? THEN ?")
+		args = append(args, f.id, truncateReason(f.reason))
+	}
+	b.WriteString(" END")
+	return b.String(), args
+}
+
+// truncateReason keeps a reason within fail_reason's 1,000 characters.
+func truncateReason(s string) string {
+	s = strings.ToValidUTF8(s, "?")
+	if utf8.RuneCountInString(s) <= maxReasonChars {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:maxReasonChars-3]) + "..."
+}
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+func int64Args(ids []int64) []any {
+	out := make([]any, len(ids))
+	for i, id := range ids {
+		out[i] = id
+	}
+	return out
+}
+
+func failureIDs(fails []failure) []any {
+	out := make([]any, len(fails))
+	for i, f := range fails {
+		out[i] = f.id
+	}
+	return out
+}
