@@ -365,4 +365,4 @@ func TestPermanentPublisherErrorGoesDead(t *testing.T) {
 type failingPublisher struct{ err error }
 
 func (f failingPublisher) Send(context.Context, relay.Route, ...*relay.Message) error { return f.err }
-func (f failingPublisher) Close() error                                             { return nil }
+func (f failingPublisher) Close() error                                               { return nil }
