@@ -306,3 +306,29 @@ func TestKeyFuncs(t *testing.T) {
 		}
 	}
 }
+
+// A handler that outlives its claim has applied the effect: the middleware acknowledges
+// the message (a retry could apply it again) and reports the lost claim at error level.
+func TestRocketMQAppliedButClaimLostIsAcknowledged(t *testing.T) {
+	t.Parallel()
+	b := setupRedis(t)
+	g := b.guard(t, idempotency.Config{ClaimTTL: 200 * time.Millisecond})
+	var logs bytes.Buffer
+	l := zerolog.New(&logs)
+	consume, err := idempotency.WrapRocketMQ(g, idempotency.RocketMQConfig{Logger: &l}, func(ctx context.Context, msg *primitive.MessageExt) error {
+		waitFor(t, "the claim to expire", func() bool { return b.value(t, "stock", "SN-slow") == "" })
+		return applyOrder(ctx, b.db, "SN-slow")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := consume(context.Background(), newMsg("m1", "", "SN-slow")); res != consumer.ConsumeSuccess || err != nil {
+		t.Fatalf("%v, %v; want acknowledged", res, err)
+	}
+	if !strings.Contains(logs.String(), "claim lost") || !strings.Contains(logs.String(), `"level":"error"`) {
+		t.Fatalf("lost claim not reported: %q", logs.String())
+	}
+	if n := appliedCount(t, b.db.DB, "SN-slow"); n != 1 {
+		t.Fatalf("applied %d times, want 1", n)
+	}
+}
