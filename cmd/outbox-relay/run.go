@@ -2,12 +2,28 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/ops"
+	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 func (a *app) newRunCmd() *cobra.Command {
@@ -27,17 +43,168 @@ cleanly: the in-flight batch finishes or is left due, the lock is released, exit
 	}
 }
 
-// errNotImplemented is returned by runRelay until the relay is wired in.
-var errNotImplemented = errors.New("run: the relay is not implemented yet")
-
 // runRelay runs the delivery engine until ctx is cancelled (SIGINT/SIGTERM), then shuts it
 // down within cfg.Relay.ShutdownTimeout and returns nil; any other return is a runtime error
 // (exit 1). cfg is validated; log is the process logger.
-//
-// HOOK for the relay package: open the database, Redis and the producer from cfg, start the
-// relay for every cfg.Tables(), the HTTP server on cfg.HTTP.Addr, and, when
-// cfg.Relay.PurgeRetention > 0, ops.PurgeLoop every cfg.Relay.PurgeInterval.
 func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error {
-	_, _, _ = ctx, cfg, log
-	return errNotImplemented
+	useClientLogger(log)
+	db, err := openMySQL(ctx, cfg.MySQL.DSN)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	for _, table := range cfg.Tables() {
+		problems, err := schema.Check(ctx, db, table)
+		if err != nil {
+			return err
+		}
+		if len(problems) > 0 {
+			return fmt.Errorf("table %s is not ready (run `outbox-relay migrate`): %v", table, problems)
+		}
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addr, Password: cfg.Redis.Password, DB: cfg.Redis.DB})
+	defer rdb.Close()
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = rdb.Ping(pctx).Err()
+	cancel()
+	if err != nil {
+		return fmt.Errorf("connect to Redis at %s: %w", cfg.Redis.Addr, err)
+	}
+	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{
+		NameServers: cfg.RocketMQ.NameServers, Group: cfg.RocketMQ.Group, SendTimeout: cfg.RocketMQ.SendTimeout,
+		AccessKey: cfg.RocketMQ.AccessKey, SecretKey: cfg.RocketMQ.SecretKey,
+	})
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	router, err := routerFrom(cfg.Routes)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := relay.NewMetrics(reg)
+
+	var relays []*relay.Relay
+	for _, table := range cfg.Tables() {
+		rcfg := relay.Config{
+			Table: table, BatchSize: cfg.Relay.BatchSize, Concurrency: cfg.Relay.Concurrency,
+			PollInterval: cfg.Relay.PollInterval, DisableBatchSend: !cfg.Relay.BatchSend,
+			MaxBodyBytes: cfg.Relay.MaxBodyBytes, Backoff: cfg.Backoff, Router: router,
+			LockKey: cfg.Lock.KeyFor(table), LockTTL: cfg.Lock.TTL, ShutdownTimeout: cfg.Relay.ShutdownTimeout,
+			DisableNudge: !cfg.Relay.Nudge, Logger: &log, Metrics: metrics,
+		}
+		if cfg.Relay.Unrouted == config.UnroutedDead {
+			rcfg.Unrouted = relay.UnroutedDead
+		}
+		r, err := relay.New(db, rdb, pub, rcfg)
+		if err != nil {
+			return err
+		}
+		relays = append(relays, r)
+	}
+
+	srv, err := serveHTTP(cfg.HTTP.Addr, reg, db, rdb, log)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for _, r := range relays {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.Run(ctx); err != nil {
+				log.Error().Err(err).Msg("relay stopped")
+			}
+		}()
+	}
+	if cfg.Relay.PurgeRetention > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = ops.PurgeLoop(ctx, db, cfg.Tables(), ops.PurgeOptions{OlderThan: cfg.Relay.PurgeRetention}, cfg.Relay.PurgeInterval, log)
+		}()
+	}
+	wg.Wait()
+	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer scancel()
+	_ = srv.Shutdown(sctx)
+	log.Info().Msg("stopped")
+	return nil
+}
+
+// openMySQL opens and pings the database, with interpolateParams on unless the DSN says
+// otherwise: it saves a round trip per statement.
+func openMySQL(ctx context.Context, dsn string) (*sql.DB, error) {
+	mc, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("mysql.dsn: %w", err)
+	}
+	if !strings.Contains(dsn, "interpolateParams=") {
+		mc.InterpolateParams = true
+	}
+	db, err := sql.Open("mysql", mc.FormatDSN())
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	db.SetMaxOpenConns(32)
+	db.SetMaxIdleConns(32)
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connect to MySQL (%s): %w", config.RedactDSN(dsn), err)
+	}
+	return db, nil
+}
+
+func routerFrom(routes []config.Route) (relay.Router, error) {
+	if len(routes) == 0 {
+		return nil, nil // relay.DefaultRouter: every message routed with the defaults
+	}
+	rules := make([]relay.PatternRule, len(routes))
+	for i, r := range routes {
+		rules[i] = relay.PatternRule{Topic: r.Topic, Tag: r.Tag, Route: relay.Route{
+			Group: r.Group, SendTimeout: r.SendTimeout, Ordered: r.Ordered, DelayLevel: r.DelayLevel,
+		}}
+	}
+	router, err := relay.NewPatternRouter(rules...)
+	if err != nil {
+		return nil, fmt.Errorf("routes: %w", err)
+	}
+	return router, nil
+}
+
+// serveHTTP serves /metrics, /healthz (the process is up) and /readyz (MySQL and Redis
+// answer) on addr.
+func serveHTTP(addr string, reg *prometheus.Registry, db *sql.DB, rdb *redis.Client, log zerolog.Logger) (*http.Server, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := db.PingContext(ctx); err != nil {
+			http.Error(w, "mysql: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			http.Error(w, "redis: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("http.addr %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Msg("http server")
+		}
+	}()
+	log.Info().Str("addr", ln.Addr().String()).Msg("http: /metrics /healthz /readyz")
+	return srv, nil
 }
