@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -89,5 +90,42 @@ func TestStoredEncodingDecodesWithTheClient(t *testing.T) {
 		string(m.Body) != "hello" || m.GetTags() != "t" || m.MsgId != "ABC" || m.BornTimestamp != 111 ||
 		m.StoreTimestamp != 222 || m.ReconsumeTimes != 4 || m.BornHost != "10.0.0.1:5555" || m.StoreSize != int32(len(r.encode())) {
 		t.Fatalf("decoded %v", m)
+	}
+}
+
+func TestSendMessageV2HeaderAndBinaryCodec(t *testing.T) {
+	s := startServer(t, Options{})
+	for i, codec := range []byte{codecJSON, codecBinary} {
+		props := formatProperties(map[string]string{"TAGS": "v2", "KEYS": "k1 k2", "user": "ü"})
+		resp := rawRequest(t, s.BrokerAddr(), &command{
+			Code: reqSendMessageV2, Opaque: 1, codec: codec, Body: []byte{0, 1, 2},
+			Ext: map[string]string{"a": "pg", "b": "V2Topic", "c": "TBW102", "d": "4", "e": "3", "f": "0",
+				"g": "1700000000000", "h": "0", "i": props, "j": "0", "k": "false", "l": "16", "m": "false"},
+		})
+		if resp.Code != resSuccess || resp.Ext["queueId"] != "3" || resp.Ext["queueOffset"] != strconv.Itoa(i) || resp.Ext["msgId"] == "" {
+			t.Fatalf("codec %d: response %+v", codec, resp)
+		}
+	}
+	got := s.QueueMessages("V2Topic", 3)
+	if len(got) != 2 {
+		t.Fatalf("stored %d", len(got))
+	}
+	for _, m := range got {
+		if m.Tags != "v2" || len(m.Keys) != 2 || m.Properties["user"] != "ü" || !bytes.Equal(m.Body, []byte{0, 1, 2}) ||
+			m.ProducerGroup != "pg" || m.BornTimestamp != 1700000000000 {
+			t.Fatalf("stored %+v", m)
+		}
+	}
+	// A queue the topic does not have is refused, as RocketMQ does.
+	resp := rawRequest(t, s.BrokerAddr(), &command{Code: reqSendMessage, Opaque: 2, Body: []byte("x"),
+		Ext: map[string]string{"producerGroup": "pg", "topic": "V2Topic", "queueId": "9", "properties": ""}})
+	if resp.Code != resSystemError || s.Count("V2Topic") != 2 {
+		t.Fatalf("queue 9: response %+v", resp)
+	}
+	// So is a body over the limit, with a code the client does not retry.
+	resp = rawRequest(t, s.BrokerAddr(), &command{Code: reqSendMessage, Opaque: 3, Body: make([]byte, 4<<20+1),
+		Ext: map[string]string{"producerGroup": "pg", "topic": "V2Topic", "queueId": "0"}})
+	if resp.Code != resMessageIllegal || s.Count("V2Topic") != 2 {
+		t.Fatalf("oversized body: response %+v", resp)
 	}
 }

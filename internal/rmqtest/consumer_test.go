@@ -11,6 +11,7 @@ import (
 
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/apache/rocketmq-client-go/v2/producer"
 )
 
 // received collects what a push consumer was given, by the "seq" property.
@@ -233,5 +234,60 @@ func TestRetriesEndInDeadLetterTopic(t *testing.T) {
 	defer mu.Unlock()
 	if fmt.Sprint(seen) != "[0 1 2]" || string(dead[0].Body) != "never works" || dead[0].ReconsumeTimes != 3 {
 		t.Fatalf("consumed with reconsume times %v; dead letter %+v", seen, dead[0])
+	}
+}
+
+func TestOrderlyConsumerGetsEachKeyInOrder(t *testing.T) {
+	s := startServer(t, Options{})
+	const topic = "OrderedConsume"
+	p := newProducer(t, s, producer.WithQueueSelector(producer.NewHashQueueSelector()))
+	keys := []string{"A", "B", "C", "D", "E", "F"}
+	const perKey = 30
+	var mu sync.Mutex
+	steps := map[string][]int{}
+	c := newPushConsumer(t, s, "orderlyGroup", consumer.WithConsumerOrder(true))
+	err := c.c.Subscribe(topic, consumer.MessageSelector{}, func(_ context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range msgs {
+			step, _ := strconv.Atoi(m.GetProperty("step"))
+			steps[m.GetShardingKey()] = append(steps[m.GetShardingKey()], step)
+		}
+		return consumer.ConsumeSuccess, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.c.Shutdown() })
+	for i := 0; i < perKey; i++ {
+		for _, k := range keys {
+			m := primitive.NewMessage(topic, []byte(k))
+			m.WithShardingKey(k)
+			m.WithProperty("step", strconv.Itoa(i))
+			if _, err := p.send(5*time.Second, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitFor(t, 20*time.Second, "every message consumed in order", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, v := range steps {
+			n += len(v)
+		}
+		return n >= perKey*len(keys)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, k := range keys {
+		for i, step := range steps[k] {
+			if step != i {
+				t.Fatalf("key %s: steps %v", k, steps[k])
+			}
+		}
 	}
 }
