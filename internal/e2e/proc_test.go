@@ -1,0 +1,174 @@
+package e2e
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/rlog"
+
+	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
+	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/schema"
+)
+
+var binary string // the outbox-relay binary built by TestMain
+
+func TestMain(m *testing.M) {
+	rlog.SetLogLevel("error")
+	dir, err := os.MkdirTemp("", "outbox-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "outbox-relay")
+	build := exec.Command("go", "build", "-o", binary, "github.com/outbox-relay/outbox-relay/cmd/outbox-relay")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build outbox-relay:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// env is one test's world: a database with the outbox table, a Redis prefix, a broker.
+type env struct {
+	db     *testenv.DB
+	prefix string
+	broker *rmqtest.Server
+	writer *outbox.Writer
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	db := testenv.MySQL(t)
+	if err := schema.Migrate(context.Background(), db.DB, "local_message"); err != nil {
+		t.Fatal(err)
+	}
+	rdb, prefix := testenv.Redis(t)
+	broker, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Close)
+	w, err := outbox.NewWriter(outbox.Config{Redis: rdb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{db: db, prefix: prefix, broker: broker, writer: w}
+}
+
+// proc is a running relay process.
+type proc struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan error
+}
+
+// startRelay starts `outbox-relay run` with the test's settings plus extra OUTBOX_ variables.
+func (e *env) startRelay(t *testing.T, extra ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(binary, "run")
+	cmd.Env = append(os.Environ(),
+		"OUTBOX_MYSQL_DSN="+e.db.DSN,
+		"OUTBOX_REDIS_ADDR="+testenv.RedisAddr(),
+		"OUTBOX_ROCKETMQ_NAMESERVERS="+e.broker.NameServerAddr(),
+		"OUTBOX_ROCKETMQ_SEND_TIMEOUT=1s",
+		"OUTBOX_LOCK_KEY="+e.prefix+"lock:{table}",
+		"OUTBOX_LOCK_TTL=2s",
+		"OUTBOX_RELAY_POLL_INTERVAL=100ms",
+		"OUTBOX_RELAY_SHUTDOWN_TIMEOUT=5s",
+		"OUTBOX_HTTP_ADDR=127.0.0.1:0",
+		"OUTBOX_LOG_FORMAT=json",
+	)
+	cmd.Env = append(cmd.Env, extra...)
+	p := &proc{cmd: cmd, out: &syncBuffer{}, done: make(chan error, 1)}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("relay pid %d output:\n%s", cmd.Process.Pid, p.out.String())
+		}
+	})
+	return p
+}
+
+func (p *proc) kill9(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+	p.done <- nil // for the cleanup
+}
+
+func (e *env) count(t *testing.T, where string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := e.db.QueryRow("SELECT COUNT(*) FROM local_message WHERE "+where, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (e *env) insertN(t *testing.T, prefix string, n int) {
+	t.Helper()
+	msgs := make([]outbox.Message, n)
+	for i := range msgs {
+		msgs[i] = outbox.Message{MsgID: fmt.Sprintf("%s-%06d", prefix, i), Topic: "orders", Keys: []string{fmt.Sprintf("SN%d", i)},
+			Body: []byte(fmt.Sprintf(`{"orderSn":"SN%d"}`, i))}
+	}
+	if err := e.writer.Insert(context.Background(), e.db.DB, msgs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the process's writes and the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func sortByCommitLog(msgs []rmqtest.Message) {
+	slices.SortFunc(msgs, func(a, b rmqtest.Message) int { return cmp.Compare(a.CommitLogOffset, b.CommitLogOffset) })
+}
