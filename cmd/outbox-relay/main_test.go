@@ -93,12 +93,18 @@ func TestConfigCommandRedacts(t *testing.T) {
 
 func TestRunIsTheDefaultCommand(t *testing.T) {
 	t.Parallel()
-	// Until the relay is wired in, run reports it; either way the default command is run.
-	r := cli(t, "", false, "--log-level=error")
-	r2 := cli(t, "", false, "run", "--log-level=error")
-	if r.code != r2.code || r.errOut != r2.errOut {
+	// Both fail the same way, fast, on a database that cannot be reached.
+	args := []string{"--log-level=error", "--mysql-dsn=root:@tcp(127.0.0.1:1)/x"}
+	r := cli(t, "", false, args...)
+	r2 := cli(t, "", false, append([]string{"run"}, args...)...)
+	if r.code != exitRuntime || r.code != r2.code || !strings.Contains(r.errOut, "127.0.0.1:1") || lastLine(r.errOut) != lastLine(r2.errOut) {
 		t.Fatalf("default %+v differs from run %+v", r, r2)
 	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
 
 func TestHealthcheck(t *testing.T) {
