@@ -1,0 +1,407 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	rocketmq "github.com/apache/rocketmq-client-go/v2"
+	"github.com/apache/rocketmq-client-go/v2/consumer"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/go-sql-driver/mysql"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/outbox-relay/outbox-relay/idempotency"
+	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
+	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/schema"
+)
+
+var skus = []string{"SKU-BLUE", "SKU-RED", "SKU-GREEN"}
+
+const initialStock = 1_000_000
+
+// counters are what the demo reports.
+type counters struct {
+	committed, rolledBack atomic.Int64
+	committedQty          atomic.Int64
+	received              atomic.Int64 // deliveries handed to the consumer, duplicates included
+}
+
+func run(ctx context.Context, o options, out io.Writer) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+
+	db, dsn, err := setupDatabase(ctx, o)
+	if err != nil {
+		return false, err
+	}
+	defer db.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: o.redisAddr})
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return false, fmt.Errorf("Redis at %s: %w (run `make services`)", o.redisAddr, err)
+	}
+
+	nameservers := strings.Split(o.nameservers, ",")
+	var broker *rmqtest.Server
+	if o.nameservers == "" {
+		broker, err = rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
+		if err != nil {
+			return false, err
+		}
+		defer broker.Close()
+		broker.SetFaults(rmqtest.Faults{DropAfterStore: o.lostAcks})
+		nameservers = []string{broker.NameServerAddr()}
+		fmt.Fprintf(out, "broker: in-process test broker at %s, losing %.0f%% of acks on purpose\n", nameservers[0], o.lostAcks*100)
+	} else {
+		fmt.Fprintf(out, "broker: RocketMQ name servers %s\n", o.nameservers)
+	}
+
+	var c counters
+	stopRelay, err := startRelay(ctx, o, dsn, db, rdb, nameservers, out)
+	if err != nil {
+		return false, err
+	}
+	relayStopped := false
+	defer func() {
+		if !relayStopped {
+			stopRelay()
+		}
+	}()
+	stopConsumer, err := startConsumer(db, nameservers, &c)
+	if err != nil {
+		return false, err
+	}
+	defer stopConsumer()
+
+	writer, err := outbox.NewWriter(outbox.Config{Redis: rdb})
+	if err != nil {
+		return false, err
+	}
+	start := time.Now()
+	rolledBack := &sync.Map{}
+	writeDone := make(chan error, 1)
+	go func() { writeDone <- placeOrders(ctx, db, writer, o, &c, rolledBack) }()
+
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
+	writing := true
+	for {
+		select {
+		case err := <-writeDone:
+			if err != nil {
+				return false, err
+			}
+			writing = false
+		case <-ctx.Done():
+			fmt.Fprintln(out, "demo: stopped before every order was applied")
+			return report(context.Background(), db, &c, broker, rolledBack, out, time.Since(start))
+		case <-ticker.C:
+			p, err := progress(ctx, db)
+			if err != nil {
+				return false, err
+			}
+			fmt.Fprintf(out, "[%4.1fs] written %d, rolled back %d, delivered %d, consumed %d (deliveries received %d)\n",
+				time.Since(start).Seconds(), c.committed.Load(), c.rolledBack.Load(), p.delivered, p.applied, c.received.Load())
+			if !writing && p.applied >= c.committed.Load() && p.delivered >= c.committed.Load() {
+				if err := stopRelay(); err != nil {
+					return false, err
+				}
+				relayStopped = true
+				return report(ctx, db, &c, broker, rolledBack, out, time.Since(start))
+			}
+		}
+	}
+}
+
+func setupDatabase(ctx context.Context, o options) (*sql.DB, string, error) {
+	cfg, err := mysql.ParseDSN(o.mysqlServer)
+	if err != nil {
+		return nil, "", fmt.Errorf("-mysql: %w", err)
+	}
+	if err := schema.ValidateIdent(o.database); err != nil {
+		return nil, "", fmt.Errorf("-database: %w", err)
+	}
+	cfg.DBName = ""
+	admin, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		return nil, "", err
+	}
+	defer admin.Close()
+	if err := admin.PingContext(ctx); err != nil {
+		return nil, "", fmt.Errorf("MySQL at %s: %w (run `make services`)", cfg.Addr, err)
+	}
+	for _, stmt := range []string{"DROP DATABASE IF EXISTS " + o.database, "CREATE DATABASE " + o.database + " CHARACTER SET utf8mb4"} {
+		if _, err := admin.ExecContext(ctx, stmt); err != nil {
+			return nil, "", fmt.Errorf("prepare database %s: %w", o.database, err)
+		}
+	}
+	cfg.DBName = o.database
+	cfg.InterpolateParams = true
+	dsn := cfg.FormatDSN()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return nil, "", err
+	}
+	db.SetMaxOpenConns(32)
+	db.SetMaxIdleConns(32)
+	stmts := []string{
+		`CREATE TABLE orders (order_sn varchar(40) PRIMARY KEY, sku varchar(20) NOT NULL, qty int NOT NULL,
+			stock_reduced int NOT NULL DEFAULT 0, created_at datetime NOT NULL DEFAULT CURRENT_TIMESTAMP)`,
+		`CREATE TABLE stock (sku varchar(20) PRIMARY KEY, qty int NOT NULL)`,
+	}
+	for _, s := range stmts {
+		if _, err := db.ExecContext(ctx, s); err != nil {
+			return nil, "", err
+		}
+	}
+	for _, sku := range skus {
+		if _, err := db.ExecContext(ctx, "INSERT INTO stock VALUES (?, ?)", sku, initialStock); err != nil {
+			return nil, "", err
+		}
+	}
+	if err := schema.Migrate(ctx, db, "local_message"); err != nil {
+		return nil, "", err
+	}
+	return db, dsn, nil
+}
+
+// placeOrders is the order service: each order and its message in one transaction.
+func placeOrders(ctx context.Context, db *sql.DB, w *outbox.Writer, o options, c *counters, rolledBack *sync.Map) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, o.writers)
+	for i := 0; i < o.writers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				n := next.Add(1)
+				if n > int64(o.orders) {
+					return
+				}
+				if err := placeOrder(ctx, db, w, n, o.rollbackPct, c, rolledBack); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+type orderEvent struct {
+	OrderSn string `json:"orderSn"`
+	Sku     string `json:"sku"`
+	Qty     int    `json:"qty"`
+}
+
+func placeOrder(ctx context.Context, db *sql.DB, w *outbox.Writer, n int64, rollbackPct int, c *counters, rolledBack *sync.Map) error {
+	ev := orderEvent{OrderSn: fmt.Sprintf("SN%08d", n), Sku: skus[n%int64(len(skus))], Qty: 1 + int(n%3)}
+	body, _ := json.Marshal(ev)
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "INSERT INTO orders (order_sn, sku, qty) VALUES (?, ?, ?)", ev.OrderSn, ev.Sku, ev.Qty); err != nil {
+		return fmt.Errorf("insert order: %w", err)
+	}
+	if err := w.Insert(ctx, tx, outbox.Message{
+		Topic: "orders", Tag: "created", Keys: []string{ev.OrderSn}, Body: body,
+		Properties: map[string]string{"source": "orders-demo"},
+	}); err != nil {
+		return err
+	}
+	if rand.IntN(100) < rollbackPct {
+		// Payment declined, say: the order and its message disappear together.
+		rolledBack.Store(ev.OrderSn, true)
+		c.rolledBack.Add(1)
+		return tx.Rollback()
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	c.committed.Add(1)
+	c.committedQty.Add(int64(ev.Qty))
+	_ = w.Nudge(ctx)
+	return nil
+}
+
+// startConsumer runs the stock consumer: it reduces stock once per order, guarded by a
+// dedupe row in the same transaction.
+func startConsumer(db *sql.DB, nameservers []string, c *counters) (stop func(), err error) {
+	guard, err := idempotency.NewSQLGuard(idempotency.SQLConfig{Group: "stock-consumer"})
+	if err != nil {
+		return nil, err
+	}
+	if err := guard.CreateTable(context.Background(), db); err != nil {
+		return nil, err
+	}
+	consume, err := idempotency.WrapRocketMQTx(guard, db, idempotency.RocketMQConfig{
+		Key: idempotency.KeyFromJSONField("orderSn"),
+	}, func(ctx context.Context, tx *sql.Tx, msg *primitive.MessageExt) error {
+		var ev orderEvent
+		if err := json.Unmarshal(msg.Body, &ev); err != nil {
+			return fmt.Errorf("decode order event: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, "UPDATE stock SET qty = qty - ? WHERE sku = ?", ev.Qty, ev.Sku); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, "UPDATE orders SET stock_reduced = stock_reduced + 1 WHERE order_sn = ?", ev.OrderSn)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	counting := func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+		c.received.Add(int64(len(msgs)))
+		return consume(ctx, msgs...)
+	}
+	pc, err := rocketmq.NewPushConsumer(
+		consumer.WithGroupName("stock-consumer"),
+		consumer.WithNsResolver(primitive.NewPassthroughResolver(nameservers)),
+		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset),
+	)
+	if err != nil {
+		return nil, err
+	}
+	if err := pc.Subscribe("orders", consumer.MessageSelector{Type: consumer.TAG, Expression: "created"}, counting); err != nil {
+		return nil, err
+	}
+	if err := pc.Start(); err != nil {
+		return nil, err
+	}
+	return func() { _ = pc.Shutdown() }, nil
+}
+
+// startRelay runs the relay as a sidecar process (-relay-bin) or in-process.
+func startRelay(ctx context.Context, o options, dsn string, db *sql.DB, rdb *redis.Client, nameservers []string, out io.Writer) (stop func() error, err error) {
+	if o.relayBin == "" {
+		pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: nameservers, SendTimeout: time.Second})
+		if err != nil {
+			return nil, err
+		}
+		r, err := relay.New(db, rdb, pub, relay.Config{PollInterval: 200 * time.Millisecond, LockKey: "outbox-demo:lock:local_message"})
+		if err != nil {
+			return nil, err
+		}
+		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan error, 1)
+		go func() { done <- r.Run(rctx) }()
+		fmt.Fprintln(out, "relay: in-process")
+		return func() error { cancel(); err := <-done; pub.Close(); return err }, nil
+	}
+	logPath := filepath.Join(os.TempDir(), "outbox-demo-relay.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(o.relayBin, "run")
+	cmd.Env = append(os.Environ(),
+		"OUTBOX_MYSQL_DSN="+dsn,
+		"OUTBOX_REDIS_ADDR="+o.redisAddr,
+		"OUTBOX_ROCKETMQ_NAMESERVERS="+strings.Join(nameservers, ","),
+		"OUTBOX_ROCKETMQ_SEND_TIMEOUT=1s",
+		"OUTBOX_RELAY_POLL_INTERVAL=200ms",
+		"OUTBOX_BACKOFF_BASE=200ms",
+		"OUTBOX_LOCK_KEY=outbox-demo:lock:{table}",
+		"OUTBOX_HTTP_ADDR=127.0.0.1:0",
+		"OUTBOX_LOG_FORMAT=json",
+	)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start relay %s: %w", o.relayBin, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait(); logFile.Close() }()
+	fmt.Fprintf(out, "relay: %s run (pid %d, log %s)\n", o.relayBin, cmd.Process.Pid, logPath)
+	return func() error {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("relay exited with %v after SIGTERM (see %s)", err, logPath)
+			}
+			fmt.Fprintln(out, "relay: stopped cleanly on SIGTERM (exit 0)")
+			return nil
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			return errors.New("relay did not stop within 30s of SIGTERM")
+		}
+	}, nil
+}
+
+type progressCounts struct{ delivered, applied int64 }
+
+func progress(ctx context.Context, db *sql.DB) (progressCounts, error) {
+	var p progressCounts
+	err := db.QueryRowContext(ctx, "SELECT (SELECT COUNT(*) FROM local_message WHERE status = 2), (SELECT COUNT(*) FROM orders WHERE stock_reduced > 0)").
+		Scan(&p.delivered, &p.applied)
+	return p, err
+}
+
+// report prints the summary and checks the demo's promise: every committed order applied
+// exactly once, no rolled-back order published.
+func report(ctx context.Context, db *sql.DB, c *counters, broker *rmqtest.Server, rolledBack *sync.Map, out io.Writer, took time.Duration) (bool, error) {
+	var once, twice, never, dead, unsent int64
+	var reduced int64
+	err := db.QueryRowContext(ctx, `SELECT
+		(SELECT COUNT(*) FROM orders WHERE stock_reduced = 1),
+		(SELECT COUNT(*) FROM orders WHERE stock_reduced > 1),
+		(SELECT COUNT(*) FROM orders WHERE stock_reduced = 0),
+		(SELECT COUNT(*) FROM local_message WHERE status = 3),
+		(SELECT COUNT(*) FROM local_message WHERE status IN (0, 1)),
+		(SELECT ? - SUM(qty) FROM stock)`, int64(initialStock*len(skus))).Scan(&once, &twice, &never, &dead, &unsent, &reduced)
+	if err != nil {
+		return false, err
+	}
+	stored, leaked := int64(-1), 0
+	if broker != nil {
+		msgs := broker.Messages("orders")
+		stored = int64(len(msgs))
+		for _, m := range msgs {
+			var ev orderEvent
+			if json.Unmarshal(m.Body, &ev) == nil {
+				if _, ok := rolledBack.Load(ev.OrderSn); ok {
+					leaked++
+				}
+			}
+		}
+	}
+	committed := c.committed.Load()
+	fmt.Fprintf(out, "\nsummary after %.1fs\n", took.Seconds())
+	fmt.Fprintf(out, "  written (committed)      %6d orders\n", committed)
+	fmt.Fprintf(out, "  rolled back              %6d orders (never published: %d leaked)\n", c.rolledBack.Load(), leaked)
+	fmt.Fprintf(out, "  delivered                %6d rows sent, %d pending, %d dead\n", committed-unsent-dead, unsent, dead)
+	if stored >= 0 {
+		fmt.Fprintf(out, "  stored by the broker     %6d messages (%d duplicates from lost acks)\n", stored, stored-committed)
+	}
+	fmt.Fprintf(out, "  deliveries to consumer   %6d\n", c.received.Load())
+	fmt.Fprintf(out, "  consumed (applied once)  %6d orders; applied twice: %d; not applied: %d\n", once, twice, never)
+	fmt.Fprintf(out, "  stock reduced by         %6d units (committed orders ordered %d)\n", reduced, c.committedQty.Load())
+	ok := once == committed && twice == 0 && never == 0 && leaked == 0 && reduced == c.committedQty.Load()
+	if ok {
+		fmt.Fprintln(out, "OK: every committed order was applied exactly once; no rolled-back order was published.")
+	} else {
+		fmt.Fprintln(out, "FAILED: the outcome above breaks the exactly-once promise.")
+	}
+	return ok, nil
+}
