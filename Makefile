@@ -64,7 +64,7 @@ lint: vet
 # demo runs the example order service and stock consumer against the real servers, with
 # the relay binary built first (examples/orders starts it from bin/).
 demo: services build
-	$(GO) run ./examples/orders
+	$(GO) run ./examples/orders -relay-bin $(BIN)
 
 clean:
 	rm -rf bin/
