@@ -72,7 +72,17 @@ type broker struct {
 	groups   map[string]map[string]*consumerReg
 	offsets  map[offsetKey]int64
 	locks    map[lockKey]lockEntry
-	sendQs   map[*conn]chan queuedSend
+	conns    map[*conn]*connState
+}
+
+// connState is the broker's per-connection state.
+type connState struct {
+	sendq chan queuedSend
+	// release is closed just before we drop the connection for an injected fault, so
+	// that its held pulls answer first: the client would otherwise wait out its 30 s
+	// pull timeout, since it does not fail pending requests when a connection closes.
+	release chan struct{}
+	pulls   sync.WaitGroup // held pulls, counted while release is open
 }
 
 func newBroker(s *Server) *broker {
@@ -82,7 +92,7 @@ func newBroker(s *Server) *broker {
 		groups:   map[string]map[string]*consumerReg{},
 		offsets:  map[offsetKey]int64{},
 		locks:    map[lockKey]lockEntry{},
-		sendQs:   map[*conn]chan queuedSend{},
+		conns:    map[*conn]*connState{},
 	}
 }
 
@@ -96,9 +106,11 @@ func (b *broker) serve(c *conn, req *command) {
 	case reqPullMessage:
 		b.mu.Lock()
 		stopping := b.stopping
-		counted := !isClosed(stopping)
+		cs := b.state(c)
+		counted := !isClosed(stopping) && !isClosed(cs.release)
 		if counted {
 			b.pulls.Add(1)
+			cs.pulls.Add(1)
 		}
 		b.mu.Unlock()
 		b.wg.Add(1)
@@ -106,8 +118,9 @@ func (b *broker) serve(c *conn, req *command) {
 			defer b.wg.Done()
 			if counted {
 				defer b.pulls.Done()
+				defer cs.pulls.Done()
 			}
-			b.pull(c, req, stopping)
+			b.pull(c, req, stopping, cs.release)
 		}()
 	case reqHeartBeat:
 		b.heartbeat(c, req)
@@ -145,7 +158,7 @@ func (b *broker) serve(c *conn, req *command) {
 
 func (b *broker) closed(c *conn, byPeer bool) {
 	b.mu.Lock()
-	delete(b.sendQs, c)
+	delete(b.conns, c)
 	var changed []string
 	if byPeer {
 		// The client hung up (it shut down): forget its registrations at once, as
@@ -174,15 +187,42 @@ func (b *broker) replyOffset(c *conn, req *command, off int64) {
 
 // ---- sends ----
 
+// state returns c's state, creating it; b.mu must be held.
+func (b *broker) state(c *conn) *connState {
+	cs := b.conns[c]
+	if cs == nil {
+		cs = &connState{release: make(chan struct{})}
+		b.conns[c] = cs
+	}
+	return cs
+}
+
+// dropConn closes c for an injected fault, after its held pulls have answered.
+func (b *broker) dropConn(c *conn) {
+	b.mu.Lock()
+	cs := b.conns[c]
+	if cs != nil && !isClosed(cs.release) {
+		close(cs.release)
+	}
+	b.mu.Unlock()
+	if cs != nil {
+		cs.pulls.Wait()
+	}
+	c.drop()
+}
+
 // enqueueSend hands a send to the connection's worker, which handles sends in arrival order.
 func (b *broker) enqueueSend(c *conn, req *command) {
 	b.mu.Lock()
-	q, ok := b.sendQs[c]
-	if !ok && !c.isDone() {
-		q = make(chan queuedSend, sendQueueDepth)
-		b.sendQs[c] = q
-		b.wg.Add(1)
-		go b.sendWorker(c, q)
+	var q chan queuedSend
+	if !c.isDone() {
+		cs := b.state(c)
+		if cs.sendq == nil {
+			cs.sendq = make(chan queuedSend, sendQueueDepth)
+			b.wg.Add(1)
+			go b.sendWorker(c, cs.sendq)
+		}
+		q = cs.sendq
 	}
 	b.mu.Unlock()
 	if q == nil {
@@ -261,7 +301,7 @@ func (b *broker) handleSend(c *conn, qs queuedSend) {
 		}
 	}
 	if s.roll(f.DropBeforeStore) {
-		c.drop()
+		b.dropConn(c)
 		return
 	}
 	if s.roll(f.ErrorRate) {
@@ -279,7 +319,7 @@ func (b *broker) handleSend(c *conn, qs queuedSend) {
 	}
 	s.store.put(recs)
 	if s.roll(f.DropAfterStore) {
-		c.drop()
+		b.dropConn(c)
 		return
 	}
 	ids := make([]string, len(recs))
@@ -456,7 +496,7 @@ func isClosed(ch <-chan struct{}) bool {
 	}
 }
 
-func (b *broker) pull(c *conn, req *command, stopping <-chan struct{}) {
+func (b *broker) pull(c *conn, req *command, stopping, release <-chan struct{}) {
 	ext := req.Ext
 	group, topic := ext["consumerGroup"], ext["topic"]
 	qid, _ := strconv.Atoi(ext["queueId"])
@@ -496,13 +536,14 @@ func (b *broker) pull(c *conn, req *command, stopping <-chan struct{}) {
 			code, next = resPullOffsetMoved, res.maxOffset
 		case len(res.recs) > 0:
 			code, next = resSuccess, offset+int64(len(res.recs))
-		case suspend && time.Now().Before(deadline) && !isClosed(stopping):
+		case suspend && time.Now().Before(deadline) && !isClosed(stopping) && !isClosed(release):
 			// Long poll: hold the pull until a message arrives or the suspend time is up.
 			t := time.NewTimer(time.Until(deadline))
 			select {
 			case <-res.signal:
 			case <-t.C:
 			case <-stopping:
+			case <-release:
 			case <-c.done:
 				t.Stop()
 				return

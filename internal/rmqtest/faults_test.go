@@ -275,3 +275,47 @@ func TestCloseIsIdempotentAndUnknownCodesAreAnswered(t *testing.T) {
 		t.Fatal("StartBroker after Close succeeded")
 	}
 }
+
+// A lost ack reaches a consumer as a duplicate; a consumer sharing the producer's
+// connection (same client instance) keeps consuming through the dropped connection.
+func TestDropAfterStoreDuplicateReachesConsumerSharingTheConnection(t *testing.T) {
+	s := startServer(t, Options{})
+	name := instanceName(t)
+	p := newProducer(t, s, producer.WithRetry(0), producer.WithInstanceName(name))
+	var mu sync.Mutex
+	var ids []string
+	c := newPushConsumer(t, s, "dupGroup", consumer.WithInstance(name))
+	err := c.c.Subscribe("Dup", consumer.MessageSelector{}, func(_ context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range msgs {
+			ids = append(ids, m.MsgId)
+		}
+		return consumer.ConsumeSuccess, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.c.Shutdown() })
+	waitFor(t, 10*time.Second, "the consumer to register", func() bool { return len(s.Consumers("dupGroup")) == 1 })
+
+	s.SetFaults(Faults{DropAfterStore: 1})
+	m := primitive.NewMessage("Dup", []byte("once, please"))
+	if _, err := p.send(500*time.Millisecond, m); err == nil {
+		t.Fatal("send succeeded although the ack was lost")
+	}
+	s.ClearFaults()
+	res, err := p.send(2*time.Second, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "both copies to be consumed", func() bool { mu.Lock(); defer mu.Unlock(); return len(ids) == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	if ids[0] != res.MsgID || ids[1] != res.MsgID {
+		t.Fatalf("consumed ids %v, want twice %s", ids, res.MsgID)
+	}
+}
