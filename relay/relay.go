@@ -77,6 +77,11 @@ type Config struct {
 	Logger *zerolog.Logger
 	// Metrics records the relay's metrics. Defaults to none.
 	Metrics *Metrics
+
+	// perRowWriteBack writes results back with one UPDATE per row, as seed 002's relay did,
+	// instead of the set-based UPDATEs. For the benchmark only (relay/bench_test.go measures
+	// the set-based write-back against it); nothing else sets it.
+	perRowWriteBack bool
 }
 
 func (c *Config) setDefaults() {
@@ -558,7 +563,11 @@ func (r *Relay) writeBack(ctx context.Context, rows []row, results []result) (St
 	}
 	var errs []error
 	if len(sentIDs) > 0 {
-		n, err := r.store.markSent(wctx, sentIDs, nowMs)
+		markSent := r.store.markSent
+		if r.cfg.perRowWriteBack {
+			markSent = r.store.markSentPerRow
+		}
+		n, err := markSent(wctx, sentIDs, nowMs)
 		st.Sent = int(n)
 		errs = append(errs, err)
 		r.warnRaced("sent", len(sentIDs), n)
@@ -566,7 +575,11 @@ func (r *Relay) writeBack(ctx context.Context, rows []row, results []result) (St
 	for _, rc := range retryOrder {
 		fails := retries[rc]
 		next := nowMs + r.cfg.Backoff.Delay(rc, r.cfg.Rand).Milliseconds()
-		n, err := r.store.markRetry(wctx, rc, fails, next)
+		markRetry := r.store.markRetry
+		if r.cfg.perRowWriteBack {
+			markRetry = r.store.markRetryPerRow
+		}
+		n, err := markRetry(wctx, rc, fails, next)
 		st.Retried += int(n)
 		errs = append(errs, err)
 		r.warnRaced("retry", len(fails), n)

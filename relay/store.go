@@ -41,11 +41,8 @@ type cursor struct {
 // key, so MySQL reads the due rows only: it neither walks the primary key over the sent
 // history nor sorts (see FACTS.md's ORDER BY id trap and docs/performance.md's EXPLAIN).
 func (s *store) page(ctx context.Context, status int, nowMs int64, c cursor, limit int, out []row) ([]row, error) {
-	q := `SELECT id, msg_id, topic, tag, content, msg_keys, sharding_key, properties, retry_count, max_retry_count, next_retry_time
-		FROM ` + s.table + `
-		WHERE status = ? AND next_retry_time <= ? AND next_retry_time >= ? AND (next_retry_time > ? OR id > ?) AND is_deleted = 0
-		ORDER BY next_retry_time, id LIMIT ?`
-	rows, err := s.db.QueryContext(ctx, q, status, nowMs, c.next, c.next, c.id, limit)
+	q, args := s.pageQuery(status, nowMs, c, limit)
+	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return out, fmt.Errorf("read due rows of %s: %w", s.table, err)
 	}
@@ -62,6 +59,14 @@ func (s *store) page(ctx context.Context, status int, nowMs int64, c cursor, lim
 		return out, fmt.Errorf("read due rows of %s: %w", s.table, err)
 	}
 	return out, nil
+}
+
+// pageQuery returns page's statement and arguments (the benchmarks EXPLAIN it).
+func (s *store) pageQuery(status int, nowMs int64, c cursor, limit int) (string, []any) {
+	return `SELECT id, msg_id, topic, tag, content, msg_keys, sharding_key, properties, retry_count, max_retry_count, next_retry_time
+		FROM ` + s.table + `
+		WHERE status = ? AND next_retry_time <= ? AND next_retry_time >= ? AND (next_retry_time > ? OR id > ?) AND is_deleted = 0
+		ORDER BY next_retry_time, id LIMIT ?`, []any{status, nowMs, c.next, c.next, c.id, limit}
 }
 
 // orderKey identifies one ordered stream: a sharding key within a topic.
@@ -153,6 +158,41 @@ func (s *store) markRetry(ctx context.Context, retryCount int, fails []failure, 
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND retry_count = ?`, args...)
 		if err != nil {
 			return total, fmt.Errorf("record %d failed attempts in %s: %w", len(chunk), s.table, err)
+		}
+		n, _ := res.RowsAffected()
+		total += n
+	}
+	return total, nil
+}
+
+// markSentPerRow is markSent with one autocommitted UPDATE per row, the way seed 002's relay
+// wrote back. For the benchmark only (Config.perRowWriteBack): it is the baseline that
+// the set-based markSent is measured against.
+func (s *store) markSentPerRow(ctx context.Context, ids []int64, nowMs int64) (int64, error) {
+	var total int64
+	for _, id := range ids {
+		res, err := s.db.ExecContext(ctx, `UPDATE `+s.table+` SET status = 2, sent_time = ?
+			WHERE id = ? AND status IN (0, 1)`, nowMs, id)
+		if err != nil {
+			return total, fmt.Errorf("mark row %d of %s sent: %w", id, s.table, err)
+		}
+		n, _ := res.RowsAffected()
+		total += n
+	}
+	return total, nil
+}
+
+// markRetryPerRow is markRetry with one autocommitted UPDATE per row. For the benchmark only
+// (Config.perRowWriteBack).
+func (s *store) markRetryPerRow(ctx context.Context, retryCount int, fails []failure, nextMs int64) (int64, error) {
+	var total int64
+	for _, f := range fails {
+		res, err := s.db.ExecContext(ctx, `UPDATE `+s.table+` SET retry_count = ?,
+			status = CASE WHEN ? > max_retry_count THEN 3 ELSE 1 END, next_retry_time = ?, fail_reason = ?
+			WHERE id = ? AND status IN (0, 1) AND retry_count = ?`,
+			retryCount+1, retryCount+1, nextMs, truncateReason(f.reason), f.id, retryCount)
+		if err != nil {
+			return total, fmt.Errorf("record failed attempt of row %d in %s: %w", f.id, s.table, err)
 		}
 		n, _ := res.RowsAffected()
 		total += n

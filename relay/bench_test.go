@@ -1,0 +1,557 @@
+package relay
+
+// Benchmarks of the delivery engine against the real MariaDB and the in-process RocketMQ
+// broker (internal/rmqtest). They are not run by `make test`; `make bench` runs them once
+// each (-benchtime=1x), and docs/performance.md records their figures and commands.
+//
+// Every benchmark fills its table outside the timer and times the drain, so b.N only
+// repeats the whole measure. Sizes come from the environment:
+//
+//	OUTBOX_BENCH_ROWS          backlog of BenchmarkDrain (default 100000)
+//	OUTBOX_BENCH_BIG_ROWS      large backlog of BenchmarkDrainMemory (default 1000000)
+//	OUTBOX_BENCH_HISTORY       sent rows under BenchmarkScanTick's due rows (default 1000000)
+//	OUTBOX_BENCH_LATENCY_MSGS  rows written by BenchmarkCommitToAck (default 300)
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/rlog"
+
+	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
+	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/schema"
+)
+
+const (
+	benchTable = "local_message"
+	benchTopic = "Bench"
+)
+
+// benchBody is a typical outbox body: 200 bytes.
+var benchBody = strings.Repeat("x", 200)
+
+func envInt(tb testing.TB, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		tb.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+func benchDB(tb testing.TB) *testenv.DB {
+	tb.Helper()
+	rlog.SetLogLevel("error")
+	db := testenv.MySQL(tb)
+	if err := schema.Migrate(context.Background(), db.DB, benchTable); err != nil {
+		tb.Fatal(err)
+	}
+	return db
+}
+
+// fillRows inserts n rows of the given status with multi-row INSERTs of 1,000 rows, the
+// fastest way in (FACTS.md: 51k-74k rows/s). msg_ids are prefix + a sequence number.
+func fillRows(tb testing.TB, db *sql.DB, prefix string, n, status int) {
+	tb.Helper()
+	const perStmt = 1000
+	var q strings.Builder
+	args := make([]any, 0, 2*perStmt)
+	for done := 0; done < n; {
+		k := min(perStmt, n-done)
+		q.Reset()
+		args = args[:0]
+		q.WriteString("INSERT INTO " + benchTable + " (msg_id, topic, tag, content, status) VALUES ")
+		for i := 0; i < k; i++ {
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString("(?, '" + benchTopic + "', 'created', ?, " + strconv.Itoa(status) + ")")
+			args = append(args, prefix+strconv.Itoa(done+i), benchBody)
+		}
+		if _, err := db.Exec(q.String(), args...); err != nil {
+			tb.Fatalf("fill %d rows: %v", n, err)
+		}
+		done += k
+	}
+}
+
+// benchPublisher returns a publisher on the broker at nameServer, warmed up (route fetched,
+// connection open) by one send.
+func benchPublisher(tb testing.TB, nameServer string) *RocketMQPublisher {
+	tb.Helper()
+	pub, err := NewRocketMQPublisher(RocketMQConfig{NameServers: []string{nameServer}, SendTimeout: 3 * time.Second})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { pub.Close() })
+	if err := pub.Send(context.Background(), Route{}, &Message{MsgID: "warm-up", Topic: benchTopic, Body: []byte("warm-up")}); err != nil {
+		tb.Fatalf("warm-up send: %v", err)
+	}
+	return pub
+}
+
+func benchBroker(tb testing.TB) *rmqtest.Server {
+	tb.Helper()
+	s, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Close)
+	return s
+}
+
+func benchRelay(tb testing.TB, db *sql.DB, pub Publisher, cfg Config) *Relay {
+	tb.Helper()
+	r, err := New(db, nil, pub, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return r
+}
+
+// drainAll times one DrainOnce over a backlog of n rows and checks every row was sent.
+func drainAll(b *testing.B, r *Relay, n int) time.Duration {
+	b.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	st, err := r.DrainOnce(ctx, ctx)
+	took := time.Since(start)
+	if err != nil {
+		b.Fatalf("DrainOnce: %v (%+v)", err, st)
+	}
+	if st.Sent != n {
+		b.Fatalf("DrainOnce sent %d of %d rows: %+v", st.Sent, n, st)
+	}
+	return took
+}
+
+// BenchmarkDrain relays a backlog of OUTBOX_BENCH_ROWS rows to the in-process broker with one
+// DrainOnce, across batch sizes, concurrencies and batch send on/off, and, at concurrency 16,
+// with seed 002's write-back (one UPDATE per row) next to the set-based one: read the
+// msgs/s of writeback=perrow against writeback=set of the same line.
+func BenchmarkDrain(b *testing.B) {
+	n := envInt(b, "OUTBOX_BENCH_ROWS", 100000)
+	for _, batch := range []int{100, 500, 2000} {
+		for _, conc := range []int{1, 16} {
+			for _, send := range []string{"batch", "single"} {
+				for _, wb := range []string{"set", "perrow"} {
+					if wb == "perrow" && conc != 16 {
+						continue // the write-back does not depend on the send concurrency
+					}
+					cfg := Config{BatchSize: batch, Concurrency: conc, DisableBatchSend: send == "single", perRowWriteBack: wb == "perrow"}
+					name := fmt.Sprintf("batch=%d/conc=%d/send=%s/writeback=%s", batch, conc, send, wb)
+					b.Run(name, func(b *testing.B) { benchDrain(b, n, cfg) })
+				}
+			}
+		}
+	}
+}
+
+func benchDrain(b *testing.B, n int, cfg Config) {
+	db := benchDB(b)
+	broker := benchBroker(b)
+	r := benchRelay(b, db.DB, benchPublisher(b, broker.NameServerAddr()), cfg)
+	var total time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		fillRows(b, db.DB, fmt.Sprintf("r%d-", i), n, 0)
+		runtime.GC()
+		b.StartTimer()
+		total += drainAll(b, r, n)
+	}
+	b.ReportMetric(float64(n*b.N)/total.Seconds(), "msgs/s")
+}
+
+// BenchmarkDrainMemory drains OUTBOX_BENCH_ROWS and OUTBOX_BENCH_BIG_ROWS due rows (default
+// 100k and 1M) with the default configuration and reports the process's peak RSS and peak
+// live heap during the drain: the scan streams pages, so both must stay flat whatever the
+// backlog (1M/100k ratio ~1). The broker runs in a child process so its in-memory store
+// does not count. It also times the backlog query the leader samples every 5 seconds for the
+// metrics, on the full backlog.
+func BenchmarkDrainMemory(b *testing.B) {
+	nameServer := brokerProcess(b)
+	for _, n := range []int{envInt(b, "OUTBOX_BENCH_ROWS", 100000), envInt(b, "OUTBOX_BENCH_BIG_ROWS", 1000000)} {
+		b.Run(fmt.Sprintf("rows=%d", n), func(b *testing.B) {
+			db := benchDB(b)
+			r := benchRelay(b, db.DB, benchPublisher(b, nameServer), Config{})
+			var total time.Duration
+			var peakRSS, peakHeap, baseRSS uint64
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				fillRows(b, db.DB, fmt.Sprintf("m%d-", i), n, 0)
+				qstart := time.Now()
+				if _, _, err := r.store.backlog(context.Background(), time.Now().UnixMilli()); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(time.Since(qstart).Microseconds())/1000, "backlog-query-ms")
+				runtime.GC()
+				debug.FreeOSMemory()
+				baseRSS = readRSS(b)
+				stop := sampleMemory(&peakRSS, &peakHeap)
+				b.StartTimer()
+				total += drainAll(b, r, n)
+				stop()
+			}
+			b.ReportMetric(float64(n*b.N)/total.Seconds(), "msgs/s")
+			b.ReportMetric(float64(baseRSS)/(1<<20), "start-RSS-MB")
+			b.ReportMetric(float64(peakRSS)/(1<<20), "peak-RSS-MB")
+			b.ReportMetric(float64(peakHeap)/(1<<20), "peak-heap-MB")
+		})
+	}
+}
+
+// readRSS returns the process's resident set size (VmRSS) in bytes.
+func readRSS(tb testing.TB) uint64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		tb.Skipf("no /proc/self/status: %v", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseUint(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	tb.Skip("no VmRSS in /proc/self/status")
+	return 0
+}
+
+// sampleMemory records the peak RSS and live heap every 10ms until stop is called.
+func sampleMemory(peakRSS, peakHeap *uint64) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	take := func() {
+		if rss := readRSSQuiet(); rss > *peakRSS {
+			*peakRSS = rss
+		}
+		metrics.Read(sample)
+		if h := sample[0].Value.Uint64(); h > *peakHeap {
+			*peakHeap = h
+		}
+	}
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			take()
+			select {
+			case <-done:
+				take()
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+func readRSSQuiet() uint64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	_, rest, ok := strings.Cut(string(data), "VmRSS:")
+	if !ok {
+		return 0
+	}
+	f := strings.Fields(rest)
+	if len(f) == 0 {
+		return 0
+	}
+	kb, _ := strconv.ParseUint(f[0], 10, 64)
+	return kb << 10
+}
+
+// brokerProcess runs the in-process broker in a child (this test binary running
+// TestBenchBrokerProcess) and returns its name server address; the child exits when its
+// stdin closes at cleanup.
+func brokerProcess(b *testing.B) string {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchBrokerProcess$", "-test.v")
+	cmd.Env = append(os.Environ(), "OUTBOX_BENCH_BROKER_PROCESS=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		stdin.Close()
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if addr, ok := strings.CutPrefix(sc.Text(), "NAMESRV "); ok {
+			go io.Copy(io.Discard, stdout)
+			return addr
+		}
+	}
+	b.Fatalf("broker process did not start: %v", sc.Err())
+	return ""
+}
+
+// TestBenchBrokerProcess is the child of brokerProcess; it does nothing in a normal test run.
+func TestBenchBrokerProcess(t *testing.T) {
+	if os.Getenv("OUTBOX_BENCH_BROKER_PROCESS") != "1" {
+		t.Skip("helper process of BenchmarkDrainMemory")
+	}
+	s, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("NAMESRV %s\n", s.NameServerAddr())
+	io.Copy(io.Discard, os.Stdin)
+	s.Close()
+}
+
+// BenchmarkScanTick measures one scan tick with 1,000 due rows over an empty history and
+// over OUTBOX_BENCH_HISTORY sent rows (default 1M): its cost must follow the due rows, not
+// the table. "pages" reads every due row the way DrainOnce does (both statuses, pages of
+// 500); "idle" is the tick with nothing due; "drain" is a whole DrainOnce of the 1,000 rows
+// to the broker. Each reports the median of 21 ticks. It logs the page query's EXPLAIN and ANALYZE (-v or the benchmark log).
+func BenchmarkScanTick(b *testing.B) {
+	const due = 1000
+	for _, history := range []int{0, envInt(b, "OUTBOX_BENCH_HISTORY", 1000000)} {
+		b.Run(fmt.Sprintf("history=%d", history), func(b *testing.B) {
+			db := benchDB(b)
+			fillRows(b, db.DB, "sent-", history, int(outbox.StatusSent))
+			var firstDue int64
+			if err := db.QueryRow("SELECT COALESCE(MAX(id), 0) + 1 FROM " + benchTable).Scan(&firstDue); err != nil {
+				b.Fatal(err)
+			}
+			fillRows(b, db.DB, "due-", due, int(outbox.StatusPending))
+			if _, err := db.Exec("ANALYZE TABLE " + benchTable); err != nil {
+				b.Fatal(err)
+			}
+			broker := benchBroker(b)
+			r := benchRelay(b, db.DB, benchPublisher(b, broker.NameServerAddr()), Config{BatchSize: 500})
+			logPlan(b, db.DB, r)
+
+			tick := func(b *testing.B, nowMs int64) int {
+				read := 0
+				buf := make([]row, 0, 500)
+				for _, status := range []int{int(outbox.StatusFailed), int(outbox.StatusPending)} {
+					c := cursor{next: -1 << 62}
+					for {
+						var err error
+						buf, err = r.store.page(context.Background(), status, nowMs, c, 500, buf[:0])
+						if err != nil {
+							b.Fatal(err)
+						}
+						read += len(buf)
+						if len(buf) < 500 {
+							break
+						}
+						last := buf[len(buf)-1]
+						c = cursor{next: last.nextRetry, id: last.id}
+					}
+				}
+				return read
+			}
+			// Each measure is the median of scanReps ticks, so one cold read does not decide it.
+			const scanReps = 21
+			measure := func(b *testing.B, setup func(), tick func()) {
+				var all []time.Duration
+				for i := 0; i < b.N*scanReps; i++ {
+					b.StopTimer()
+					setup()
+					b.StartTimer()
+					start := time.Now()
+					tick()
+					all = append(all, time.Since(start))
+				}
+				slices.Sort(all)
+				b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "ms/tick")
+			}
+			b.Run("pages", func(b *testing.B) {
+				measure(b, func() {}, func() {
+					if n := tick(b, time.Now().UnixMilli()); n != due {
+						b.Fatalf("read %d due rows, want %d", n, due)
+					}
+				})
+			})
+			b.Run("idle", func(b *testing.B) {
+				measure(b, func() {}, func() {
+					if n := tick(b, -1); n != 0 { // nothing is due before the epoch
+						b.Fatalf("read %d rows, want none", n)
+					}
+				})
+			})
+			b.Run("drain", func(b *testing.B) {
+				measure(b, func() {
+					if _, err := db.Exec("UPDATE "+benchTable+" SET status = 0 WHERE id >= ?", firstDue); err != nil {
+						b.Fatal(err)
+					}
+				}, func() { drainAll(b, r, due) })
+			})
+		})
+	}
+}
+
+// logPlan logs EXPLAIN and ANALYZE of the page query as DrainOnce first runs it.
+func logPlan(b *testing.B, db *sql.DB, r *Relay) {
+	b.Helper()
+	q, args := r.store.pageQuery(int(outbox.StatusPending), time.Now().UnixMilli(), cursor{next: -1 << 62}, 500)
+	for _, prefix := range []string{"EXPLAIN ", "ANALYZE "} {
+		rows, err := db.Query(prefix+q, args...)
+		if err != nil {
+			b.Fatalf("%s: %v", prefix, err)
+		}
+		cols, _ := rows.Columns()
+		out := []string{strings.Join(cols, "\t")}
+		for rows.Next() {
+			vals := make([]sql.NullString, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				b.Fatal(err)
+			}
+			var cells []string
+			for _, v := range vals {
+				if v.Valid {
+					cells = append(cells, v.String)
+				} else {
+					cells = append(cells, "NULL")
+				}
+			}
+			out = append(out, strings.Join(cells, "\t"))
+		}
+		rows.Close()
+		b.Logf("%s of the page query:\n%s", strings.TrimSpace(prefix), strings.Join(out, "\n"))
+	}
+}
+
+// BenchmarkCommitToAck measures the latency from a writer's commit to the broker storing
+// the message, with a relay running (Run, Redis lock, poll interval 1s): a writer commits
+// one row every 20ms, OUTBOX_BENCH_LATENCY_MSGS rows in all, and nudges the relay after
+// each commit ("nudge") or not ("poll", DisableNudge). Percentiles are in ms (the broker's
+// store timestamp has ms resolution).
+func BenchmarkCommitToAck(b *testing.B) {
+	n := envInt(b, "OUTBOX_BENCH_LATENCY_MSGS", 300)
+	for _, mode := range []string{"nudge", "poll"} {
+		b.Run(mode, func(b *testing.B) {
+			db := benchDB(b)
+			rdb, prefix := testenv.Redis(b)
+			broker := benchBroker(b)
+			pub := benchPublisher(b, broker.NameServerAddr())
+			r, err := New(db.DB, rdb, pub, Config{PollInterval: time.Second, LockKey: prefix + "lock", DisableNudge: mode == "poll"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			w, err := outbox.NewWriter(outbox.Config{Redis: rdb})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- r.Run(ctx) }()
+			defer func() {
+				cancel()
+				if err := <-done; err != nil {
+					b.Errorf("Run: %v", err)
+				}
+			}()
+			stored := 1 // the warm-up message
+			write := func(msgID string, nudge bool) int64 {
+				tx, err := db.Begin()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := w.Insert(ctx, tx, outbox.Message{MsgID: msgID, Topic: benchTopic, Tag: "created", Body: []byte(benchBody)}); err != nil {
+					b.Fatal(err)
+				}
+				if err := tx.Commit(); err != nil {
+					b.Fatal(err)
+				}
+				at := time.Now().UnixMilli()
+				if nudge {
+					if err := w.Nudge(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+				return at
+			}
+			waitStored := func(k int) []rmqtest.Message {
+				wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+				defer wcancel()
+				msgs, err := broker.WaitMessages(wctx, benchTopic, k)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return msgs
+			}
+			// Warm up: the relay holds the lock and has subscribed once one row went through.
+			write("warm-up-row", false)
+			stored++
+			waitStored(stored)
+			time.Sleep(100 * time.Millisecond)
+
+			var lat []float64
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				committed := map[string]int64{}
+				tick := time.NewTicker(20 * time.Millisecond)
+				for k := 0; k < n; k++ {
+					id := fmt.Sprintf("lat-%d-%d", i, k)
+					committed[id] = write(id, mode == "nudge")
+					<-tick.C
+				}
+				tick.Stop()
+				stored += n
+				for _, m := range waitStored(stored) {
+					if at, ok := committed[m.Properties[outbox.MsgIDProperty]]; ok {
+						lat = append(lat, float64(m.StoreTimestamp-at))
+					}
+				}
+			}
+			b.StopTimer()
+			if len(lat) != n*b.N {
+				b.Fatalf("matched %d of %d messages", len(lat), n*b.N)
+			}
+			slices.Sort(lat)
+			pct := func(p float64) float64 { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+			b.ReportMetric(pct(0.50), "p50-ms")
+			b.ReportMetric(pct(0.95), "p95-ms")
+			b.ReportMetric(pct(0.99), "p99-ms")
+			b.ReportMetric(lat[len(lat)-1], "max-ms")
+		})
+	}
+}
