@@ -29,14 +29,15 @@ help:
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/outbox-relay
 
-# check-build runs the Dockerfile's build-stage command without Docker and checks the result:
-# a static binary that runs and carries its version stamp.
-check-build: build
-	@out=$$($(BIN) version) && echo "$$out" | head -1 && \
-	  echo "$$out" | grep -q '^outbox-relay $(VERSION)$$' && \
-	  echo "$$out" | grep -q '^commit: $(COMMIT)$$' || { echo "check-build: bad version output: $$out" >&2; exit 1; }
-	@if ldd $(BIN) >/dev/null 2>&1; then echo "check-build: $(BIN) is dynamically linked" >&2; exit 1; fi
-	@echo "check-build: $(BIN) is static and runs"
+# check-build runs the Dockerfile's build stage (scripts/build-release.sh) without Docker and
+# checks the result: a static binary that runs and carries its version stamp.
+check-build:
+	@mkdir -p bin
+	@VERSION='$(VERSION)' COMMIT='$(COMMIT)' DATE='$(DATE)' bash scripts/build-release.sh bin/release > bin/.check-build.out
+	@grep -q '^outbox-relay $(VERSION)$$' bin/.check-build.out && grep -q '^commit: $(COMMIT)$$' bin/.check-build.out \
+	  || { echo "check-build: bad version output:" >&2; cat bin/.check-build.out >&2; exit 1; }
+	@if ldd bin/release/outbox-relay >/dev/null 2>&1; then echo "check-build: bin/release/outbox-relay is dynamically linked" >&2; exit 1; fi
+	@echo "check-build: bin/release/outbox-relay $(VERSION) is static and runs"
 
 services:
 	bash scripts/services.sh
@@ -61,10 +62,11 @@ lint: vet
 	@files=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$files" ]; then echo "gofmt needed:"; echo "$$files"; exit 1; fi
 
-# demo runs the example order service and stock consumer against the real servers, with
-# the relay binary built first (examples/orders starts it from bin/).
+# demo runs the example order service and stock consumer against the real servers, with the
+# relay binary built first and run as a sidecar process (DEMO_ARGS= runs it in-process).
+DEMO_ARGS ?= -relay-bin $(BIN)
 demo: services build
-	$(GO) run ./examples/orders -relay-bin $(BIN)
+	$(GO) run ./examples/orders $(DEMO_ARGS) -relay-bin $(BIN)
 
 clean:
 	rm -rf bin/
