@@ -234,7 +234,7 @@ func TestBrokerOutageAndRecovery(t *testing.T) {
 	if len(got) != 4 || string(got[0].Body) != "before-0" || string(got[3].Body) != "after" {
 		t.Fatalf("stored %d messages after the outage, want the 3 old ones and the new one", len(got))
 	}
-	waitFor(t, 15*time.Second, "the consumer to resume after the outage", consumed(4))
+	waitFor(t, 60*time.Second, "the consumer to resume after the outage", consumed(4))
 	mu.Lock()
 	defer mu.Unlock()
 	if bodies[len(bodies)-1] != "after" {
