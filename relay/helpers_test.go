@@ -1,11 +1,13 @@
 package relay_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
 	"io"
 	"log"
+	"sync"
 	"testing"
 	"time"
 
@@ -143,3 +145,21 @@ func statusCounts(t testing.TB, db *sql.DB) string {
 }
 
 var _ = log.New(io.Discard, "", 0)
+
+// syncBuffer is a bytes.Buffer safe for a logger's writes and the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

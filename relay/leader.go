@@ -91,7 +91,11 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 		st, err := r.DrainOnce(ctx, abort)
 		if err != nil {
 			failures++
-			r.log.Error().Err(err).Msg("drain failed")
+			if errors.Is(err, ErrBrokerUnreachable) {
+				r.log.Warn().Err(err).Msg("broker unreachable: backing off")
+			} else {
+				r.log.Error().Err(err).Msg("drain failed")
+			}
 		} else {
 			failures = 0
 		}

@@ -253,6 +253,34 @@ const (
 type result struct {
 	kind   int
 	reason string
+	// unreachable marks a retry caused by not reaching the broker at all.
+	unreachable bool
+}
+
+// ErrBrokerUnreachable is returned by DrainOnce when no message of a batch reached the broker
+// because it could not be reached at all (connection refused, no route). The batch's rows
+// are left due with their retry counts untouched: an outage is not the messages' fault, and
+// counting it would park every due row as dead during a broker restart.
+var ErrBrokerUnreachable = errors.New("broker unreachable")
+
+// brokerOutage returns an ErrBrokerUnreachable error when the batch sent nothing and every
+// failure was a failure to reach the broker.
+func brokerOutage(results []result) error {
+	var reason string
+	for _, res := range results {
+		switch {
+		case res.kind == sent:
+			return nil
+		case res.kind == retry && !res.unreachable:
+			return nil
+		case res.kind == retry:
+			reason = res.reason
+		}
+	}
+	if reason == "" {
+		return nil
+	}
+	return fmt.Errorf("%w: %s; rows left due, retry counts untouched", ErrBrokerUnreachable, reason)
 }
 
 // item is one row of a batch, prepared for publishing.
@@ -290,7 +318,18 @@ func (r *Relay) processBatch(ctx context.Context, rows []row) (Stats, error) {
 		return Stats{}, err
 	}
 	r.publish(ctx, units, items, results)
+	outage := brokerOutage(results)
+	if outage != nil {
+		// Nothing reached the broker and nothing is wrong with the messages: spend none of
+		// their retries. They stay due; the caller backs off and tries again.
+		for i := range results {
+			if results[i].kind == retry {
+				results[i] = result{kind: held}
+			}
+		}
+	}
 	st, err := r.writeBack(ctx, rows, results)
+	err = errors.Join(err, outage)
 	r.cfg.Metrics.observeBatch(r.cfg.Table, time.Since(start))
 	if st.Changed() > 0 || st.Held > 0 {
 		r.log.Info().Int("read", len(rows)).Int("sent", st.Sent).Int("retried", st.Retried).Int("dead", st.Dead).
@@ -506,7 +545,22 @@ func failResult(err error) result {
 	if IsPermanent(err) {
 		return result{kind: dead, reason: "refused by the broker: " + err.Error()}
 	}
-	return result{kind: retry, reason: err.Error()}
+	return result{kind: retry, reason: err.Error(), unreachable: isUnreachable(err)}
+}
+
+// isUnreachable reports failures to reach the broker at all, where the message was certainly
+// not stored: as opposed to timeouts and dropped connections, after which it may have been.
+func isUnreachable(err error) bool {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return true
+	}
+	s := strings.ToLower(err.Error())
+	for _, w := range []string{"connection refused", "route info not found", "no route to host", "network is unreachable"} {
+		if strings.Contains(s, w) {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *Relay) send(ctx context.Context, route Route, msgs ...*Message) error {
