@@ -21,7 +21,7 @@ help:
 	@echo "make demo        run the order service example end to end (starts MariaDB and Redis)"
 	@echo "make test        start the servers, go vet, every test, and check the release build"
 	@echo "make test-race   every test under the race detector"
-	@echo "make test-short  the tests that need no server (-short)"
+	@echo "make test-short  go test -short: packages skip their slow tests"
 	@echo "make bench       the benchmarks (BENCHTIME=$(BENCHTIME))"
 	@echo "make lint        gofmt and go vet"
 	@echo "make build       static binary $(BIN) (CGO_ENABLED=0, -trimpath, version stamps)"
