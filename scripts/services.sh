@@ -83,7 +83,12 @@ start_mariadb_local() {
 	fi
 	wait_for 60 "MariaDB" mysql_socket_ok
 	# On Debian, root@localhost is unix_socket-only; allow the empty password over TCP too.
-	mysql -uroot -e "ALTER USER 'root'@'localhost' IDENTIFIED VIA unix_socket OR mysql_native_password USING PASSWORD(''); CREATE DATABASE IF NOT EXISTS test"
+	# TCP from 127.0.0.1 is root@localhost with name resolution, root@127.0.0.1 under
+	# skip-name-resolve: provide both.
+	mysql -uroot -e "ALTER USER 'root'@'localhost' IDENTIFIED VIA unix_socket OR mysql_native_password USING PASSWORD('');
+		CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY '';
+		GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;
+		CREATE DATABASE IF NOT EXISTS test"
 }
 
 if [ -n "${OUTBOX_TEST_MYSQL_DSN:-}" ]; then
