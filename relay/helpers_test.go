@@ -1,13 +1,11 @@
 package relay_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
 	"io"
 	"log"
-	"sync"
 	"testing"
 	"time"
 
@@ -117,18 +115,6 @@ func countWhere(t testing.TB, db *sql.DB, where string, args ...any) int {
 	return n
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func statusCounts(t testing.TB, db *sql.DB) string {
 	rows, err := db.Query("SELECT status, COUNT(*) FROM local_message GROUP BY status ORDER BY status")
 	if err != nil {
@@ -146,20 +132,5 @@ func statusCounts(t testing.TB, db *sql.DB) string {
 
 var _ = log.New(io.Discard, "", 0)
 
-// syncBuffer is a bytes.Buffer safe for a logger's writes and the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// eventually is testenv.Eventually.
+var eventually = testenv.Eventually

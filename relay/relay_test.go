@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
@@ -177,7 +178,7 @@ func TestBrokerErrorsAndOutageAreRetriedThenDelivered(t *testing.T) {
 	// messages' fault and spends none of their retries.
 	b.broker.ClearFaults()
 	b.broker.StopBroker()
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	logger := zerolog.New(logs)
 	cfg.Logger = &logger
 	r = b.newRelay(t, cfg)

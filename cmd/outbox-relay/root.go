@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 
 	_ "github.com/go-sql-driver/mysql" // the "mysql" database/sql driver
 	"github.com/rs/zerolog"
@@ -156,17 +155,7 @@ func (a *app) loadConfig(cmd *cobra.Command, _ []string) error {
 	return nil
 }
 
-// openDB opens and pings the configured database.
+// openDB opens and pings the configured database (see openMySQL).
 func (a *app) openDB(ctx context.Context) (*sql.DB, error) {
-	db, err := sql.Open("mysql", a.cfg.MySQL.DSN)
-	if err != nil {
-		return nil, fmt.Errorf("open database: %w", err)
-	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := db.PingContext(pctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("connect to MySQL (%s): %w", config.RedactDSN(a.cfg.MySQL.DSN), err)
-	}
-	return db, nil
+	return openMySQL(ctx, a.cfg.MySQL.DSN)
 }

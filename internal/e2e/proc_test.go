@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -9,10 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 
@@ -73,7 +70,7 @@ func newEnv(t *testing.T) *env {
 // proc is a running relay process.
 type proc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testenv.SyncBuffer
 	done chan error
 }
 
@@ -94,7 +91,7 @@ func (e *env) startRelay(t *testing.T, extra ...string) *proc {
 		"OUTBOX_LOG_FORMAT=json",
 	)
 	cmd.Env = append(cmd.Env, extra...)
-	p := &proc{cmd: cmd, out: &syncBuffer{}, done: make(chan error, 1)}
+	p := &proc{cmd: cmd, out: &testenv.SyncBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -140,35 +137,8 @@ func (e *env) insertN(t *testing.T, prefix string, n int) {
 	}
 }
 
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's writes and the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func sortByCommitLog(msgs []rmqtest.Message) {
 	slices.SortFunc(msgs, func(a, b rmqtest.Message) int { return cmp.Compare(a.CommitLogOffset, b.CommitLogOffset) })
 }
+
+var eventually = testenv.Eventually

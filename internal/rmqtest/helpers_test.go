@@ -3,6 +3,7 @@ package rmqtest
 import (
 	"context"
 	"fmt"
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -98,16 +99,8 @@ type consumerHandle struct {
 }
 
 // waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// waitFor is testenv.Eventually.
+var waitFor = testenv.Eventually
 
 func waitCtx(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
