@@ -82,10 +82,10 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 		}
 	}()
 	go r.keepLock(abort, mutex, cancel)
+	go r.sampleBacklogEvery(abort, 5*time.Second)
 
 	poll := time.NewTicker(r.cfg.PollInterval)
 	defer poll.Stop()
-	var lastStats time.Time
 	failures := 0
 	for ctx.Err() == nil && abort.Err() == nil {
 		st, err := r.DrainOnce(ctx, abort)
@@ -98,10 +98,6 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 			}
 		} else {
 			failures = 0
-		}
-		if time.Since(lastStats) >= 5*time.Second {
-			lastStats = time.Now()
-			r.sampleBacklog(abort)
 		}
 		if err == nil && st.Changed() > 0 {
 			continue // more may have been committed meanwhile
@@ -189,10 +185,25 @@ func (r *Relay) listen(ctx context.Context) <-chan struct{} {
 	return out
 }
 
-func (r *Relay) sampleBacklog(ctx context.Context) {
+// sampleBacklogEvery updates the backlog gauges until ctx is done, beside the drain loop so
+// that a long drain neither delays the samples nor is delayed by them.
+func (r *Relay) sampleBacklogEvery(ctx context.Context, every time.Duration) {
 	if r.cfg.Metrics == nil {
 		return
 	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		r.sampleBacklog(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (r *Relay) sampleBacklog(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	pending, oldest, err := r.store.backlog(ctx, time.Now().UnixMilli())

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -62,11 +63,18 @@ func (s *store) page(ctx context.Context, status int, nowMs int64, c cursor, lim
 }
 
 // pageQuery returns page's statement and arguments (the benchmarks EXPLAIN it).
+//
+// The keyset condition is written as two ranges, (status, next, id > c.id) and
+// (status, next > c.next), so that MySQL and MariaDB bound the index range by id as well
+// (secondary index entries end with the primary key: "extended keys"). The equivalent
+// "next >= c.next AND (next > c.next OR id > c.id)" bounds it by next only and re-examines
+// every row held back earlier in the pass on each page: 99,504 index entries read for a
+// page of 500 behind 99,000 held rows, against 500 for this form (Handler_icp_attempts).
 func (s *store) pageQuery(status int, nowMs int64, c cursor, limit int) (string, []any) {
 	return `SELECT id, msg_id, topic, tag, content, msg_keys, sharding_key, properties, retry_count, max_retry_count, next_retry_time
 		FROM ` + s.table + `
-		WHERE status = ? AND next_retry_time <= ? AND next_retry_time >= ? AND (next_retry_time > ? OR id > ?) AND is_deleted = 0
-		ORDER BY next_retry_time, id LIMIT ?`, []any{status, nowMs, c.next, c.next, c.id, limit}
+		WHERE status = ? AND next_retry_time <= ? AND ((next_retry_time = ? AND id > ?) OR next_retry_time > ?) AND is_deleted = 0
+		ORDER BY next_retry_time, id LIMIT ?`, []any{status, nowMs, c.next, c.id, c.next, limit}
 }
 
 // orderKey identifies one ordered stream: a sharding key within a topic.
@@ -218,21 +226,33 @@ func (s *store) markDead(ctx context.Context, fails []failure) (int64, error) {
 	return total, nil
 }
 
-// backlog returns the unsent rows (pending or failed) and the age in seconds of the oldest
-// due one, counted from when it became due.
+// backlog returns the unsent rows (pending or failed, soft-deleted ones included) and the age
+// in seconds of the oldest due row, counted from when it became due. Both are answered from
+// the (status, next_retry_time) index: a count over it and two single-row reads at the head of
+// each status, so sampling costs little even with a large backlog.
 func (s *store) backlog(ctx context.Context, nowMs int64) (pending int64, oldestDueSeconds float64, err error) {
-	err = s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+s.table+` WHERE status IN (0, 1) AND is_deleted = 0`).Scan(&pending)
+	err = s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+s.table+` WHERE status IN (0, 1)`).Scan(&pending)
 	if err != nil {
 		return 0, 0, fmt.Errorf("count backlog of %s: %w", s.table, err)
 	}
-	var oldest sql.NullInt64
-	err = s.db.QueryRowContext(ctx, `SELECT MIN(GREATEST(UNIX_TIMESTAMP(create_time) * 1000, next_retry_time)) FROM `+s.table+`
-		WHERE status IN (0, 1) AND next_retry_time <= ? AND is_deleted = 0`, nowMs).Scan(&oldest)
-	if err != nil {
-		return 0, 0, fmt.Errorf("age of oldest due row of %s: %w", s.table, err)
+	oldest := int64(-1)
+	for _, status := range []int{0, 1} {
+		// The head of the status in scan order; it became due at max(create_time, next_retry_time).
+		var dueSince sql.NullInt64
+		err := s.db.QueryRowContext(ctx, `SELECT GREATEST(UNIX_TIMESTAMP(create_time) * 1000, next_retry_time) FROM `+s.table+`
+			WHERE status = ? AND next_retry_time <= ? AND is_deleted = 0 ORDER BY next_retry_time, id LIMIT 1`, status, nowMs).Scan(&dueSince)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			continue
+		case err != nil:
+			return 0, 0, fmt.Errorf("age of oldest due row of %s: %w", s.table, err)
+		}
+		if dueSince.Valid && (oldest < 0 || dueSince.Int64 < oldest) {
+			oldest = dueSince.Int64
+		}
 	}
-	if oldest.Valid && oldest.Int64 < nowMs {
-		oldestDueSeconds = float64(nowMs-oldest.Int64) / 1000
+	if oldest >= 0 && oldest < nowMs {
+		oldestDueSeconds = float64(nowMs-oldest) / 1000
 	}
 	return pending, oldestDueSeconds, nil
 }
