@@ -139,7 +139,7 @@ func TestConsumeRetryLaterRedeliversWithRisingReconsumeTimes(t *testing.T) {
 	counts := map[string][]int32{}
 	topics := map[string][]string{}
 	c := newPushConsumer(t, s, "retryGroup")
-	err := c.c.Subscribe(topic, consumer.MessageSelector{}, func(_ context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+	c.run(t, topic, func(_ context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		res := consumer.ConsumeSuccess
@@ -153,13 +153,6 @@ func TestConsumeRetryLaterRedeliversWithRisingReconsumeTimes(t *testing.T) {
 		}
 		return res, nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.c.Shutdown() })
 	for i := 0; i < n; i++ {
 		m := primitive.NewMessage(topic, []byte("body-"+strconv.Itoa(i)))
 		m.WithProperty("seq", strconv.Itoa(i))
@@ -208,7 +201,7 @@ func TestRetriesEndInDeadLetterTopic(t *testing.T) {
 	c := newPushConsumer(t, s, "dlqGroup", consumer.WithMaxReconsumeTimes(2))
 	var mu sync.Mutex
 	var seen []int32
-	err := c.c.Subscribe("Poison", consumer.MessageSelector{}, func(_ context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+	c.run(t, "Poison", func(_ context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, m := range msgs {
@@ -216,13 +209,6 @@ func TestRetriesEndInDeadLetterTopic(t *testing.T) {
 		}
 		return consumer.ConsumeRetryLater, nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.c.Shutdown() })
 	if _, err := p.send(5*time.Second, primitive.NewMessage("Poison", []byte("never works"))); err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +232,7 @@ func TestOrderlyConsumerGetsEachKeyInOrder(t *testing.T) {
 	var mu sync.Mutex
 	steps := map[string][]int{}
 	c := newPushConsumer(t, s, "orderlyGroup", consumer.WithConsumerOrder(true))
-	err := c.c.Subscribe(topic, consumer.MessageSelector{}, func(_ context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+	c.run(t, topic, func(_ context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, m := range msgs {
@@ -255,13 +241,6 @@ func TestOrderlyConsumerGetsEachKeyInOrder(t *testing.T) {
 		}
 		return consumer.ConsumeSuccess, nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.c.Shutdown() })
 	for i := 0; i < perKey; i++ {
 		for _, k := range keys {
 			m := primitive.NewMessage(topic, []byte(k))

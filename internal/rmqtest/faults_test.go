@@ -186,7 +186,7 @@ func TestBrokerOutageAndRecovery(t *testing.T) {
 	var mu sync.Mutex
 	var bodies []string
 	c := newPushConsumer(t, s, "outageGroup")
-	err := c.c.Subscribe("Outage", consumer.MessageSelector{}, func(_ context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+	c.run(t, "Outage", func(_ context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, m := range msgs {
@@ -194,13 +194,6 @@ func TestBrokerOutageAndRecovery(t *testing.T) {
 		}
 		return consumer.ConsumeSuccess, nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.c.Shutdown() })
 	consumed := func(n int) func() bool {
 		return func() bool { mu.Lock(); defer mu.Unlock(); return len(bodies) >= n }
 	}
@@ -285,7 +278,7 @@ func TestDropAfterStoreDuplicateReachesConsumerSharingTheConnection(t *testing.T
 	var mu sync.Mutex
 	var ids []string
 	c := newPushConsumer(t, s, "dupGroup", consumer.WithInstance(name))
-	err := c.c.Subscribe("Dup", consumer.MessageSelector{}, func(_ context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+	c.run(t, "Dup", func(_ context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, m := range msgs {
@@ -293,13 +286,6 @@ func TestDropAfterStoreDuplicateReachesConsumerSharingTheConnection(t *testing.T
 		}
 		return consumer.ConsumeSuccess, nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.c.Shutdown() })
 	waitFor(t, 10*time.Second, "the consumer to register", func() bool { return len(s.Consumers("dupGroup")) == 1 })
 
 	s.SetFaults(Faults{DropAfterStore: 1})

@@ -90,6 +90,18 @@ func newPushConsumer(t testing.TB, s *Server, group string, opts ...consumer.Opt
 	return consumerHandle{c: c}
 }
 
+// run subscribes fn to topic, starts the consumer and shuts it down at cleanup.
+func (h consumerHandle) run(t testing.TB, topic string, fn func(context.Context, ...*primitive.MessageExt) (consumer.ConsumeResult, error)) {
+	t.Helper()
+	if err := h.c.Subscribe(topic, consumer.MessageSelector{}, fn); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.c.Shutdown() })
+}
+
 type consumerHandle struct {
 	c interface {
 		Start() error
@@ -98,7 +110,6 @@ type consumerHandle struct {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes.
 // waitFor is testenv.Eventually.
 var waitFor = testenv.Eventually
 
