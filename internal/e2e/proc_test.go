@@ -74,11 +74,9 @@ type proc struct {
 	done chan error
 }
 
-// startRelay starts `outbox-relay run` with the test's settings plus extra OUTBOX_ variables.
-func (e *env) startRelay(t *testing.T, extra ...string) *proc {
-	t.Helper()
-	cmd := exec.Command(binary, "run")
-	cmd.Env = append(os.Environ(),
+// environ is the process environment pointing the binary at the test's servers.
+func (e *env) environ(extra ...string) []string {
+	env := append(os.Environ(),
 		"OUTBOX_MYSQL_DSN="+e.db.DSN,
 		"OUTBOX_REDIS_ADDR="+testenv.RedisAddr(),
 		"OUTBOX_ROCKETMQ_NAMESERVERS="+e.broker.NameServerAddr(),
@@ -90,7 +88,14 @@ func (e *env) startRelay(t *testing.T, extra ...string) *proc {
 		"OUTBOX_HTTP_ADDR=127.0.0.1:0",
 		"OUTBOX_LOG_FORMAT=json",
 	)
-	cmd.Env = append(cmd.Env, extra...)
+	return append(env, extra...)
+}
+
+// startRelay starts `outbox-relay run` with the test's settings plus extra OUTBOX_ variables.
+func (e *env) startRelay(t *testing.T, extra ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(binary, "run")
+	cmd.Env = e.environ(extra...)
 	p := &proc{cmd: cmd, out: &testenv.SyncBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
@@ -105,6 +110,18 @@ func (e *env) startRelay(t *testing.T, extra ...string) *proc {
 		}
 	})
 	return p
+}
+
+// cli runs an operator command of the binary to completion and returns its output.
+func (e *env) cli(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = e.environ()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("outbox-relay %v: %v\n%s", args, err, out)
+	}
+	return string(out)
 }
 
 func (p *proc) kill9(t *testing.T) {
