@@ -7,8 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
+	"github.com/outbox-relay/outbox-relay/internal/mysqlerr"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -17,13 +16,6 @@ const MaxSQLKeyLen = 255
 
 // maxSQLGroupLen is the size of the consumer_group column.
 const maxSQLGroupLen = 128
-
-// MySQL error numbers the SQL guard tells apart.
-const (
-	errDupEntry        = 1062
-	errLockWaitTimeout = 1205
-	errDeadlock        = 1213
-)
 
 // Beginner starts transactions: *sql.DB and *sql.Conn satisfy it, and so do wrappers of
 // them that keep the method.
@@ -141,7 +133,7 @@ func (g *SQLGuard) Do(ctx context.Context, db Beginner, key string, fn func(ctx 
 	}()
 
 	if _, err := tx.ExecContext(ctx, g.insertSQL, g.cfg.Group, key); err != nil {
-		if mysqlErrNumber(err) == errDupEntry {
+		if mysqlerr.Number(err) == mysqlerr.DuplicateEntry {
 			return Duplicate, nil
 		}
 		return Failed, fmt.Errorf("idempotency: insert dedupe row for %q: %w", key, err)
@@ -177,15 +169,4 @@ func (g *SQLGuard) Purge(ctx context.Context, db Execer, olderThan time.Duration
 
 // IsRetryable reports whether err is a lock wait timeout or a deadlock reported by MySQL or
 // MariaDB: transient conflicts that a redelivery resolves.
-func IsRetryable(err error) bool {
-	n := mysqlErrNumber(err)
-	return n == errLockWaitTimeout || n == errDeadlock
-}
-
-func mysqlErrNumber(err error) uint16 {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		return me.Number
-	}
-	return 0
-}
+func IsRetryable(err error) bool { return mysqlerr.Retryable(err) }

@@ -13,6 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/outbox-relay/outbox-relay/internal/mysqlerr"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -220,7 +221,7 @@ var duplicateEntryRE = regexp.MustCompile(`Duplicate entry '(.*)' for key '(?:[^
 
 func asDuplicate(err error) *DuplicateError {
 	var me *mysql.MySQLError
-	if !errors.As(err, &me) || me.Number != 1062 {
+	if mysqlerr.Number(err) != mysqlerr.DuplicateEntry || !errors.As(err, &me) {
 		return nil
 	}
 	m := duplicateEntryRE.FindStringSubmatch(me.Message)

@@ -200,7 +200,7 @@ func BenchmarkDrainMemory(b *testing.B) {
 				b.StopTimer()
 				fillRows(b, db.DB, fmt.Sprintf("m%d-", i), n, 0)
 				qstart := time.Now()
-				if _, _, err := r.store.backlog(context.Background(), time.Now().UnixMilli()); err != nil {
+				if _, _, err := r.store.backlog(context.Background(), time.Now()); err != nil {
 					b.Fatal(err)
 				}
 				b.ReportMetric(float64(time.Since(qstart).Microseconds())/1000, "backlog-query-ms")

@@ -34,12 +34,19 @@ type bundle struct {
 
 func setup(t testing.TB) *bundle {
 	t.Helper()
+	return setupWith(t, rmqtest.Options{})
+}
+
+// setupWith is setup with a broker started with opts.
+func setupWith(t testing.TB, opts rmqtest.Options) *bundle {
+	t.Helper()
 	db := testenv.MySQL(t)
 	if err := schema.Migrate(context.Background(), db.DB, "local_message"); err != nil {
 		t.Fatal(err)
 	}
 	rdb, prefix := testenv.Redis(t)
-	broker, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
+	opts.Logf = func(string, ...any) {}
+	broker, err := rmqtest.Start(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

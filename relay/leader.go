@@ -206,10 +206,10 @@ func (r *Relay) sampleBacklogEvery(ctx context.Context, every time.Duration) {
 func (r *Relay) sampleBacklog(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	pending, oldest, err := r.store.backlog(ctx, time.Now().UnixMilli())
+	pending, oldest, err := r.store.backlog(ctx, time.Now())
 	if err != nil {
 		r.log.Warn().Err(err).Msg("backlog sample failed")
 		return
 	}
-	r.cfg.Metrics.setBacklog(r.cfg.Table, pending, oldest)
+	r.cfg.Metrics.setBacklog(r.cfg.Table, pending, oldest.Seconds())
 }

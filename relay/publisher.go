@@ -35,8 +35,13 @@ type Message struct {
 // of them counts as delivered, and the relay retries them one by one to find which failed.
 // A nil error is the only acknowledgement: a lost reply is an error, and the re-send that
 // follows may duplicate the message, which consumers dedupe. Send must honour ctx: once it
-// is done, return promptly. It is called from many goroutines at once. An error wrapped with
-// Permanent marks the messages dead at once instead of retrying them.
+// is done, return promptly. It is called from many goroutines at once.
+//
+// Send marks what its errors mean, and the relay acts on the marks: Permanent (dead at once,
+// no retry), Refused (the broker answered and refused: in a batch one message may be at fault,
+// so the relay sends them one by one), ErrBrokerUnreachable wrapped (the broker could not be
+// reached at all and nothing was stored: no retry is spent). An unmarked error (a timeout, a
+// dropped connection) is retried and counts as an attempt.
 type Publisher interface {
 	Send(ctx context.Context, route Route, msgs ...*Message) error
 	// Close releases the publisher's connections; Send must not be called after it.
@@ -58,6 +63,36 @@ func Permanent(err error) error {
 		return nil
 	}
 	return &PermanentError{Err: err}
+}
+
+// ErrBrokerUnreachable marks, wrapped by a Publisher, a send that could not reach the broker
+// at all (connection refused, no route), so the message was certainly not stored. When no
+// message of a batch reached the broker, DrainOnce returns it: the batch's rows are left due
+// with their retry counts untouched, since an outage is not the messages' fault and counting it
+// would park every due row as dead during a broker restart.
+var ErrBrokerUnreachable = errors.New("broker unreachable")
+
+// RefusedError marks an answer of the broker refusing a send: it read the request, so when a
+// batch is refused one message of it may be at fault.
+type RefusedError struct{ Err error }
+
+func (e *RefusedError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the broker's answer.
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// Refused wraps the broker's refusal err.
+func Refused(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &RefusedError{Err: err}
+}
+
+// IsRefused reports whether err, or an error it wraps, is a *RefusedError.
+func IsRefused(err error) bool {
+	var r *RefusedError
+	return errors.As(err, &r)
 }
 
 // IsPermanent reports whether err, or an error it wraps, is a *PermanentError.

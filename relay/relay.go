@@ -1,15 +1,14 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
-	"net"
+	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -253,34 +252,27 @@ const (
 type result struct {
 	kind   int
 	reason string
-	// unreachable marks a retry caused by not reaching the broker at all.
-	unreachable bool
+	err    error // the publisher's error of a retry
 }
-
-// ErrBrokerUnreachable is returned by DrainOnce when no message of a batch reached the broker
-// because it could not be reached at all (connection refused, no route). The batch's rows
-// are left due with their retry counts untouched: an outage is not the messages' fault, and
-// counting it would park every due row as dead during a broker restart.
-var ErrBrokerUnreachable = errors.New("broker unreachable")
 
 // brokerOutage returns an ErrBrokerUnreachable error when the batch sent nothing and every
 // failure was a failure to reach the broker.
 func brokerOutage(results []result) error {
-	var reason string
+	var outage error
 	for _, res := range results {
 		switch {
 		case res.kind == sent:
 			return nil
-		case res.kind == retry && !res.unreachable:
+		case res.kind == retry && !errors.Is(res.err, ErrBrokerUnreachable):
 			return nil
 		case res.kind == retry:
-			reason = res.reason
+			outage = res.err
 		}
 	}
-	if reason == "" {
+	if outage == nil {
 		return nil
 	}
-	return fmt.Errorf("%w: %s; rows left due, retry counts untouched", ErrBrokerUnreachable, reason)
+	return fmt.Errorf("%w; rows left due, retry counts untouched", outage)
 }
 
 // item is one row of a batch, prepared for publishing.
@@ -313,7 +305,7 @@ func (r *Relay) processBatch(ctx context.Context, rows []row) (Stats, error) {
 		}
 	}
 
-	units, err := r.plan(ctx, items, results, orderedKeys, maxOrderedID)
+	units, err := r.plan(ctx, items, orderedKeys, maxOrderedID)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -379,7 +371,7 @@ type unit struct {
 // plan groups the prepared items into units. An ordered key's rows may go only as the prefix
 // of its unsent rows that is present in this batch: a row behind an earlier unsent row
 // (failed and waiting, or not yet due) is held back.
-func (r *Relay) plan(ctx context.Context, items []item, results []result, orderedKeys []string, maxOrderedID int64) ([]unit, error) {
+func (r *Relay) plan(ctx context.Context, items []item, orderedKeys []string, maxOrderedID int64) ([]unit, error) {
 	var unsent map[orderKey][]int64
 	if len(orderedKeys) > 0 {
 		var err error
@@ -418,8 +410,8 @@ func (r *Relay) plan(ctx context.Context, items []item, results []result, ordere
 		}
 	}
 	for _, k := range chainOrder {
-		idx := chains[k] // ascending id within a status; sort across statuses
-		sortByID(idx, items)
+		idx := chains[k]
+		slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(items[a].row.id, items[b].row.id) })
 		ids := unsent[k]
 		var ok []int
 		for n, i := range idx {
@@ -450,14 +442,6 @@ func (r *Relay) plan(ctx context.Context, items []item, results []result, ordere
 		}
 	}
 	return units, nil
-}
-
-func sortByID(idx []int, items []item) {
-	for a := 1; a < len(idx); a++ {
-		for b := a; b > 0 && items[idx[b]].row.id < items[idx[b-1]].row.id; b-- {
-			idx[b], idx[b-1] = idx[b-1], idx[b]
-		}
-	}
 }
 
 // publish runs the units on at most Concurrency goroutines. Each unit writes only its own
@@ -501,8 +485,9 @@ func (r *Relay) runUnit(ctx context.Context, u unit, items []item, results []res
 		if ctx.Err() != nil {
 			return
 		}
-		if isTransport(err) {
-			// The broker is unreachable: every message would fail alike.
+		if !IsRefused(err) {
+			// The broker did not answer (unreachable, timeout, dropped connection): every
+			// message would fail alike.
 			for _, i := range u.idx {
 				results[i] = failResult(err)
 			}
@@ -545,22 +530,7 @@ func failResult(err error) result {
 	if IsPermanent(err) {
 		return result{kind: dead, reason: "refused by the broker: " + err.Error()}
 	}
-	return result{kind: retry, reason: err.Error(), unreachable: isUnreachable(err)}
-}
-
-// isUnreachable reports failures to reach the broker at all, where the message was certainly
-// not stored: as opposed to timeouts and dropped connections, after which it may have been.
-func isUnreachable(err error) bool {
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		return true
-	}
-	s := strings.ToLower(err.Error())
-	for _, w := range []string{"connection refused", "route info not found", "no route to host", "network is unreachable"} {
-		if strings.Contains(s, w) {
-			return true
-		}
-	}
-	return false
+	return result{kind: retry, reason: err.Error(), err: err}
 }
 
 func (r *Relay) send(ctx context.Context, route Route, msgs ...*Message) error {
@@ -568,22 +538,6 @@ func (r *Relay) send(ctx context.Context, route Route, msgs ...*Message) error {
 	err := r.pub.Send(ctx, route, msgs...)
 	r.cfg.Metrics.observePublish(r.cfg.Table, time.Since(start))
 	return err
-}
-
-// isTransport reports errors of reaching the broker, as opposed to the broker's answers.
-func isTransport(err error) bool {
-	var ne net.Error
-	if errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
-		return true
-	}
-	s := strings.ToLower(err.Error())
-	for _, w := range []string{"timeout", "connection", "broken pipe", "eof", "route info not found", "no route"} {
-		if strings.Contains(s, w) {
-			return true
-		}
-	}
-	return false
 }
 
 // writeBack records the batch's results with a few set-based UPDATEs: one for the sent rows,

@@ -373,3 +373,35 @@ type failingPublisher struct{ err error }
 
 func (f failingPublisher) Send(context.Context, relay.Route, ...*relay.Message) error { return f.err }
 func (f failingPublisher) Close() error                                               { return nil }
+
+// TestRefusedBatchFallsBackToSingleSends: the broker refuses a whole batch because one of its
+// messages is over its size limit (a limit the relay's own check does not know); the relay
+// sends the batch's messages one by one, so only that message goes dead.
+func TestRefusedBatchFallsBackToSingleSends(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, rmqtest.Options{MaxMessageSize: 1000})
+	r := b.newRelay(t, b.config())
+	var msgs []outbox.Message
+	for i := 0; i < 20; i++ {
+		body := []byte("small")
+		if i == 7 {
+			body = []byte(strings.Repeat("x", 2000))
+		}
+		msgs = append(msgs, outbox.Message{MsgID: fmt.Sprintf("b%02d", i), Topic: "orders", Body: body})
+	}
+	b.insert(t, msgs...)
+	ctx := context.Background()
+	st, err := r.DrainOnce(ctx, ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Sent != 19 || st.Dead != 1 || st.Retried != 0 {
+		t.Fatalf("one pass: %+v, want 19 sent and 1 dead", st)
+	}
+	if n := countWhere(t, b.db.DB, "msg_id = 'b07' AND status = 3 AND fail_reason LIKE '%refused by the broker%'"); n != 1 {
+		t.Fatalf("the oversized message is not dead with the broker's refusal (%s)", statusCounts(t, b.db.DB))
+	}
+	if n := b.broker.Count("orders"); n != 19 {
+		t.Fatalf("broker stored %d messages, want the 19 others", n)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	rocketmq "github.com/apache/rocketmq-client-go/v2"
@@ -152,12 +153,24 @@ func toPrimitive(m *Message, route Route) *primitive.Message {
 	return pm
 }
 
-// classify marks the broker answers that no retry can cure as permanent.
+// classify marks the client's errors for the relay (see Publisher). rocketmq-client-go v2.1.2
+// reports a broker's answer as "CODE: n, DESC: ..." and a failure to connect with the dialer's
+// or the name server's own words.
 func classify(err error) error {
 	msg := err.Error()
-	// CODE 13: MESSAGE_ILLEGAL (size, properties); CODE 16: NO_PERMISSION.
-	if strings.HasPrefix(msg, "CODE: 13,") {
-		return Permanent(err)
+	switch {
+	case strings.HasPrefix(msg, "CODE: 13,"): // MESSAGE_ILLEGAL: size or properties
+		return Permanent(Refused(err))
+	case strings.HasPrefix(msg, "CODE: "):
+		return Refused(err)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("%w: %w", ErrBrokerUnreachable, err)
+	}
+	lower := strings.ToLower(msg)
+	for _, w := range []string{"connection refused", "route info not found", "no route to host", "network is unreachable"} {
+		if strings.Contains(lower, w) {
+			return fmt.Errorf("%w: %w", ErrBrokerUnreachable, err)
+		}
 	}
 	return err
 }

@@ -3,11 +3,13 @@ package relay
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 	"unicode/utf8"
+
+	"github.com/outbox-relay/outbox-relay/internal/ops"
 )
 
 // store holds every statement the relay runs against one table. The table name was
@@ -226,35 +228,16 @@ func (s *store) markDead(ctx context.Context, fails []failure) (int64, error) {
 	return total, nil
 }
 
-// backlog returns the unsent rows (pending or failed, soft-deleted ones included) and the age
-// in seconds of the oldest due row, counted from when it became due. Both are answered from
-// the (status, next_retry_time) index: a count over it and two single-row reads at the head of
-// each status, so sampling costs little even with a large backlog.
-func (s *store) backlog(ctx context.Context, nowMs int64) (pending int64, oldestDueSeconds float64, err error) {
+// backlog returns the unsent rows (pending or failed, soft-deleted ones included: the count
+// is answered from the (status, next_retry_time) index alone) and how long the oldest due row
+// has been due (ops.OldestDue, as the status command reports it).
+func (s *store) backlog(ctx context.Context, now time.Time) (pending int64, oldestDue time.Duration, err error) {
 	err = s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+s.table+` WHERE status IN (0, 1)`).Scan(&pending)
 	if err != nil {
 		return 0, 0, fmt.Errorf("count backlog of %s: %w", s.table, err)
 	}
-	oldest := int64(-1)
-	for _, status := range []int{0, 1} {
-		// The head of the status in scan order; it became due at max(create_time, next_retry_time).
-		var dueSince sql.NullInt64
-		err := s.db.QueryRowContext(ctx, `SELECT GREATEST(UNIX_TIMESTAMP(create_time) * 1000, next_retry_time) FROM `+s.table+`
-			WHERE status = ? AND next_retry_time <= ? AND is_deleted = 0 ORDER BY next_retry_time, id LIMIT 1`, status, nowMs).Scan(&dueSince)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			continue
-		case err != nil:
-			return 0, 0, fmt.Errorf("age of oldest due row of %s: %w", s.table, err)
-		}
-		if dueSince.Valid && (oldest < 0 || dueSince.Int64 < oldest) {
-			oldest = dueSince.Int64
-		}
-	}
-	if oldest >= 0 && oldest < nowMs {
-		oldestDueSeconds = float64(nowMs-oldest) / 1000
-	}
-	return pending, oldestDueSeconds, nil
+	oldestDue, err = ops.OldestDue(ctx, s.db, s.table, now)
+	return pending, oldestDue, err
 }
 
 // reasonCase returns the SQL expression and arguments that set each row's own reason: a

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/internal/mysqlerr"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
@@ -108,16 +109,45 @@ func Status(ctx context.Context, db *sql.DB, table string, now time.Time) (Statu
 	}
 
 	q, _ = query(sqlDue, table)
-	nowMs := now.UnixMilli()
-	var oldest sql.NullInt64
-	if err := db.QueryRowContext(ctx, q, nowMs).Scan(&r.Due, &oldest); err != nil {
+	if err := db.QueryRowContext(ctx, q, now.UnixMilli()).Scan(&r.Due); err != nil {
 		return r, fmt.Errorf("count due rows of %s: %w", table, err)
 	}
-	if oldest.Valid && oldest.Int64 < nowMs {
-		r.OldestDueAge = time.Duration(nowMs-oldest.Int64) * time.Millisecond
-		r.OldestDueAgeSeconds = r.OldestDueAge.Seconds()
+	if r.OldestDueAge, err = OldestDue(ctx, db, table, now); err != nil {
+		return r, err
 	}
+	r.OldestDueAgeSeconds = r.OldestDueAge.Seconds()
 	return r, nil
+}
+
+// OldestDue returns how long the oldest due row of table has been due (since the later of its
+// creation and its next_retry_time), or 0 when nothing is due. The `status` command and the
+// relay's outbox_relay_oldest_due_age_seconds gauge both report it.
+//
+// It costs four index seeks, whatever the backlog: for each unsent status, the head of the
+// rows due since creation (next_retry_time 0, oldest id first) and the head of the rows due
+// since a retry or a delayed start (smallest next_retry_time). It is exact as long as ids
+// grow with creation time, as AUTO_INCREMENT ids do.
+func OldestDue(ctx context.Context, db *sql.DB, table string, now time.Time) (time.Duration, error) {
+	q, err := query(sqlDueHead, table)
+	if err != nil {
+		return 0, err
+	}
+	nowMs := now.UnixMilli()
+	oldest := nowMs
+	for _, status := range []outbox.Status{outbox.StatusPending, outbox.StatusFailed} {
+		for _, r := range [][2]int64{{0, 0}, {1, nowMs}} {
+			var since sql.NullInt64
+			err := db.QueryRowContext(ctx, q, int(status), r[0], r[1]).Scan(&since)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+			case err != nil:
+				return 0, fmt.Errorf("age of the oldest due row of %s: %w", table, err)
+			case since.Valid && since.Int64 < oldest:
+				oldest = since.Int64
+			}
+		}
+	}
+	return time.Duration(nowMs-oldest) * time.Millisecond, nil
 }
 
 func closeRows(rows *sql.Rows) error {
@@ -440,11 +470,7 @@ func Purge(ctx context.Context, db *sql.DB, table string, opts PurgeOptions) (Pu
 	}
 	q, _ := query(sqlPurge, table)
 	for {
-		r, err := db.ExecContext(ctx, q, res.Cutoff, sentCutoff, opts.BatchSize)
-		if err != nil {
-			return res, fmt.Errorf("purge %s: %w", table, err)
-		}
-		n, err := r.RowsAffected()
+		n, err := purgeBatch(ctx, db, q, res.Cutoff, sentCutoff, opts.BatchSize)
 		if err != nil {
 			return res, fmt.Errorf("purge %s: %w", table, err)
 		}
@@ -459,6 +485,43 @@ func Purge(ctx context.Context, db *sql.DB, table string, opts PurgeOptions) (Pu
 				return res, ctx.Err()
 			case <-time.After(opts.Pause):
 			}
+		}
+	}
+}
+
+// purgeRetries bounds the attempts of one purge batch that keeps losing lock conflicts.
+const purgeRetries = 5
+
+// purgeBatch deletes one batch in a READ COMMITTED transaction of its own. Under the server's
+// default REPEATABLE READ the DELETE would hold gap locks on the (status, update_time) range,
+// which the relay's write-back, moving rows into status 2, runs into: a deadlock. Without gap
+// locks it touches only the old sent rows it deletes; a conflict that still happens (InnoDB
+// breaks deadlocks by rolling one side back) is retried, as InnoDB asks.
+func purgeBatch(ctx context.Context, db *sql.DB, q string, args ...any) (int64, error) {
+	for attempt := 1; ; attempt++ {
+		n, err := func() (int64, error) {
+			tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+			if err != nil {
+				return 0, err
+			}
+			defer tx.Rollback()
+			r, err := tx.ExecContext(ctx, q, args...)
+			if err != nil {
+				return 0, err
+			}
+			n, err := r.RowsAffected()
+			if err != nil {
+				return 0, err
+			}
+			return n, tx.Commit()
+		}()
+		if err == nil || !mysqlerr.Retryable(err) || attempt == purgeRetries {
+			return n, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
 		}
 	}
 }

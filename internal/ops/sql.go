@@ -12,10 +12,14 @@ const (
 	sqlCountUnsentByTopic = "SELECT status, topic, is_deleted, COUNT(*) FROM `{T}`" +
 		" WHERE status IN (0, 1, 3) GROUP BY status, topic, is_deleted ORDER BY status, topic"
 
-	// sqlDue counts the due rows and finds when the oldest became due: the later of its
-	// creation and its next_retry_time. Ranges over the (status, next_retry_time) index.
-	sqlDue = "SELECT COUNT(*), MIN(GREATEST(UNIX_TIMESTAMP(create_time) * 1000, next_retry_time))" +
-		" FROM `{T}` WHERE status IN (0, 1) AND next_retry_time <= ? AND is_deleted = 0"
+	// sqlDue counts the due rows. Ranges over the (status, next_retry_time) index.
+	sqlDue = "SELECT COUNT(*) FROM `{T}` WHERE status IN (0, 1) AND next_retry_time <= ? AND is_deleted = 0"
+
+	// sqlDueHead reads when the first row of one status and next_retry_time range became due
+	// (the later of its creation and its next_retry_time): one seek at the head of the
+	// range in the index's (next_retry_time, id) order. See OldestDue.
+	sqlDueHead = "SELECT GREATEST(UNIX_TIMESTAMP(create_time) * 1000, next_retry_time) FROM `{T}`" +
+		" WHERE status = ? AND next_retry_time BETWEEN ? AND ? AND is_deleted = 0 ORDER BY next_retry_time, id LIMIT 1"
 
 	// sqlDeadSelect lists dead rows; {W} is the filter (see Filter.where).
 	sqlDeadSelect = "SELECT id, msg_id, topic, tag, COALESCE(fail_reason, ''), retry_count, max_retry_count," +
