@@ -15,7 +15,7 @@ BENCHTIME ?= 1s
 # BENCH_ROWS is the backlog drained by the relay's benchmarks and by `outbox-relay bench`.
 BENCH_ROWS ?= 100000
 
-.PHONY: help build check-build services test test-race test-short bench lint vet demo clean
+.PHONY: help build check-build services services-stop test test-race test-short bench lint vet demo clean
 
 help:
 	@echo "make demo        run the order service example end to end (starts MariaDB and Redis)"
@@ -41,18 +41,26 @@ check-build:
 	@if ldd bin/release/outbox-relay >/dev/null 2>&1; then echo "check-build: bin/release/outbox-relay is dynamically linked" >&2; exit 1; fi
 	@echo "check-build: bin/release/outbox-relay $(VERSION) is static and runs"
 
+# services starts (or reuses) private MariaDB and Redis servers and writes their addresses to
+# bin/services.env, which test and demo read; it never changes a server it did not start.
 services:
-	bash scripts/services.sh
+	@bash scripts/services.sh >/dev/null
+
+services-stop:
+	@bash scripts/services.sh stop
+
+# WITH_SERVICES runs a command with bin/services.env in its environment.
+WITH_SERVICES = set -a && . bin/services.env && set +a &&
 
 vet:
 	$(GO) vet ./...
 
 test: services vet
-	$(GO) test -count=1 -timeout 15m ./...
+	$(WITH_SERVICES) $(GO) test -count=1 -timeout 15m ./...
 	$(MAKE) --no-print-directory check-build
 
 test-race: services
-	$(GO) test -race -count=1 -timeout 25m ./...
+	$(WITH_SERVICES) $(GO) test -race -count=1 -timeout 25m ./...
 
 test-short:
 	$(GO) test -short -count=1 -timeout 5m ./...
@@ -61,8 +69,8 @@ test-short:
 # with BENCH_ROWS rows per drain; then the shipped `outbox-relay bench` runs once.
 # docs/performance.md records the figures.
 bench: services
-	$(GO) test -run='^$$' -bench=. -benchtime=$(BENCHTIME) -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/relay$$')
-	OUTBOX_BENCH_ROWS=$(BENCH_ROWS) $(GO) test -v -run='^$$' -bench=. -benchtime=1x -count=1 -timeout 60m ./relay/
+	$(WITH_SERVICES) $(GO) test -run='^$$' -bench=. -benchtime=$(BENCHTIME) -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/relay$$')
+	$(WITH_SERVICES) OUTBOX_BENCH_ROWS=$(BENCH_ROWS) $(GO) test -v -run='^$$' -bench=. -benchtime=1x -count=1 -timeout 60m ./relay/
 	$(GO) run ./cmd/outbox-relay bench --rows $(BENCH_ROWS) --log-level=warn
 
 lint: vet
@@ -73,7 +81,7 @@ lint: vet
 # relay binary built first and run as a sidecar process (DEMO_ARGS= runs it in-process).
 DEMO_ARGS ?= -relay-bin $(BIN)
 demo: services build
-	$(GO) run ./examples/orders $(DEMO_ARGS) -relay-bin $(BIN)
+	$(WITH_SERVICES) $(GO) run ./examples/orders $(DEMO_ARGS)
 
 clean:
 	rm -rf bin/

@@ -37,9 +37,9 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.mysqlServer, "mysql", "root:@tcp(127.0.0.1:3306)/", "MySQL server DSN without a database name")
+	flag.StringVar(&o.mysqlServer, "mysql", envOr("OUTBOX_TEST_MYSQL_DSN", "outbox:outbox@tcp(127.0.0.1:13306)/"), "MySQL server DSN without a database name (default: $OUTBOX_TEST_MYSQL_DSN, else make services' private server)")
 	flag.StringVar(&o.database, "database", "outbox_demo", "database to (re)create for the demo")
-	flag.StringVar(&o.redisAddr, "redis", "127.0.0.1:6379", "Redis address")
+	flag.StringVar(&o.redisAddr, "redis", envOr("OUTBOX_TEST_REDIS_ADDR", "127.0.0.1:16379"), "Redis address (default: $OUTBOX_TEST_REDIS_ADDR, else make services' private server)")
 	flag.StringVar(&o.nameservers, "nameservers", "", "RocketMQ name servers (comma-separated); empty starts the in-process test broker")
 	flag.StringVar(&o.relayBin, "relay-bin", "", "outbox-relay binary to run as a sidecar process; empty runs the relay in-process")
 	flag.IntVar(&o.orders, "orders", 2000, "orders to place")
@@ -60,4 +60,12 @@ func main() {
 	if !ok {
 		os.Exit(1)
 	}
+}
+
+// envOr returns the environment variable key, or def when it is empty.
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }

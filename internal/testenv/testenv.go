@@ -3,8 +3,9 @@
 //
 // A server that cannot be reached skips the test on a developer machine, but fails it when
 // CI=true, so a CI run can never pass by silently skipping the integration tests.
-// The addresses come from OUTBOX_TEST_MYSQL_DSN (default root:@tcp(127.0.0.1:3306)/) and
-// OUTBOX_TEST_REDIS_ADDR (default 127.0.0.1:6379).
+// The addresses come from OUTBOX_TEST_MYSQL_DSN and OUTBOX_TEST_REDIS_ADDR; their defaults
+// are the private servers that scripts/services.sh (`make services`) starts:
+// outbox:outbox@tcp(127.0.0.1:13306)/ and 127.0.0.1:16379.
 package testenv
 
 import (
@@ -27,7 +28,7 @@ func MySQLServerDSN() string {
 	if v := os.Getenv("OUTBOX_TEST_MYSQL_DSN"); v != "" {
 		return v
 	}
-	return "root:@tcp(127.0.0.1:3306)/"
+	return "outbox:outbox@tcp(127.0.0.1:13306)/"
 }
 
 // RedisAddr returns the address of the test Redis server.
@@ -35,7 +36,7 @@ func RedisAddr() string {
 	if v := os.Getenv("OUTBOX_TEST_REDIS_ADDR"); v != "" {
 		return v
 	}
-	return "127.0.0.1:6379"
+	return "127.0.0.1:16379"
 }
 
 // Unavailable fails the test under CI=true and skips it otherwise.
