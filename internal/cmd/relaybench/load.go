@@ -1,0 +1,315 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/tcpproxy"
+	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/schema"
+)
+
+// loadFlags are the load command's flags.
+type loadFlags struct {
+	servers  serverFlags
+	writers  writerFlags
+	polls    []time.Duration
+	relays   []int
+	algos    []string
+	duration time.Duration
+	idle     time.Duration
+	relayBin string
+}
+
+// scenario is one measured configuration.
+type scenario struct {
+	algo   string
+	poll   time.Duration
+	nudge  bool
+	relays int
+}
+
+func (s scenario) String() string {
+	n := "poll only"
+	if s.nudge {
+		n = "nudge"
+	}
+	return fmt.Sprintf("%s, poll %s, %s, %d relay(s)", s.algo, s.poll, n, s.relays)
+}
+
+// loadResult is one scenario's figures.
+type loadResult struct {
+	scenario
+	committed, rolledBack, delivered int
+	fromRolledBack, duplicates       int
+	p50, p95, p99, max               float64 // commit → broker store, ms
+	rowsPerSec                       float64
+	cpuPct                           float64 // relay processes' CPU time / wall time, % of one core
+	idleQPS                          float64 // commands the relay processes sent at idle, per second
+}
+
+func runLoad(ctx context.Context, args []string) error {
+	var f loadFlags
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	f.servers.register(fs)
+	f.writers.register(fs, 200)
+	polls := fs.String("polls", "200ms,1s", "relay poll intervals (seed 002: its schedule), comma-separated")
+	relays := fs.String("relays", "1,2", "numbers of relay processes per table, comma-separated")
+	algos := fs.String("algos", "outbox-relay,outbox-relay-poll,seed002", "what to run: outbox-relay (with nudges), outbox-relay-poll (without), seed002")
+	fs.DurationVar(&f.duration, "duration", 20*time.Second, "writing time of each scenario")
+	fs.DurationVar(&f.idle, "idle", 10*time.Second, "idle time over which the relays' queries/s are counted")
+	fs.StringVar(&f.relayBin, "relay-bin", "", "outbox-relay binary (default: built from this checkout)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := f.writers.validate(); err != nil {
+		return err
+	}
+	var err error
+	if f.polls, err = parseDurations("--polls", *polls); err != nil {
+		return err
+	}
+	for _, s := range strings.Split(*relays, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return fmt.Errorf("--relays: %q is not a positive number", s)
+		}
+		f.relays = append(f.relays, n)
+	}
+	for _, a := range strings.Split(*algos, ",") {
+		if a = strings.TrimSpace(a); !slices.Contains([]string{"outbox-relay", "outbox-relay-poll", "seed002"}, a) {
+			return fmt.Errorf("--algos: unknown %q (outbox-relay, outbox-relay-poll, seed002)", a)
+		}
+		f.algos = append(f.algos, a)
+	}
+	if f.duration <= 0 || f.idle < 0 {
+		return errors.New("--duration must be positive and --idle not negative")
+	}
+
+	tmp, err := os.MkdirTemp("", "relaybench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if f.relayBin, err = relayBinary(ctx, f.relayBin, tmp); err != nil {
+		return err
+	}
+	w, err := newWorld(ctx, f.servers)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+
+	fmt.Printf("relaybench load: %d writers, %.0f tx/s, %.0f%% held open up to %s, %.0f%% rolled back; %s of writing per scenario, idle %s\n",
+		f.writers.writers, f.writers.rate, 100*f.writers.holdFrac, f.writers.holdMax, 100*f.writers.rollback, f.duration, f.idle)
+	fmt.Printf("database %s on %s, Redis, in-process broker; relays are processes (%s, and seed 002's algorithm)\n\n",
+		w.cfg.DBName, w.cfg.Addr, f.relayBin)
+	var results []loadResult
+	for _, poll := range f.polls {
+		for _, n := range f.relays {
+			for _, a := range f.algos {
+				sc := scenario{algo: algoRelay, poll: poll, nudge: a == "outbox-relay", relays: n}
+				if a == "seed002" {
+					sc.algo = algoSeed
+				}
+				r, err := runScenario(ctx, w, f, sc)
+				if err != nil {
+					return fmt.Errorf("%s: %w", sc, err)
+				}
+				results = append(results, r)
+				printResult(r)
+			}
+		}
+	}
+	fmt.Println()
+	printTable(results)
+	for _, r := range results {
+		if r.delivered != r.committed || r.fromRolledBack > 0 {
+			return fmt.Errorf("%s: %d of %d committed rows delivered, %d from rolled-back transactions",
+				r.scenario, r.delivered, r.committed, r.fromRolledBack)
+		}
+	}
+	return nil
+}
+
+func parseDurations(flagName, s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, p := range strings.Split(s, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(p))
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("%s: %q is not a positive duration", flagName, p)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// runScenario measures one configuration on tables of its own.
+func runScenario(ctx context.Context, w *world, f loadFlags, sc scenario) (loadResult, error) {
+	res := loadResult{scenario: sc}
+	table := "lm_" + randomHex(4)
+	topic := "load_" + table
+	if err := schema.Migrate(ctx, w.db, table); err != nil {
+		return res, err
+	}
+	defer w.db.ExecContext(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+table+", "+table+"_orders")
+	wr, err := outbox.NewWriter(outbox.Config{Table: table, Redis: w.rdb})
+	if err != nil {
+		return res, err
+	}
+	a, err := newApp(ctx, w.db, wr, table, topic, sc.nudge)
+	if err != nil {
+		return res, err
+	}
+	// The relays reach the database through a proxy that counts their commands.
+	proxy, err := tcpproxy.Start(w.cfg.Addr)
+	if err != nil {
+		return res, err
+	}
+	defer proxy.Close()
+	var procs []*proc
+	defer func() {
+		for _, p := range procs {
+			p.stop(10 * time.Second)
+		}
+	}()
+	for i := 0; i < sc.relays; i++ {
+		p, err := startRelay(relaySpec{algo: sc.algo, relayBin: f.relayBin, dsn: w.dsnVia(proxy.Addr()), table: table,
+			redisAddr: w.rdb.Options().Addr, lockKey: w.prefix + "lock:" + table, nameSrv: w.broker.NameServerAddr(),
+			group: fmt.Sprintf("relay-%d", i), poll: sc.poll, nudge: sc.nudge})
+		if err != nil {
+			return res, err
+		}
+		procs = append(procs, p)
+	}
+	// Warm up: one row through, so every relay is connected and one of them leads.
+	if err := wr.Insert(ctx, w.db, outbox.Message{MsgID: topic + "-warm-up", Topic: topic, Body: []byte("{}")}); err != nil {
+		return res, err
+	}
+	if err := waitStored(ctx, w.broker, topic, 1, 60*time.Second+3*sc.poll); err != nil {
+		return res, fmt.Errorf("warm-up: %w\n%s", err, procs[0].out.String())
+	}
+	time.Sleep(time.Second) // let the standbys connect too
+
+	cpu0 := cpuOf(procs)
+	start := time.Now()
+	l := newLedger()
+	wctx, cancel := context.WithTimeout(ctx, f.duration)
+	err = a.write(wctx, f.writers, l)
+	cancel()
+	if err != nil {
+		return res, err
+	}
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	committed := l.commits()
+	if err := waitStored(ctx, w.broker, topic, committed+1, 60*time.Second+3*sc.poll); err != nil {
+		return res, fmt.Errorf("delivery: %w", err)
+	}
+	wall := time.Since(start)
+	res.cpuPct = 100 * (cpuOf(procs) - cpu0).Seconds() / wall.Seconds()
+
+	if f.idle > 0 {
+		time.Sleep(max(2*sc.poll, time.Second)) // the last pass ends
+		c0 := proxy.Commands()
+		time.Sleep(f.idle)
+		res.idleQPS = float64(proxy.Commands()-c0) / f.idle.Seconds()
+	}
+	lat := measure(w.broker.Messages(topic), l, &res)
+	res.rowsPerSec = float64(res.delivered) / wall.Seconds()
+	res.p50, res.p95, res.p99, res.max = percentile(lat, 0.50), percentile(lat, 0.95), percentile(lat, 0.99), percentile(lat, 1)
+	for _, p := range procs {
+		if p.exited() {
+			return res, fmt.Errorf("relay %s exited during the run: %v\n%s", p.group, p.err, p.out.String())
+		}
+	}
+	return res, nil
+}
+
+func cpuOf(procs []*proc) time.Duration {
+	var d time.Duration
+	for _, p := range procs {
+		d += p.cpu()
+	}
+	return d
+}
+
+// waitStored waits until the broker holds n messages of topic.
+func waitStored(ctx context.Context, b *rmqtest.Server, topic string, n int, within time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	if _, err := b.WaitMessages(wctx, topic, n); err != nil {
+		return fmt.Errorf("%d messages of %s stored after %s, want %d: %w", b.Count(topic), topic, within, n, err)
+	}
+	return nil
+}
+
+// measure matches the broker's messages with the ledger: counts into res and returns the
+// commit → store latencies in ms (the first store of each message; the broker's store time
+// has ms resolution).
+func measure(msgs []rmqtest.Message, l *ledger, res *loadResult) []float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	first := map[string]int64{}
+	for _, m := range msgs {
+		id := m.Properties[outbox.MsgIDProperty]
+		if l.rolledBack[id] {
+			res.fromRolledBack++
+			continue
+		}
+		if _, ok := l.committed[id]; !ok {
+			continue
+		}
+		if at, seen := first[id]; seen {
+			res.duplicates++
+			if m.StoreTimestamp >= at {
+				continue
+			}
+		}
+		first[id] = m.StoreTimestamp
+	}
+	res.committed, res.rolledBack, res.delivered = len(l.committed), len(l.rolledBack), len(first)
+	lat := make([]float64, 0, len(first))
+	for id, stored := range first {
+		lat = append(lat, float64(stored)-float64(l.committed[id].UnixMicro())/1000)
+	}
+	slices.Sort(lat)
+	return lat
+}
+
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))]
+}
+
+func printResult(r loadResult) {
+	fmt.Printf("%-50s committed %d, rolled back %d, delivered %d (dups %d, from rolled back %d); "+
+		"p50 %.0f p95 %.0f p99 %.0f max %.0f ms; %.0f rows/s; relay CPU %.1f%%; idle %.1f queries/s\n",
+		r.scenario, r.committed, r.rolledBack, r.delivered, r.duplicates, r.fromRolledBack,
+		r.p50, r.p95, r.p99, r.max, r.rowsPerSec, r.cpuPct, r.idleQPS)
+}
+
+func printTable(rs []loadResult) {
+	fmt.Println("| poll | relays | relay | nudge | p50 ms | p95 ms | p99 ms | max lag ms | rows/s | relay CPU % | idle queries/s |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range rs {
+		nudge := "no"
+		if r.nudge {
+			nudge = "yes"
+		}
+		fmt.Printf("| %s | %d | %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.1f |\n",
+			r.poll, r.relays, r.algo, nudge, r.p50, r.p95, r.p99, r.max, r.rowsPerSec, r.cpuPct, r.idleQPS)
+	}
+}
