@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/loadgen"
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/schema"
@@ -28,16 +29,16 @@ type handover struct {
 // with SIGTERM, writers running throughout.
 func runFailover(ctx context.Context, args []string) error {
 	var s serverFlags
-	var wf writerFlags
+	var wf loadgen.Mix
 	fs := flag.NewFlagSet("failover", flag.ContinueOnError)
 	s.register(fs)
-	wf.register(fs, 100)
+	registerMix(fs, &wf, 100)
 	rounds := fs.Int("rounds", 3, "handovers measured of each kind")
 	relayBin := fs.String("relay-bin", "", "outbox-relay binary (default: built from this checkout)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := wf.validate(); err != nil {
+	if err := wf.Validate(); err != nil {
 		return err
 	}
 	if *rounds < 1 {
@@ -67,7 +68,7 @@ func runFailover(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	a, err := newApp(ctx, w.db, wr, table, topic, true)
+	a, err := loadgen.NewApp(ctx, w.db, wr, topic, true)
 	if err != nil {
 		return err
 	}
@@ -104,11 +105,11 @@ func runFailover(ctx context.Context, args []string) error {
 	time.Sleep(2 * time.Second) // the standby connects
 
 	fmt.Printf("relaybench failover: outbox-relay with default settings (%s), two processes, %d writers at %.0f tx/s with nudges\n",
-		bin, wf.writers, wf.rate)
-	l := newLedger()
+		bin, wf.Writers, wf.Rate)
+	l := loadgen.NewLedger()
 	wctx, stopWriters := context.WithCancel(ctx)
 	writeErr := make(chan error, 1)
-	go func() { writeErr <- a.write(wctx, wf, l) }()
+	go func() { writeErr <- a.Write(wctx, wf, l, "") }()
 	time.Sleep(2 * time.Second)
 
 	var results []handover
@@ -132,7 +133,7 @@ func runFailover(ctx context.Context, args []string) error {
 	if err := <-writeErr; err != nil {
 		return err
 	}
-	if err := waitStored(ctx, w.broker, topic, l.commits()+1, 60*time.Second); err != nil {
+	if err := waitStored(ctx, w.broker, topic, l.Commits()+1, 60*time.Second); err != nil {
 		return err
 	}
 	var res loadResult
@@ -212,18 +213,10 @@ func measureHandover(ctx context.Context, b *rmqtest.Server, topic string, procs
 }
 
 // worstLatency is the worst commit → first store of the rows committed in [from, to].
-func worstLatency(msgs []rmqtest.Message, l *ledger, from, to time.Time) float64 {
-	stored := map[string]int64{}
-	for _, m := range msgs {
-		id := m.Properties[outbox.MsgIDProperty]
-		if s, ok := stored[id]; !ok || m.StoreTimestamp < s {
-			stored[id] = m.StoreTimestamp
-		}
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func worstLatency(msgs []rmqtest.Message, l *loadgen.Ledger, from, to time.Time) float64 {
+	stored := firstStores(msgs)
 	worst := 0.0
-	for id, c := range l.committed {
+	for id, c := range l.Committed() {
 		if s, ok := stored[id]; ok && !c.Before(from) && !c.After(to) {
 			worst = max(worst, float64(s)-float64(c.UnixMicro())/1000)
 		}

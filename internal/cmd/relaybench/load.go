@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/loadgen"
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/tcpproxy"
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -21,7 +22,7 @@ import (
 // loadFlags are the load command's flags.
 type loadFlags struct {
 	servers  serverFlags
-	writers  writerFlags
+	writers  loadgen.Mix
 	polls    []time.Duration
 	relays   []int
 	algos    []string
@@ -61,7 +62,7 @@ func runLoad(ctx context.Context, args []string) error {
 	var f loadFlags
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	f.servers.register(fs)
-	f.writers.register(fs, 200)
+	registerMix(fs, &f.writers, 200)
 	polls := fs.String("polls", "200ms,1s", "relay poll intervals (seed 002: its schedule), comma-separated")
 	relays := fs.String("relays", "1,2", "numbers of relay processes per table, comma-separated")
 	algos := fs.String("algos", "outbox-relay,outbox-relay-poll,seed002", "what to run: outbox-relay (with nudges), outbox-relay-poll (without), seed002")
@@ -71,7 +72,7 @@ func runLoad(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := f.writers.validate(); err != nil {
+	if err := f.writers.Validate(); err != nil {
 		return err
 	}
 	var err error
@@ -110,7 +111,7 @@ func runLoad(ctx context.Context, args []string) error {
 	defer w.Close()
 
 	fmt.Printf("relaybench load: %d writers, %.0f tx/s, %.0f%% held open up to %s, %.0f%% rolled back; %s of writing per scenario, idle %s\n",
-		f.writers.writers, f.writers.rate, 100*f.writers.holdFrac, f.writers.holdMax, 100*f.writers.rollback, f.duration, f.idle)
+		f.writers.Writers, f.writers.Rate, 100*f.writers.HoldShare, f.writers.HoldMax, 100*f.writers.RollbackShare, f.duration, f.idle)
 	fmt.Printf("database %s on %s, Redis, in-process broker; relays are processes (%s, and seed 002's algorithm)\n\n",
 		w.cfg.DBName, w.cfg.Addr, f.relayBin)
 	var results []loadResult
@@ -166,7 +167,7 @@ func runScenario(ctx context.Context, w *world, f loadFlags, sc scenario) (loadR
 	if err != nil {
 		return res, err
 	}
-	a, err := newApp(ctx, w.db, wr, table, topic, sc.nudge)
+	a, err := loadgen.NewApp(ctx, w.db, wr, topic, sc.nudge)
 	if err != nil {
 		return res, err
 	}
@@ -202,9 +203,9 @@ func runScenario(ctx context.Context, w *world, f loadFlags, sc scenario) (loadR
 
 	cpu0 := cpuOf(procs)
 	start := time.Now()
-	l := newLedger()
+	l := loadgen.NewLedger()
 	wctx, cancel := context.WithTimeout(ctx, f.duration)
-	err = a.write(wctx, f.writers, l)
+	err = a.Write(wctx, f.writers, l, "")
 	cancel()
 	if err != nil {
 		return res, err
@@ -212,7 +213,7 @@ func runScenario(ctx context.Context, w *world, f loadFlags, sc scenario) (loadR
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}
-	committed := l.commits()
+	committed := l.Commits()
 	if err := waitStored(ctx, w.broker, topic, committed+1, 60*time.Second+3*sc.poll); err != nil {
 		return res, fmt.Errorf("delivery: %w", err)
 	}
@@ -255,36 +256,43 @@ func waitStored(ctx context.Context, b *rmqtest.Server, topic string, n int, wit
 }
 
 // measure matches the broker's messages with the ledger: counts into res and returns the
-// commit → store latencies in ms (the first store of each message; the broker's store time
-// has ms resolution).
-func measure(msgs []rmqtest.Message, l *ledger, res *loadResult) []float64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// commit → store latencies in ms, sorted (the first store of each message; the broker's
+// store time has ms resolution).
+func measure(msgs []rmqtest.Message, l *loadgen.Ledger, res *loadResult) []float64 {
+	committed, rolledBack := l.Committed(), l.RolledBack()
+	first := firstStores(msgs)
+	for _, m := range msgs {
+		id := m.Properties[outbox.MsgIDProperty]
+		if rolledBack[id] {
+			res.fromRolledBack++
+		}
+		if _, ok := committed[id]; ok {
+			res.duplicates++ // less the first stores, below
+		}
+	}
+	res.committed, res.rolledBack = len(committed), len(rolledBack)
+	lat := make([]float64, 0, len(committed))
+	for id, at := range committed {
+		if stored, ok := first[id]; ok {
+			res.delivered++
+			lat = append(lat, float64(stored)-float64(at.UnixMicro())/1000)
+		}
+	}
+	res.duplicates -= res.delivered
+	slices.Sort(lat)
+	return lat
+}
+
+// firstStores is the first store time (ms) of each msg_id among msgs.
+func firstStores(msgs []rmqtest.Message) map[string]int64 {
 	first := map[string]int64{}
 	for _, m := range msgs {
 		id := m.Properties[outbox.MsgIDProperty]
-		if l.rolledBack[id] {
-			res.fromRolledBack++
-			continue
+		if at, ok := first[id]; !ok || m.StoreTimestamp < at {
+			first[id] = m.StoreTimestamp
 		}
-		if _, ok := l.committed[id]; !ok {
-			continue
-		}
-		if at, seen := first[id]; seen {
-			res.duplicates++
-			if m.StoreTimestamp >= at {
-				continue
-			}
-		}
-		first[id] = m.StoreTimestamp
 	}
-	res.committed, res.rolledBack, res.delivered = len(l.committed), len(l.rolledBack), len(first)
-	lat := make([]float64, 0, len(first))
-	for id, stored := range first {
-		lat = append(lat, float64(stored)-float64(l.committed[id].UnixMicro())/1000)
-	}
-	slices.Sort(lat)
-	return lat
+	return first
 }
 
 func percentile(sorted []float64, p float64) float64 {
