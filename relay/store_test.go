@@ -35,11 +35,14 @@ func TestPageExaminesOnlyItsOwnRows(t *testing.T) {
 		}
 	}
 	db.SetMaxOpenConns(1) // session counters below belong to the one connection
-	s := store{db: db.DB, table: "local_message"}
+	r, err := New(db.DB, nil, nopPublisher{}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := db.Exec("FLUSH STATUS"); err != nil {
 		t.Fatal(err)
 	}
-	page, err := s.page(ctx, 0, 1<<62, cursor{next: 0, id: held}, limit, nil)
+	page, _, _, err := r.readPage(ctx, 0, 1<<62, cursor{next: 0, id: held}, limit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,3 +61,9 @@ func TestPageExaminesOnlyItsOwnRows(t *testing.T) {
 		t.Fatalf("one page of %d examined %d index entries: it re-reads the %d rows before the cursor", limit, examined, held)
 	}
 }
+
+// nopPublisher is a Publisher for tests that only read pages.
+type nopPublisher struct{}
+
+func (nopPublisher) Send(context.Context, Route, ...*Message) error { return nil }
+func (nopPublisher) Close() error                                   { return nil }

@@ -19,3 +19,10 @@ func ValidateIdent(name string) error {
 	}
 	return nil
 }
+
+// QuoteIdent returns name quoted with backticks for use in SQL, so that a table named after a
+// reserved word (order, group) works. name must have passed ValidateIdent, which admits no
+// backtick.
+func QuoteIdent(name string) string {
+	return "`" + name + "`"
+}
