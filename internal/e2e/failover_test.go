@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -11,8 +14,14 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/tcpproxy"
 )
 
-// lockTTL is OUTBOX_LOCK_TTL of the processes these tests start (see env.environ).
-const lockTTL = 2 * time.Second
+// lockTTL and pollInterval are OUTBOX_LOCK_TTL and OUTBOX_RELAY_POLL_INTERVAL of the
+// processes these tests start (see env.environ).
+// queryTimeout is relay.Config.QueryTimeout's default, which the binary keeps.
+const (
+	lockTTL      = 2 * time.Second
+	pollInterval = 100 * time.Millisecond
+	queryTimeout = 5 * time.Second
+)
 
 // leading starts relay process group and waits until it has published a row: it holds the lock.
 func (e *env) leading(t *testing.T, group string, extra ...string) *proc {
@@ -96,9 +105,8 @@ func TestFrozenLeaderStopsAfterSIGCONT(t *testing.T) {
 	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the resumed leader to say it lost the lock", func() bool {
-		out := strings.ToLower(a.out.String())
-		return strings.Contains(out, "lock lost") || strings.Contains(out, "lost the lock") || strings.Contains(out, "lock_lost")
+	eventually(t, 30*time.Second, "the resumed leader to report it no longer leads (outbox_relay_leader 0)", func() bool {
+		return leaderGauge(t, a) == "0"
 	})
 	// A row committed after the resume is delivered by the standby, the leader now.
 	e.insertN(t, "after-resume", 1)
@@ -120,12 +128,13 @@ func TestFrozenLeaderStopsAfterSIGCONT(t *testing.T) {
 	assertSentAreOnBroker(t, e)
 }
 
-// frozenPathBound is how long the documented policy lets a leader whose database path is
-// black-holed keep the table: every relay query has a timeout, a leader that completes no
-// pass for a few lock TTLs releases the lock, and a standby takes a free lock within its
-// retry period. See docs/runbook.md ("leader stuck on MySQL").
-func frozenPathBound(ttl time.Duration) time.Duration {
-	return 4*ttl + ttl // no progress for 3 TTLs + the query timeout (one TTL) + the standby's retry (TTL/3, rounded up)
+// frozenPathBound is the bound relay.Config documents for a leader whose database path is
+// black-holed: a leader the database has not answered for StallTimeout (default
+// max(3 × lock TTL, 2 × QueryTimeout)) gives the lock up, which it checks at each lock tick
+// (every TTL/4); a standby tries the lock every TTL/4 and delivers in its first pass, started
+// at once and given one poll interval here.
+func frozenPathBound(ttl, queryTimeout, poll time.Duration) time.Duration {
+	return max(3*ttl, 2*queryTimeout) + ttl/4 + ttl/4 + poll
 }
 
 // TestLeaderDatabasePathFrozen: the leader's connection to MariaDB stops forwarding without
@@ -146,11 +155,38 @@ func TestLeaderDatabasePathFrozen(t *testing.T) {
 	proxy.Freeze()
 	const n = 100
 	e.insertN(t, "after-freeze", n)
-	bound := frozenPathBound(lockTTL)
+	bound := frozenPathBound(lockTTL, queryTimeout, pollInterval)
 	eventually(t, bound-time.Since(frozen), fmt.Sprintf("the standby to deliver within %s of the freeze", bound), func() bool {
 		return e.count(t, "msg_id LIKE 'after-freeze-%' AND status = 2") == n
 	})
 	took, _ := firstStoreBy(e.broker, "orders", "relay-b", frozen)
 	t.Logf("standby published %s after the leader's database path froze (bound %s)", took.Sub(frozen).Round(time.Millisecond), bound)
 	assertSentAreOnBroker(t, e)
+}
+
+// leaderGauge is the value of outbox_relay_leader on p's /metrics ("" if not there yet).
+func leaderGauge(t *testing.T, p *proc) string {
+	t.Helper()
+	var addr string
+	for _, line := range strings.Split(p.out.String(), "\n") {
+		var entry struct{ Addr, Message string }
+		if json.Unmarshal([]byte(line), &entry) == nil && strings.HasPrefix(entry.Message, "http:") {
+			addr = entry.Addr
+		}
+	}
+	if addr == "" {
+		return ""
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "outbox_relay_leader{") {
+			return line[strings.LastIndexByte(line, ' ')+1:]
+		}
+	}
+	return ""
 }
