@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -10,13 +9,13 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outbox-relay/outbox-relay/internal/seed002"
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -48,7 +47,7 @@ const (
 type proc struct {
 	group string
 	cmd   *exec.Cmd
-	out   syncBuffer
+	out   testenv.SyncBuffer
 	done  chan struct{}
 	err   error
 }
@@ -129,24 +128,6 @@ func (p *proc) cpu() time.Duration {
 	ut, _ := strconv.ParseInt(fields[11], 10, 64)
 	st, _ := strconv.ParseInt(fields[12], 10, 64)
 	return time.Duration(ut+st) * 10 * time.Millisecond
-}
-
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // runSeedRelay is the seed002-relay command: seed 002's relay until SIGTERM.
