@@ -235,6 +235,9 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Rel
 	return r, nil
 }
 
+// Table returns the table the relay serves.
+func (r *Relay) Table() string { return r.cfg.Table }
+
 // Stats counts what one DrainOnce did.
 type Stats struct {
 	// Read is the number of due rows read.
