@@ -287,6 +287,7 @@ func (r *Relay) drain(stop, ctx context.Context, fence func() bool) (Stats, erro
 	}()
 	comp := r.newCompleter(ctx)
 	go comp.run()
+	defer context.AfterFunc(stop, comp.wake)()
 
 	for pg := range pages {
 		if !comp.waitHealthy(stop, ctx) || stop.Err() != nil || ctx.Err() != nil || (fence != nil && !fence()) {
