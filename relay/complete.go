@@ -67,14 +67,16 @@ func (c *completer) close() (Stats, error) {
 	return c.stats, c.err
 }
 
+// wake wakes waitHealthy, so that a publish stage held back can see that it must stop.
+func (c *completer) wake() {
+	c.mu.Lock()
+	c.cond.Broadcast()
+	c.mu.Unlock()
+}
+
 func (c *completer) run() {
 	defer close(c.done)
-	// Wake waitHealthy when the context ends, so a stalled publish stage can leave.
-	stopWake := context.AfterFunc(c.ctx, func() {
-		c.mu.Lock()
-		c.cond.Broadcast()
-		c.mu.Unlock()
-	})
+	stopWake := context.AfterFunc(c.ctx, c.wake)
 	defer stopWake()
 	for first := range c.in {
 		batch := []completion{first}

@@ -14,7 +14,7 @@ import (
 const incidentWindow = 10 * time.Second
 
 // Deferral of rows whose attempt failed in an incident: the broker's backoff, doubling from
-// deferBase per failing page up to deferMax, with ±25 % jitter so that a recovering broker
+// deferBase per page in which nothing was acknowledged, up to deferMax, with ±25 % jitter so that a recovering broker
 // is not hit by every deferred row at the same moment.
 const (
 	deferBase = 500 * time.Millisecond
@@ -142,16 +142,22 @@ func (in *incidents) judge(items []item, results []result) {
 			res.reason = res.reason + " (broker incident: attempt not counted)"
 		}
 	}
-	for k := range pageFailures {
-		if st := in.failing[k]; st != nil {
-			st.rounds++
-		}
-	}
-	// A page with acknowledged sends and no failure of a failing broker ends its incident.
+	// A broker that fails everything backs off further with each page; one that still
+	// acknowledges some sends (a share of busy answers) keeps the shortest deferral. A page
+	// with acknowledged sends and no failure of a failing broker ends its incident.
 	pageSent := 0
 	for i := range results {
 		if results[i].kind == sent {
 			pageSent++
+		}
+	}
+	for k := range pageFailures {
+		if st := in.failing[k]; st != nil {
+			if pageSent > 0 {
+				st.rounds = 0
+			} else {
+				st.rounds++
+			}
 		}
 	}
 	for k, st := range in.failing {

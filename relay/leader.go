@@ -139,7 +139,20 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 
 	empty, failures := 0, 0
 	for ctx.Err() == nil && abort.Err() == nil {
-		st, err := r.drain(ctx, abort, r.lockValid)
+		var st Stats
+		var err error
+		if empty > 0 && failures == 0 {
+			// Idle: one cheap probe instead of a pass's two page reads.
+			var due bool
+			if due, err = r.store.anyDue(abort, time.Now().UnixMilli()); err == nil {
+				r.progress.mark()
+			}
+			if err == nil && due {
+				st, err = r.drain(ctx, abort, r.lockValid)
+			}
+		} else {
+			st, err = r.drain(ctx, abort, r.lockValid)
+		}
 		var wait time.Duration
 		switch {
 		case err != nil && abort.Err() == nil:

@@ -235,6 +235,9 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Rel
 	return r, nil
 }
 
+// Table returns the table the relay serves.
+func (r *Relay) Table() string { return r.cfg.Table }
+
 // Stats counts what one DrainOnce did.
 type Stats struct {
 	// Read is the number of due rows read.
@@ -284,6 +287,7 @@ func (r *Relay) drain(stop, ctx context.Context, fence func() bool) (Stats, erro
 	}()
 	comp := r.newCompleter(ctx)
 	go comp.run()
+	defer context.AfterFunc(stop, comp.wake)()
 
 	for pg := range pages {
 		if !comp.waitHealthy(stop, ctx) || stop.Err() != nil || ctx.Err() != nil || (fence != nil && !fence()) {
