@@ -92,7 +92,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 			Table: table, BatchSize: cfg.Relay.BatchSize, Concurrency: cfg.Relay.Concurrency,
 			PollInterval: cfg.Relay.PollInterval, DisableBatchSend: !cfg.Relay.BatchSend,
 			MaxBodyBytes: cfg.Relay.MaxBodyBytes, Backoff: cfg.Backoff, Router: router,
-			LockKey: cfg.Lock.KeyFor(table), LockTTL: cfg.Lock.TTL, ShutdownTimeout: cfg.Relay.ShutdownTimeout,
+			LockKey: cfg.LockKey(table), LockTTL: cfg.Lock.TTL, ShutdownTimeout: cfg.Relay.ShutdownTimeout,
 			DisableNudge: !cfg.Relay.Nudge, Logger: &log, Metrics: metrics,
 		}
 		if cfg.Relay.Unrouted == config.UnroutedDead {

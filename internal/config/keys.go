@@ -81,7 +81,7 @@ var defaults = []struct {
 	{KeyRelayPurgeRetention, time.Duration(0)},
 	{KeyRelayPurgeInterval, 10 * time.Minute},
 	{KeyLockTTL, 10 * time.Second},
-	{KeyLockKey, "outbox-relay:lock:{table}"},
+	{KeyLockKey, "outbox-relay:lock:{db}:{table}"},
 	{KeyBackoffBase, time.Second},
 	{KeyBackoffMultiplier, 2.0},
 	{KeyBackoffMax, time.Hour},
