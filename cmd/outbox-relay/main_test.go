@@ -210,7 +210,7 @@ func TestStatusAndDeadList(t *testing.T) {
 	}
 
 	r = cli(t, "", false, "dead", "list", dsn, "--topic=stock", "--limit=3", "--json")
-	var dead []deadRow
+	var dead []ops.DeadRow
 	if err := json.Unmarshal([]byte(r.out), &dead); err != nil || r.code != 0 {
 		t.Fatalf("dead list --json: %v %+v", err, r)
 	}

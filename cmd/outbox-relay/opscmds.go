@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -105,12 +106,6 @@ func (f *filterFlags) filter() (ops.Filter, error) {
 	return ops.Filter{MsgIDs: f.msgIDs, Topic: f.topic, Tag: f.tag, OlderThan: f.olderThan}, nil
 }
 
-// deadRow is a dead message with its table, for JSON output.
-type deadRow struct {
-	Table string `json:"table"`
-	ops.DeadMessage
-}
-
 func (a *app) newDeadCmd() *cobra.Command {
 	dead := &cobra.Command{
 		Use:   "dead",
@@ -123,13 +118,16 @@ func (a *app) newDeadCmd() *cobra.Command {
 	var ff filterFlags
 	var limit int
 	var afterID int64
+	var after string
 	var asJSON bool
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List dead messages, oldest first",
-		Long: `List the dead rows (status 3) of each outbox table with why they died, oldest id first.
-Filters combine: --topic order-* --older-than 24h lists the order topics' rows dead for a
-day or more. Page with --after-id (the last id printed).`,
+		Short: "List dead messages, table by table, oldest first",
+		Long: `List the dead rows (status 3) of each outbox table with why they died, table by table
+(in the configured order), oldest id first. Filters combine: --topic order-* --older-than 24h
+lists the order topics' rows dead for a day or more. When more rows match than --limit, the
+last line gives the next page's cursor: --after TABLE:ID (the table and id of the last row
+printed; with --json, take them from the last element).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f, err := ff.filter()
@@ -139,29 +137,31 @@ day or more. Page with --after-id (the last id printed).`,
 			if limit < 1 || limit > 100000 {
 				return usageError("--limit must be between 1 and 100000, got %d", limit)
 			}
+			tables := a.cfg.Tables()
+			cur, err := ops.ParseCursor(after)
+			if err != nil {
+				return usageError("--after: %v", err)
+			}
+			if cur.Table != "" && !slices.Contains(tables, cur.Table) {
+				return usageError("--after: table %s is not configured (tables: %s)", cur.Table, strings.Join(tables, ", "))
+			}
+			if cmd.Flags().Changed("after-id") {
+				if len(tables) > 1 || after != "" {
+					return usageError("--after-id pages one table only: with several tables use --after TABLE:ID")
+				}
+				cur = ops.Cursor{Table: tables[0], ID: afterID}
+			}
 			ctx := cmd.Context()
 			db, err := a.openDB(ctx)
 			if err != nil {
 				return err
 			}
 			defer db.Close()
-			var rows []deadRow
-			for _, table := range a.cfg.Tables() {
-				ms, err := ops.DeadList(ctx, db, table, f, afterID, limit-len(rows))
-				if err != nil {
-					return err
-				}
-				for _, m := range ms {
-					rows = append(rows, deadRow{table, m})
-				}
-				if len(rows) >= limit {
-					break
-				}
+			rows, next, err := ops.DeadPage(ctx, db, tables, f, cur, limit)
+			if err != nil {
+				return err
 			}
 			if asJSON {
-				if rows == nil {
-					rows = []deadRow{}
-				}
 				return writeJSON(cmd.OutOrStdout(), rows)
 			}
 			if len(rows) == 0 {
@@ -174,12 +174,19 @@ day or more. Page with --after-id (the last id printed).`,
 				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", r.Table, r.ID, r.MsgID, r.Topic, r.Tag,
 					r.RetryCount, r.MaxRetryCount, r.UpdateTime.Format(time.RFC3339), oneLine(r.FailReason, 80))
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if next != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "more: next page with --after %s\n", next)
+			}
+			return nil
 		},
 	}
 	ff.add(list, true)
 	list.Flags().IntVar(&limit, "limit", ops.DefaultListLimit, "print at most this many rows")
-	list.Flags().Int64Var(&afterID, "after-id", 0, "start after this id (paging)")
+	list.Flags().StringVar(&after, "after", "", "start after this TABLE:ID (paging; the cursor printed by the previous page)")
+	list.Flags().Int64Var(&afterID, "after-id", 0, "start after this id (paging one table only; see --after)")
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	dead.AddCommand(list)
 	return dead
