@@ -58,6 +58,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"config", "--poll-interval=soon"}, "poll-interval"},
 		{[]string{"config", "--table=bad-name"}, "mysql.table"},
 		{[]string{"config", "--log-level=loud"}, "log.level"},
+		{[]string{"run", "--mysql-dsn=root:@tcp(127.0.0.1:3306)/"}, "mysql.dsn: names no database"},
 		{[]string{"config", "--config=/nonexistent/outbox.yaml"}, "/nonexistent/outbox.yaml"},
 		{[]string{"requeue"}, "--all-dead"},
 		{[]string{"requeue", "--older-than=-1h", "--all-dead"}, "--older-than"},
@@ -261,7 +262,7 @@ func TestRequeueConfirmation(t *testing.T) {
 	// --msg-id explains what it left alone.
 	r = cli(t, "", false, "requeue", dsn, "--msg-id=nope", "--json")
 	var res []ops.RequeueResult
-	if err := json.Unmarshal([]byte(r.out), &res); err != nil || r.code != 0 || res[0].Skipped["nope"] != "not found" {
+	if err := json.Unmarshal([]byte(r.out), &res); err != nil || r.code != exitRuntime || res[0].Skipped["nope"] != "not found" {
 		t.Fatalf("msg-id: %v %+v", err, r)
 	}
 	insertRows(t, db, 11, "late", 3)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/ops"
 )
 
@@ -91,7 +92,7 @@ func (f *filterFlags) add(cmd *cobra.Command, withMsgID bool) {
 	}
 	cmd.Flags().StringVar(&f.topic, "topic", "", "select this topic; * matches any characters (order-*)")
 	cmd.Flags().StringVar(&f.tag, "tag", "", "select this tag; * matches any characters")
-	cmd.Flags().DurationVar(&f.olderThan, "older-than", 0, "select rows dead for at least this long (e.g. 1h, 72h)")
+	cmd.Flags().Var(config.NewDuration(&f.olderThan, 0), "older-than", "select rows dead for at least this long (e.g. 1h, 72h, 7d)")
 }
 
 func (f *filterFlags) filter() (ops.Filter, error) {
@@ -262,24 +263,27 @@ Without a terminal and without --yes the command refuses and exits 3.`,
 				results = append(results, res)
 				a.log.Info().Str("table", table).Int("requeued", len(res.Requeued)).Msg("requeued dead messages")
 			}
+			missed := notRequeued(f.MsgIDs, results)
 			if asJSON {
-				return writeJSON(out, results)
+				if err := writeJSON(out, results); err != nil {
+					return err
+				}
+			} else {
+				for _, res := range results {
+					fmt.Fprintf(out, "%s: requeued %d row(s)\n", res.Table, len(res.Requeued))
+					const show = 50
+					for i, id := range res.Requeued {
+						if i == show {
+							fmt.Fprintf(out, "  ... and %d more (use --json for the full list)\n", len(res.Requeued)-show)
+							break
+						}
+						fmt.Fprintf(out, "  %s\n", id)
+					}
+				}
 			}
-			for _, res := range results {
-				fmt.Fprintf(out, "%s: requeued %d row(s)\n", res.Table, len(res.Requeued))
-				const show = 50
-				for i, id := range res.Requeued {
-					if i == show {
-						fmt.Fprintf(out, "  ... and %d more (use --json for the full list)\n", len(res.Requeued)-show)
-						break
-					}
-					fmt.Fprintf(out, "  %s\n", id)
-				}
-				for _, id := range f.MsgIDs {
-					if why, ok := res.Skipped[id]; ok {
-						fmt.Fprintf(out, "  skipped %s: %s\n", id, why)
-					}
-				}
+			if len(missed) > 0 {
+				return fmt.Errorf("requeue: %d of the %d msg-id(s) asked for were not requeued:\n  %s",
+					len(missed), len(uniq(f.MsgIDs)), strings.Join(missed, "\n  "))
 			}
 			return nil
 		},
@@ -290,6 +294,43 @@ Without a terminal and without --yes the command refuses and exits 3.`,
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only count the rows that would be requeued")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// notRequeued explains each msg-id of asked that no table requeued, one line per id: why
+// the table holding it left it alone, or that no configured table holds it.
+func notRequeued(asked []string, results []ops.RequeueResult) []string {
+	var out []string
+	for _, id := range uniq(asked) {
+		done := false
+		var why []string
+		for _, res := range results {
+			if slices.Contains(res.Requeued, id) {
+				done = true
+				break
+			}
+			if r, ok := res.Skipped[id]; ok && r != ops.SkipNotFound {
+				why = append(why, res.Table+": "+r)
+			}
+		}
+		switch {
+		case done:
+		case len(why) == 0:
+			tables := make([]string, len(results))
+			for i, res := range results {
+				tables[i] = res.Table
+			}
+			out = append(out, fmt.Sprintf("%s: not found in %s", id, strings.Join(tables, ", ")))
+		default:
+			out = append(out, id+": "+strings.Join(why, "; "))
+		}
+	}
+	return out
+}
+
+func uniq(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return slices.Compact(s)
 }
 
 func (a *app) newPurgeCmd() *cobra.Command {
@@ -309,7 +350,7 @@ touched, and it is safe while the relay runs. --dry-run only counts.`,
 				olderThan = a.cfg.Relay.PurgeRetention
 			}
 			if olderThan <= 0 {
-				return usageError("purge: give the retention with --older-than (e.g. 168h) or relay.purge_retention")
+				return usageError("purge: give the retention with --older-than (e.g. 7d) or relay.purge_retention")
 			}
 			if batch < 1 || batch > 100000 {
 				return usageError("--delete-batch-size must be between 1 and 100000, got %d", batch)
@@ -344,7 +385,7 @@ touched, and it is safe while the relay runs. --dry-run only counts.`,
 			return nil
 		},
 	}
-	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "retention: delete sent rows older than this (e.g. 168h); default relay.purge_retention")
+	cmd.Flags().Var(config.NewDuration(&olderThan, 0), "older-than", "retention: delete sent rows older than this (e.g. 168h, 7d); default relay.purge_retention")
 	cmd.Flags().IntVar(&batch, "delete-batch-size", 1000, "rows deleted per statement")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only count the rows that would be deleted")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

@@ -109,6 +109,9 @@ OUTBOX_CONFIG), OUTBOX_* environment variables and flags, each overriding the on
 		PersistentPreRunE: a.loadConfig,
 	}
 	root.CompletionOptions.HiddenDefaultCmd = true
+	// --version prints what `version` prints; cobra answers it before loading the config.
+	root.Version = version
+	root.SetVersionTemplate(versionText())
 	fs := root.PersistentFlags()
 	fs.String("config", "", "YAML configuration file (env OUTBOX_CONFIG)")
 	config.AddFlags(fs)

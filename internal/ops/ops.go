@@ -292,6 +292,9 @@ type RequeueResult struct {
 	Skipped map[string]string `json:"skipped,omitempty"`
 }
 
+// SkipNotFound is RequeueResult.Skipped's reason for a msg_id the table does not hold.
+const SkipNotFound = "not found"
+
 // requeueChunk bounds the rows locked and updated per transaction.
 const requeueChunk = 1000
 
@@ -386,7 +389,7 @@ func explainSkipped(ctx context.Context, db *sql.DB, table string, asked, done [
 	for _, id := range asked {
 		if !requeued[id] {
 			rest = append(rest, id)
-			skipped[id] = "not found"
+			skipped[id] = SkipNotFound
 		}
 	}
 	if len(rest) == 0 {
