@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	_ "github.com/go-sql-driver/mysql" // the "mysql" database/sql driver
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
@@ -156,6 +158,12 @@ func (a *app) loadConfig(cmd *cobra.Command, _ []string) error {
 	}
 	a.cfg, a.log, a.ready = cfg, log, true
 	return nil
+}
+
+// openRedis returns a client of the configured Redis; it connects on first use.
+func (a *app) openRedis() *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: a.cfg.Redis.Addr, Password: a.cfg.Redis.Password, DB: a.cfg.Redis.DB,
+		DialTimeout: 3 * time.Second, MaxRetries: 1})
 }
 
 // openDB opens and pings the configured database (see openMySQL).

@@ -53,6 +53,12 @@ type StatusReport struct {
 	// ByTopic breaks the unsent rows (pending, failed, dead) down by status and topic. Sent
 	// rows are only counted in total, so that the report costs the backlog, not the history.
 	ByTopic []TopicCount `json:"by_topic"`
+	// Database is the server and schema the table lives in (config.DatabaseLabel), filled
+	// in by the caller; empty when unknown.
+	Database string `json:"database,omitempty"`
+	// Lock is the state of the table's leader lock (see ReadLock), filled in by the caller;
+	// nil when not read.
+	Lock *LockState `json:"lock,omitempty"`
 }
 
 // Status counts the rows of table by status, and the unsent ones by topic, and measures the
