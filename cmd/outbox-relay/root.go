@@ -76,7 +76,7 @@ func (a *app) execute(ctx context.Context, args []string) int {
 	root.SetIn(a.in)
 	root.SetOut(a.out)
 	root.SetErr(a.errOut)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
 	}
@@ -87,6 +87,11 @@ func (a *app) execute(ctx context.Context, args []string) int {
 		code = ee.code
 	case !a.ready:
 		code = exitUsage
+	}
+	if a.ready && (cmd == root || cmd.Name() == "run") {
+		// The relay's stderr goes to a log shipper: its last words are a JSON line too.
+		a.log.Error().Err(err).Int("exit_code", code).Msg("outbox-relay stopped")
+		return code
 	}
 	fmt.Fprintf(a.errOut, "outbox-relay: %v\n", err)
 	if code == exitUsage {
@@ -157,6 +162,7 @@ func (a *app) loadConfig(cmd *cobra.Command, _ []string) error {
 		return &exitError{code: exitUsage, err: err}
 	}
 	a.cfg, a.log, a.ready = cfg, log, true
+	useDriverLoggers(log)
 	return nil
 }
 
