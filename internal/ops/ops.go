@@ -15,12 +15,12 @@ import (
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
-// query fills the {T} placeholder after validating table.
+// query fills the {T} placeholder with table, validated and quoted.
 func query(stmt, table string) (string, error) {
 	if err := schema.ValidateIdent(table); err != nil {
 		return "", err
 	}
-	return strings.ReplaceAll(stmt, "{T}", table), nil
+	return strings.ReplaceAll(stmt, "{T}", schema.QuoteIdent(table)), nil
 }
 
 func placeholders(n int) string {
@@ -273,7 +273,7 @@ func DeadList(ctx context.Context, db *sql.DB, table string, f Filter, afterID i
 
 // CountDead returns how many dead rows match f.
 func CountDead(ctx context.Context, db *sql.DB, table string, f Filter) (int64, error) {
-	q, err := query("SELECT COUNT(*) FROM `{T}` WHERE status = 3 AND is_deleted = 0{W}", table)
+	q, err := query(sqlCountDead, table)
 	if err != nil {
 		return 0, err
 	}

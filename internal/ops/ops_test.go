@@ -449,3 +449,33 @@ func TestDeadPageOverSeveralTables(t *testing.T) {
 		}
 	}
 }
+
+// A table called order works with every operator command.
+func TestReservedWordTable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const order = "order"
+	if err := schema.Migrate(b.ctx, b.db, order); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.ExecContext(b.ctx, "INSERT INTO `order` (msg_id, topic, content, status, fail_reason, sent_time, update_time) VALUES"+
+		" ('d1', 'orders', 'x', 3, 'boom', 0, NOW()), ('s1', 'orders', 'x', 2, NULL, 1, NOW() - INTERVAL 2 DAY), ('p1', 'orders', 'x', 0, NULL, 0, NOW())"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := Status(b.ctx, b.db, order, time.Now())
+	if err != nil || st.Pending != 1 || st.Sent != 1 || st.Dead != 1 {
+		t.Fatalf("Status = %+v, %v", st, err)
+	}
+	if rows, _, err := DeadPage(b.ctx, b.db, []string{order}, Filter{}, Cursor{}, 10); err != nil || len(rows) != 1 {
+		t.Fatalf("DeadPage = %v, %v", rows, err)
+	}
+	if n, err := CountDead(b.ctx, b.db, order, Filter{}); err != nil || n != 1 {
+		t.Fatalf("CountDead = %d, %v", n, err)
+	}
+	if res, err := Requeue(b.ctx, b.db, order, Filter{MsgIDs: []string{"d1", "zz"}}); err != nil || len(res.Requeued) != 1 || res.Skipped["zz"] != SkipNotFound {
+		t.Fatalf("Requeue = %+v, %v", res, err)
+	}
+	if res, err := Purge(b.ctx, b.db, order, PurgeOptions{OlderThan: 24 * time.Hour}); err != nil || res.Deleted != 1 {
+		t.Fatalf("Purge = %+v, %v", res, err)
+	}
+}
