@@ -22,7 +22,7 @@ func seedTable(t *testing.T, db *testenv.DB, table string) {
 	if _, err := db.Exec(stmt); err != nil {
 		t.Fatalf("seed DDL: %v", err)
 	}
-	if _, err := db.Exec("INSERT INTO "+schema.QuoteIdent(table)+" (id, msg_id, topic, content) VALUES (1869000000000000001, 'a', 'venue', '{}')"); err != nil {
+	if _, err := db.Exec("INSERT INTO " + schema.QuoteIdent(table) + " (id, msg_id, topic, content) VALUES (1869000000000000001, 'a', 'venue', '{}')"); err != nil {
 		t.Fatal(err)
 	}
 }

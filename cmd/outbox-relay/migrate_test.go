@@ -26,7 +26,7 @@ func seed002(t *testing.T, db *testenv.DB) {
 func createTable(t *testing.T, db *testenv.DB, table string) string {
 	t.Helper()
 	var name, ddl string
-	if err := db.QueryRow("SHOW CREATE TABLE " + table).Scan(&name, &ddl); err != nil {
+	if err := db.QueryRow("SHOW CREATE TABLE "+table).Scan(&name, &ddl); err != nil {
 		t.Fatal(err)
 	}
 	return ddl
