@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/logging"
@@ -142,20 +143,9 @@ func (a *app) loadConfig(cmd *cobra.Command, _ []string) error {
 			return nil
 		}
 	}
-	file, _ := cmd.Flags().GetString("config")
-	if file == "" {
-		file = os.Getenv("OUTBOX_CONFIG")
-	}
-	v := config.NewViper()
-	if err := config.BindFlags(v, cmd.Flags()); err != nil {
-		return err
-	}
-	cfg, err := config.Load(v, file)
+	cfg, err := configFrom(cmd.Flags())
 	if err != nil {
-		return &exitError{code: exitUsage, err: fmt.Errorf("invalid configuration:\n%w", err)}
-	}
-	if cmd.Flags().Changed("table") {
-		cfg.MySQL.Tables = nil // an explicit --table wins over mysql.tables from file or env
+		return err
 	}
 	log, err := logging.New(a.errOut, cfg.Log.Level, cfg.Log.Format)
 	if err != nil {
@@ -164,6 +154,27 @@ func (a *app) loadConfig(cmd *cobra.Command, _ []string) error {
 	a.cfg, a.log, a.ready = cfg, log, true
 	useDriverLoggers(log)
 	return nil
+}
+
+// configFrom loads the configuration the way a command given flags does: the file named by
+// --config (or OUTBOX_CONFIG), then the environment, then the flags.
+func configFrom(flags *pflag.FlagSet) (config.Config, error) {
+	file, _ := flags.GetString("config")
+	if file == "" {
+		file = os.Getenv(config.EnvConfigFile)
+	}
+	v := config.NewViper()
+	if err := config.BindFlags(v, flags); err != nil {
+		return config.Config{}, err
+	}
+	cfg, err := config.Load(v, file)
+	if err != nil {
+		return config.Config{}, &exitError{code: exitUsage, err: fmt.Errorf("invalid configuration:\n%w", err)}
+	}
+	if flags.Changed("table") {
+		cfg.MySQL.Tables = nil // an explicit --table wins over mysql.tables from file or env
+	}
+	return cfg, nil
 }
 
 // openRedis returns a client of the configured Redis; it connects on first use.
