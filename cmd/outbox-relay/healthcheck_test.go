@@ -1,8 +1,6 @@
 package main
 
 import (
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,12 +26,7 @@ func TestMain(m *testing.M) {
 // it listens, not at the default address.
 func TestHealthcheckHonoursTheRelaysConfigFile(t *testing.T) {
 	t.Parallel()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/healthz" {
-			w.WriteHeader(http.StatusNotFound)
-		}
-	}))
-	defer srv.Close()
+	srv := healthz(t)
 	file := filepath.Join(t.TempDir(), "relay.yaml")
 	if err := os.WriteFile(file, []byte("http:\n  addr: "+strings.TrimPrefix(srv.URL, "http://")+"\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -108,14 +108,21 @@ func lastLine(s string) string {
 	return lines[len(lines)-1]
 }
 
-func TestHealthcheck(t *testing.T) {
-	t.Parallel()
-	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// healthz serves 200 on /healthz and 404 elsewhere, until the test ends.
+func healthz(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/healthz" {
 			w.WriteHeader(http.StatusNotFound)
 		}
 	}))
-	defer ok.Close()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestHealthcheck(t *testing.T) {
+	t.Parallel()
+	ok := healthz(t)
 	if r := cli(t, "", false, "healthcheck", "--http-addr="+strings.TrimPrefix(ok.URL, "http://")); r.code != 0 {
 		t.Fatalf("healthy: %+v", r)
 	}
