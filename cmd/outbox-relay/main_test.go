@@ -98,14 +98,20 @@ func TestRunIsTheDefaultCommand(t *testing.T) {
 	args := []string{"--log-level=error", "--mysql-dsn=root:@tcp(127.0.0.1:1)/x"}
 	r := cli(t, "", false, args...)
 	r2 := cli(t, "", false, append([]string{"run"}, args...)...)
-	if r.code != exitRuntime || r.code != r2.code || !strings.Contains(r.errOut, "127.0.0.1:1") || lastLine(r.errOut) != lastLine(r2.errOut) {
+	if r.code != exitRuntime || r.code != r2.code || !strings.Contains(r.errOut, "127.0.0.1:1") || lastError(t, r.errOut) != lastError(t, r2.errOut) {
 		t.Fatalf("default %+v differs from run %+v", r, r2)
 	}
 }
 
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
+// lastError returns the error of the last log line of s, the relay's reason for stopping.
+func lastError(t *testing.T, s string) string {
+	t.Helper()
+	lines := jsonLines(t, s)
+	if len(lines) == 0 {
+		return ""
+	}
+	e, _ := lines[len(lines)-1]["error"].(string)
+	return e
 }
 
 // healthz serves 200 on /healthz and 404 elsewhere, until the test ends.

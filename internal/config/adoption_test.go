@@ -126,3 +126,12 @@ func TestDurationsAcceptDays(t *testing.T) {
 		}
 	}
 }
+
+// Default is the documented defaults whatever the environment says.
+func TestDefaultIgnoresTheEnvironment(t *testing.T) {
+	t.Setenv("OUTBOX_RELAY_BATCH_SIZE", "7")
+	t.Setenv("OUTBOX_NOT_A_KEY", "x")
+	if c := Default(); c.Relay.BatchSize != 500 {
+		t.Fatalf("Default().Relay.BatchSize = %d", c.Relay.BatchSize)
+	}
+}

@@ -204,9 +204,10 @@ func (c Config) Tables() []string {
 	return []string{c.MySQL.Table}
 }
 
-// Default returns the configuration with every key at its default.
+// Default returns the configuration with every key at its default, whatever the
+// environment.
 func Default() Config {
-	c, err := Load(NewViper(), "")
+	c, err := loadFrom(defaultsViper(), "", nil)
 	if err != nil {
 		panic(fmt.Sprintf("config: defaults do not load: %v", err)) // a bug in this package
 	}

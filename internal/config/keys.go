@@ -109,12 +109,18 @@ func EnvName(key string) string {
 // NewViper returns a viper instance that knows every key with its default and reads OUTBOX_*
 // environment variables. Bind flags to it with BindFlags, then call Load.
 func NewViper() *viper.Viper {
+	v := defaultsViper()
+	v.SetEnvPrefix(EnvPrefix)
+	v.SetEnvKeyReplacer(envReplacer)
+	v.AutomaticEnv()
+	return v
+}
+
+// defaultsViper knows every key with its default and reads nothing else.
+func defaultsViper() *viper.Viper {
 	v := viper.New()
 	for _, d := range defaults {
 		v.SetDefault(d.key, d.val)
 	}
-	v.SetEnvPrefix(EnvPrefix)
-	v.SetEnvKeyReplacer(envReplacer)
-	v.AutomaticEnv()
 	return v
 }

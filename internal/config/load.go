@@ -20,6 +20,11 @@ import (
 // validates the result. Unknown keys in the file are errors, so a typo cannot silently fall
 // back to a default. Every error names its key; the returned error lists them all.
 func Load(v *viper.Viper, file string) (Config, error) {
+	return loadFrom(v, file, os.Environ())
+}
+
+// loadFrom is Load checking the OUTBOX_ variables of environ.
+func loadFrom(v *viper.Viper, file string, environ []string) (Config, error) {
 	if file != "" {
 		v.SetConfigFile(file)
 		if ext := strings.ToLower(filepath.Ext(file)); ext != ".yaml" && ext != ".yml" {
@@ -35,7 +40,7 @@ func Load(v *viper.Viper, file string) (Config, error) {
 			d.fail(k, "unknown key")
 		}
 	}
-	d.errs = append(d.errs, envProblems(os.Environ())...)
+	d.errs = append(d.errs, envProblems(environ)...)
 	c := Config{
 		MySQL: MySQL{
 			DSN:    d.str(KeyMySQLDSN),
