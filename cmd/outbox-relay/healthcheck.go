@@ -27,14 +27,22 @@ command line of process N (from /proc) is read as well, so that a relay started 
 HEALTHCHECK uses --pid=1, the relay being the container's first process.`,
 		Hidden: true,
 		Args:   cobra.NoArgs,
+		// The configuration that matters is the relay's (see --pid): loaded in RunE.
+		Annotations: map[string]string{noConfig: "true"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if url == "" {
-				addr := a.cfg.HTTP.Addr
+				var addr string
 				if pid > 0 {
 					var err error
 					if addr, err = httpAddrOf(pid); err != nil {
 						return err
 					}
+				} else {
+					cfg, err := configFrom(cmd.Flags())
+					if err != nil {
+						return err
+					}
+					addr = cfg.HTTP.Addr
 				}
 				url = healthURL(addr)
 			}
