@@ -12,9 +12,11 @@ import (
 )
 
 // Logs are JSON only: the MySQL driver and go-redis print their own plain-text lines (a
-// dropped connection, a failed dial) through package-level loggers, which useDriverLoggers
-// points at the process's zerolog logger. Those loggers are global, so they forward to
-// driverLog, which the CLI sets once its configuration is loaded.
+// dropped connection, a failed dial) through package-level loggers, which forward to
+// driverLog. The process's command line (execute, called by main) points driverLog at its
+// zerolog logger once the configuration is loaded, and back at nothing when it returns;
+// in-process test runs of a command leave it alone, so that parallel tests never write
+// into each other's output.
 //
 // Field names of durations carry their unit (took_ms, ttl_ms, age_seconds); zerolog's Dur
 // writes milliseconds, so Dur fields are named *_ms.
@@ -23,8 +25,7 @@ var driverLog atomic.Pointer[zerolog.Logger]
 func init() {
 	// Until the configuration is loaded (and in commands that do not load it), the drivers
 	// stay quiet rather than write plain text.
-	nop := zerolog.Nop()
-	driverLog.Store(&nop)
+	quietDrivers()
 	_ = mysql.SetLogger(mysqlLogger{})
 	redis.SetLogger(redisLogger{})
 }
@@ -32,6 +33,12 @@ func init() {
 // useDriverLoggers sends the drivers' log lines to log, tagged with their component.
 func useDriverLoggers(log zerolog.Logger) {
 	driverLog.Store(&log)
+}
+
+// quietDrivers drops the drivers' log lines.
+func quietDrivers() {
+	nop := zerolog.Nop()
+	driverLog.Store(&nop)
 }
 
 // mysqlLogger adapts go-sql-driver/mysql's Logger. The driver logs only what it recovers

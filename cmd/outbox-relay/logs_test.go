@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"net"
 	"strings"
 	"testing"
+
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
 )
 
 // jsonLines fails unless every line of s is a JSON object, and returns them.
@@ -20,6 +23,15 @@ func jsonLines(t *testing.T, s string) []map[string]any {
 		out = append(out, m)
 	}
 	return out
+}
+
+// process runs the command line as main does (execute), which owns the process-wide driver
+// loggers; stdout and stderr are safe for the drivers' goroutines to write.
+func process(t *testing.T, args ...string) result {
+	t.Helper()
+	var out, errOut testenv.SyncBuffer
+	code := execute(context.Background(), args, strings.NewReader(""), &out, &errOut)
+	return result{code, out.String(), errOut.String()}
 }
 
 // Logs are JSON only: the MySQL driver's and go-redis's own complaints come through zerolog,
@@ -40,7 +52,7 @@ func TestDriverLogsAreJSON(t *testing.T) {
 			c.Close()
 		}
 	}()
-	r := cli(t, "", false, "run", "--log-format=json", "--mysql-dsn=root:@tcp("+ln.Addr().String()+")/x")
+	r := process(t, "run", "--log-format=json", "--mysql-dsn=root:@tcp("+ln.Addr().String()+")/x")
 	if r.code != exitRuntime {
 		t.Fatalf("run against a hanging-up server: %+v", r)
 	}
@@ -60,9 +72,8 @@ func TestDriverLogsAreJSON(t *testing.T) {
 	}
 
 	// status with Redis down: go-redis's dial failures are JSON warnings, the output a table.
-	db, dsn := migrated(t)
-	_ = db
-	r = cli(t, "", false, "status", dsn, "--log-format=json", "--redis-addr=127.0.0.1:1")
+	_, dsn := migrated(t)
+	r = process(t, "status", dsn, "--log-format=json", "--redis-addr=127.0.0.1:1")
 	if r.code != 0 {
 		t.Fatalf("status: %+v", r)
 	}

@@ -60,14 +60,18 @@ type app struct {
 	// ready is set once flags, arguments and configuration are all valid: an error after
 	// that is a runtime error, before it a usage error.
 	ready bool
+	// process is set when this app is the process's command line (execute, called by
+	// main): it then owns the process-wide loggers of the drivers.
+	process bool
 }
 
 // execute runs the command line args and returns the process exit code.
 func execute(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer) int {
-	a := &app{in: in, out: out, errOut: errOut}
+	a := &app{in: in, out: out, errOut: errOut, process: true}
 	if f, ok := in.(*os.File); ok {
 		a.interactive = logging.IsTerminal(f)
 	}
+	defer quietDrivers()
 	return a.execute(ctx, args)
 }
 
@@ -152,7 +156,9 @@ func (a *app) loadConfig(cmd *cobra.Command, _ []string) error {
 		return &exitError{code: exitUsage, err: err}
 	}
 	a.cfg, a.log, a.ready = cfg, log, true
-	useDriverLoggers(log)
+	if a.process {
+		useDriverLoggers(log)
+	}
 	return nil
 }
 
