@@ -92,8 +92,8 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 			Table: table, BatchSize: cfg.Relay.BatchSize, Concurrency: cfg.Relay.Concurrency,
 			PollInterval: cfg.Relay.PollInterval, DisableBatchSend: !cfg.Relay.BatchSend,
 			MaxBodyBytes: cfg.Relay.MaxBodyBytes, Backoff: cfg.Backoff, Router: router,
-			Database: databaseLabel(cfg.MySQL.DSN),
-			LockKey:  cfg.Lock.KeyFor(table), LockTTL: cfg.Lock.TTL, ShutdownTimeout: cfg.Relay.ShutdownTimeout,
+			Database: cfg.DatabaseLabel(),
+			LockKey:  cfg.LockKey(table), LockTTL: cfg.Lock.TTL, ShutdownTimeout: cfg.Relay.ShutdownTimeout,
 			DisableNudge: !cfg.Relay.Nudge, Logger: &log, Metrics: metrics,
 		}
 		if cfg.Relay.Unrouted == config.UnroutedDead {
@@ -186,16 +186,6 @@ func routerFrom(routes []config.Route) (relay.Router, error) {
 		return nil, fmt.Errorf("routes: %w", err)
 	}
 	return router, nil
-}
-
-// databaseLabel names the database of dsn in metrics, logs and the lock key: its server and
-// schema, never its credentials.
-func databaseLabel(dsn string) string {
-	mc, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		return ""
-	}
-	return mc.Addr + "/" + mc.DBName
 }
 
 // serveHTTP serves /metrics, /healthz and /readyz on addr. /healthz fails when a leading relay

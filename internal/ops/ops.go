@@ -15,12 +15,12 @@ import (
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
-// query fills the {T} placeholder after validating table.
+// query fills the {T} placeholder with table, validated and quoted.
 func query(stmt, table string) (string, error) {
 	if err := schema.ValidateIdent(table); err != nil {
 		return "", err
 	}
-	return strings.ReplaceAll(stmt, "{T}", table), nil
+	return strings.ReplaceAll(stmt, "{T}", schema.QuoteIdent(table)), nil
 }
 
 func placeholders(n int) string {
@@ -53,6 +53,12 @@ type StatusReport struct {
 	// ByTopic breaks the unsent rows (pending, failed, dead) down by status and topic. Sent
 	// rows are only counted in total, so that the report costs the backlog, not the history.
 	ByTopic []TopicCount `json:"by_topic"`
+	// Database is the server and schema the table lives in (config.DatabaseLabel), filled
+	// in by the caller; empty when unknown.
+	Database string `json:"database,omitempty"`
+	// Lock is the state of the table's leader lock (see ReadLock), filled in by the caller;
+	// nil when not read.
+	Lock *LockState `json:"lock,omitempty"`
 }
 
 // Status counts the rows of table by status, and the unsent ones by topic, and measures the
@@ -267,7 +273,7 @@ func DeadList(ctx context.Context, db *sql.DB, table string, f Filter, afterID i
 
 // CountDead returns how many dead rows match f.
 func CountDead(ctx context.Context, db *sql.DB, table string, f Filter) (int64, error) {
-	q, err := query("SELECT COUNT(*) FROM `{T}` WHERE status = 3 AND is_deleted = 0{W}", table)
+	q, err := query(sqlCountDead, table)
 	if err != nil {
 		return 0, err
 	}
@@ -291,6 +297,9 @@ type RequeueResult struct {
 	// deleted), as msg_id -> reason.
 	Skipped map[string]string `json:"skipped,omitempty"`
 }
+
+// SkipNotFound is RequeueResult.Skipped's reason for a msg_id the table does not hold.
+const SkipNotFound = "not found"
 
 // requeueChunk bounds the rows locked and updated per transaction.
 const requeueChunk = 1000
@@ -386,7 +395,7 @@ func explainSkipped(ctx context.Context, db *sql.DB, table string, asked, done [
 	for _, id := range asked {
 		if !requeued[id] {
 			rest = append(rest, id)
-			skipped[id] = "not found"
+			skipped[id] = SkipNotFound
 		}
 	}
 	if len(rest) == 0 {
