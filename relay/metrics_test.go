@@ -3,6 +3,10 @@ package relay_test
 import (
 	"fmt"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"runtime"
 	"sort"
 	"strings"
@@ -11,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
@@ -231,5 +236,413 @@ func TestMetricsLabelsAreBounded(t *testing.T) {
 	if n := len(selectorsOf(got, "outbox_relay_published_total")); n != 7 {
 		t.Errorf("%d published series, want 7 (3 admitted pairs, 1 route pair, 3 overflow pairs): %v", n,
 			selectorsOf(got, "outbox_relay_published_total"))
+	}
+}
+
+// promtoolPath returns the promtool that scripts/promtool.sh runs (installing it from
+// Debian's package when missing). Without one the test is skipped, or fails under CI=true.
+func promtoolPath(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("bash", "../scripts/promtool.sh", "--path").Output()
+	if err != nil {
+		msg := fmt.Sprintf("promtool unavailable (scripts/promtool.sh: %v)", err)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// alertRule is one rule of deploy/prometheus/alerts.yml.
+type alertRule struct {
+	Alert       string            `yaml:"alert"`
+	Expr        string            `yaml:"expr"`
+	For         string            `yaml:"for"`
+	Labels      map[string]string `yaml:"labels"`
+	Annotations map[string]string `yaml:"annotations"`
+}
+
+// alertRules reads deploy/prometheus/alerts.yml.
+func alertRules(t *testing.T) []alertRule {
+	t.Helper()
+	raw, err := os.ReadFile("../deploy/prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Groups []struct {
+			Rules []alertRule `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(raw, &f); err != nil {
+		t.Fatalf("alerts.yml: %v", err)
+	}
+	var out []alertRule
+	for _, g := range f.Groups {
+		out = append(out, g.Rules...)
+	}
+	if len(out) == 0 {
+		t.Fatal("alerts.yml has no rules")
+	}
+	return out
+}
+
+// fakeRelay is one relay process of a scenario: its own registry and metrics, as `run` has.
+type fakeRelay struct {
+	instance string
+	reg      *prometheus.Registry
+	tm       *relay.TableMetrics
+	down     bool
+}
+
+// start gives the relay a fresh registry, as a restarted process has.
+func (r *fakeRelay) start() {
+	r.reg = prometheus.NewRegistry()
+	m := relay.NewMetricsWith(r.reg, relay.MetricsOptions{Routes: testRoutes})
+	m.SetBuildInfo("v1.0.0", "abc123")
+	r.tm = m.Table(testDatabase, testTable)
+	r.down = false
+}
+
+// scenario drives relays minute by minute and records what Prometheus would have scraped
+// from their /metrics (plus the up series Prometheus adds) as promtool input series.
+type scenario struct {
+	t      *testing.T
+	name   string
+	relays map[string]*fakeRelay
+	steps  int
+	values map[string][]string // series -> value per step ("" when not scraped)
+	expect []alertTest
+}
+
+func newScenario(t *testing.T, name string, instances ...string) *scenario {
+	s := &scenario{t: t, name: name, relays: map[string]*fakeRelay{}, values: map[string][]string{}}
+	for _, in := range instances {
+		r := &fakeRelay{instance: in}
+		r.start()
+		s.relays[in] = r
+	}
+	return s
+}
+
+// run calls step for each minute 0..minutes-1, then scrapes every relay.
+func (s *scenario) run(minutes int, step func(minute int)) {
+	for i := 0; i < minutes; i++ {
+		step(i)
+		s.scrape()
+	}
+}
+
+func (s *scenario) scrape() {
+	for _, r := range s.relays {
+		target := `job="outbox-relay",instance="` + r.instance + `"`
+		up := "1"
+		if r.down {
+			up = "0"
+		}
+		s.record(`up{`+target+`}`, up)
+		if r.down {
+			continue
+		}
+		for sel, v := range samples(s.t, scrape(s.t, r.reg)) {
+			if i := strings.IndexByte(sel, '{'); i >= 0 {
+				sel = sel[:i+1] + target + "," + sel[i+1:]
+			} else {
+				sel += "{" + target + "}"
+			}
+			s.record(sel, v)
+		}
+	}
+	s.steps++
+}
+
+func (s *scenario) record(series, v string) {
+	vs := s.values[series]
+	for len(vs) < s.steps {
+		vs = append(vs, "")
+	}
+	s.values[series] = append(vs, v)
+}
+
+// fires expects alert to fire at minute with the labels of the alerting series; quiet
+// expects it not to fire.
+func (s *scenario) fires(minute int, alert string, labels map[string]string) {
+	s.expect = append(s.expect, alertTest{minute: minute, alert: alert, labels: []map[string]string{labels}})
+}
+
+func (s *scenario) quiet(minute int, alerts ...string) {
+	for _, a := range alerts {
+		s.expect = append(s.expect, alertTest{minute: minute, alert: a})
+	}
+}
+
+type alertTest struct {
+	minute int
+	alert  string
+	labels []map[string]string
+}
+
+// inputSeries renders the recorded values in promtool's notation: "_" before a series
+// exists, "stale" once when it disappears (a relay went down).
+func (s *scenario) inputSeries() []map[string]string {
+	var names []string
+	for n := range s.values {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var out []map[string]string
+	for _, n := range names {
+		vs := s.values[n]
+		for len(vs) < s.steps {
+			vs = append(vs, "")
+		}
+		notation := make([]string, len(vs))
+		seen, staled := false, false
+		for i, v := range vs {
+			switch {
+			case v != "":
+				notation[i], seen, staled = v, true, false
+			case seen && !staled:
+				notation[i], staled = "stale", true
+			default:
+				notation[i] = "_"
+			}
+		}
+		out = append(out, map[string]string{"series": n, "values": strings.Join(notation, " ")})
+	}
+	return out
+}
+
+// group returns the scenario as a promtool test group, expected alerts labelled and
+// annotated as alerts.yml says.
+func (s *scenario) group(rules map[string]alertRule) map[string]any {
+	var tests []map[string]any
+	for _, e := range s.expect {
+		rule, ok := rules[e.alert]
+		if !ok {
+			s.t.Fatalf("scenario %s expects unknown alert %s", s.name, e.alert)
+		}
+		exp := []map[string]any{}
+		for _, l := range e.labels {
+			labels := map[string]string{}
+			for k, v := range rule.Labels {
+				labels[k] = v
+			}
+			for k, v := range l {
+				labels[k] = v
+			}
+			ann := map[string]string{}
+			for k, v := range rule.Annotations {
+				ann[k] = labelRef.ReplaceAllStringFunc(v, func(ref string) string {
+					return labels[labelRef.FindStringSubmatch(ref)[1]]
+				})
+			}
+			exp = append(exp, map[string]any{"exp_labels": labels, "exp_annotations": ann})
+		}
+		tests = append(tests, map[string]any{
+			"eval_time": fmt.Sprintf("%dm", e.minute), "alertname": e.alert, "exp_alerts": exp,
+		})
+	}
+	return map[string]any{"name": s.name, "interval": "1m", "input_series": s.inputSeries(), "alert_rule_test": tests}
+}
+
+// labelRef matches the {{ $labels.name }} references of an annotation.
+var labelRef = regexp.MustCompile(`\{\{\s*\$labels\.(\w+)\s*\}\}`)
+
+// tableLabels are the labels of an alert about the test table.
+var tableLabels = map[string]string{"database": testDatabase, "table": testTable}
+
+// TestAlertsFireOnTheRelaysMetrics runs every rule of deploy/prometheus/alerts.yml through
+// promtool against series scraped from real relay metrics: healthy relays (leader and
+// standby) raise nothing; a fresh start, a dead message, a broker outage, a growing backlog,
+// slow sends, lost locks, a missing leader and relays going down raise their alerts.
+func TestAlertsFireOnTheRelaysMetrics(t *testing.T) {
+	t.Parallel()
+	promtool := promtoolPath(t)
+	rules := map[string]alertRule{}
+	var names []string
+	for _, r := range alertRules(t) {
+		rules[r.Alert] = r
+		names = append(names, r.Alert)
+	}
+	var groups []map[string]any
+	tested := map[string]bool{}
+	add := func(s *scenario) {
+		groups = append(groups, s.group(rules))
+		for _, e := range s.expect {
+			if len(e.labels) > 0 {
+				tested[e.alert] = true
+			}
+		}
+	}
+
+	// Healthy: a publishes, b waits; the standby's long lock wait and zero series raise nothing.
+	s := newScenario(t, "healthy leader and standby", "a", "b")
+	a, b := s.relays["a"], s.relays["b"]
+	s.run(40, func(m int) {
+		a.tm.SetLeader(true)
+		b.tm.SetLockWait(time.Duration(m) * time.Minute)
+		a.tm.Published("orders", "created", 100)
+		a.tm.ObservePublish(10 * time.Millisecond)
+		a.tm.ObserveBatch(20 * time.Millisecond)
+		for _, r := range []*fakeRelay{a, b} {
+			r.tm.SetBacklog(5, 0.5)
+		}
+	})
+	for _, m := range []int{1, 10, 30, 39} {
+		s.quiet(m, names...)
+	}
+	add(s)
+
+	// A restarted relay's first dead message, of a route pair exported from zero and of a
+	// pair never seen before; the dead rows stay until an operator acts.
+	s = newScenario(t, "dead messages after a restart", "a", "b")
+	a, b = s.relays["a"], s.relays["b"]
+	s.run(50, func(m int) {
+		switch {
+		case m == 10:
+			a.down = true
+			b.tm.SetLeader(true)
+		case m == 11:
+			a.start()
+		case m == 20:
+			b.tm.Dead("orders", "created", 1)
+		case m == 30:
+			b.tm.Dead("payments", "refund", 1)
+		}
+		if m < 10 {
+			a.tm.SetLeader(true)
+		}
+		deadRows := int64(0)
+		if m >= 20 {
+			deadRows = 2
+		}
+		for _, r := range []*fakeRelay{a, b} {
+			if !r.down {
+				r.tm.SetDeadRows(deadRows)
+			}
+		}
+	})
+	s.quiet(19, "OutboxRelayDeadMessages", "OutboxRelayDeadRows", "OutboxRelayNoLeader", "OutboxRelayDown")
+	s.fires(21, "OutboxRelayDeadMessages", tableLabels)
+	s.fires(31, "OutboxRelayDeadMessages", tableLabels)
+	s.quiet(45, "OutboxRelayDeadMessages")
+	s.quiet(22, "OutboxRelayDeadRows")
+	s.fires(26, "OutboxRelayDeadRows", tableLabels)
+	add(s)
+
+	// The broker goes away for 15 minutes: sends fail, nothing succeeds, the backlog ages.
+	s = newScenario(t, "broker outage", "a", "b")
+	a, b = s.relays["a"], s.relays["b"]
+	s.run(45, func(m int) {
+		a.tm.SetLeader(true)
+		pending, age := int64(3), 0.2
+		if m >= 10 && m < 25 {
+			a.tm.Failed("orders", "created", 500)
+			pending, age = int64(100*(m-9)), float64(60*(m-9))
+		} else {
+			a.tm.Published("orders", "created", 100)
+		}
+		for _, r := range []*fakeRelay{a, b} {
+			r.tm.SetBacklog(pending, age)
+		}
+	})
+	s.quiet(12, "OutboxRelayBrokerUnreachable", "OutboxRelayBacklogAge")
+	s.fires(21, "OutboxRelayBrokerUnreachable", tableLabels)
+	s.fires(20, "OutboxRelayBacklogAge", tableLabels)
+	s.fires(24, "OutboxRelayFailingSends", tableLabels)
+	s.quiet(40, "OutboxRelayBrokerUnreachable", "OutboxRelayBacklogAge", "OutboxRelayFailingSends")
+	add(s)
+
+	// Writers outpace a slow broker: sends take 2 s and the backlog grows.
+	s = newScenario(t, "slow broker and growing backlog", "a")
+	a = s.relays["a"]
+	s.run(35, func(m int) {
+		a.tm.SetLeader(true)
+		for i := 0; i < 50; i++ {
+			a.tm.ObservePublish(2 * time.Second)
+		}
+		a.tm.Published("orders", "created", 50)
+		a.tm.SetBacklog(int64(1000*m), 1)
+	})
+	s.quiet(9, "OutboxRelaySlowSends", "OutboxRelayBacklogGrowing")
+	s.fires(20, "OutboxRelaySlowSends", tableLabels)
+	s.fires(30, "OutboxRelayBacklogGrowing", tableLabels)
+	add(s)
+
+	// The lock is lost three times in four minutes, then nobody can take it for ten.
+	s = newScenario(t, "lock flapping, then nobody leads", "a", "b")
+	a, b = s.relays["a"], s.relays["b"]
+	leader := a
+	s.run(50, func(m int) {
+		switch {
+		case m == 10 || m == 12 || m == 14:
+			leader.tm.LockLost()
+			leader.tm.SetLeader(false)
+			leader = map[*fakeRelay]*fakeRelay{a: b, b: a}[leader]
+		case m == 20:
+			leader.tm.LockLost()
+			leader.tm.SetLeader(false)
+			leader = nil
+		case m == 30:
+			leader = a
+		}
+		for _, r := range []*fakeRelay{a, b} {
+			r.tm.SetLeader(r == leader)
+			if r != leader && m >= 20 && m < 30 {
+				r.tm.SetLockWait(time.Duration(m-20) * time.Minute)
+			}
+		}
+	})
+	s.quiet(9, "OutboxRelayLockFlapping", "OutboxRelayNoLeader", "OutboxRelayLockWaitLong")
+	s.fires(15, "OutboxRelayLockFlapping", tableLabels)
+	s.quiet(19, "OutboxRelayNoLeader", "OutboxRelayLockWaitLong")
+	s.fires(22, "OutboxRelayNoLeader", tableLabels)
+	s.fires(24, "OutboxRelayLockWaitLong", tableLabels)
+	s.quiet(45, "OutboxRelayLockFlapping", "OutboxRelayNoLeader", "OutboxRelayLockWaitLong")
+	add(s)
+
+	// The standby dies, then the leader: each is down, the table has nobody, then nothing
+	// exports any relay series at all.
+	s = newScenario(t, "relays go down", "a", "b")
+	a, b = s.relays["a"], s.relays["b"]
+	s.run(40, func(m int) {
+		if !a.down {
+			a.tm.SetLeader(true)
+		}
+		b.down = m >= 10
+		a.down = m >= 20
+	})
+	s.quiet(9, "OutboxRelayDown", "OutboxRelayNoLeader", "OutboxRelayAbsent")
+	s.fires(13, "OutboxRelayDown", map[string]string{"job": "outbox-relay", "instance": "b"})
+	s.quiet(15, "OutboxRelayNoLeader", "OutboxRelayAbsent")
+	s.fires(22, "OutboxRelayNoLeader", tableLabels)
+	s.fires(30, "OutboxRelayAbsent", map[string]string{})
+	add(s)
+
+	for _, n := range names {
+		if !tested[n] {
+			t.Errorf("alert %s of alerts.yml is never seen firing by this test", n)
+		}
+	}
+	dir := t.TempDir()
+	rulesPath, err := filepath.Abs("../deploy/prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := yaml.Marshal(map[string]any{
+		"rule_files": []string{rulesPath}, "evaluation_interval": "1m", "tests": groups,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testFile := filepath.Join(dir, "scraped_alerts_test.yml")
+	if err := os.WriteFile(testFile, doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(promtool, "test", "rules", testFile).CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool test rules on the scraped series: %v\n%s", err, out)
 	}
 }
