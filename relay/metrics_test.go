@@ -646,3 +646,83 @@ func TestAlertsFireOnTheRelaysMetrics(t *testing.T) {
 		t.Fatalf("promtool test rules on the scraped series: %v\n%s", err, out)
 	}
 }
+
+// realSeries returns the label names of every series a relay with some traffic exports,
+// by metric name (histograms by their _bucket, _sum and _count names).
+func realSeries(t *testing.T) map[string]map[string]bool {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m := relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: testRoutes})
+	tm := m.Table(testDatabase, testTable)
+	tm.Published("orders", "created", 1)
+	tm.ObservePublish(time.Millisecond)
+	out := map[string]map[string]bool{}
+	for sel := range samples(t, scrape(t, reg)) {
+		name, labels, _ := strings.Cut(sel, "{")
+		if out[name] == nil {
+			out[name] = map[string]bool{}
+		}
+		for _, l := range labelName.FindAllStringSubmatch(labels, -1) {
+			out[name][l[1]] = true
+		}
+	}
+	return out
+}
+
+// labelName matches the names of a series' labels, in the exposition text and in PromQL
+// selectors alike.
+var labelName = regexp.MustCompile(`(?:^|[{,])\s*([a-zA-Z_]\w*)\s*=~?\s*"(?:[^"\\]|\\.)*"`)
+
+// TestShippedAlertTestsUseTheRelaysSeries runs `promtool check rules` and `promtool test
+// rules` on deploy/prometheus, and checks that the hand-written input series of
+// alerts_test.yml are named and labelled as the relay exports them.
+func TestShippedAlertTestsUseTheRelaysSeries(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../deploy/prometheus/alerts_test.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Tests []struct {
+			InputSeries []struct {
+				Series string `yaml:"series"`
+			} `yaml:"input_series"`
+		} `yaml:"tests"`
+	}
+	if err := yaml.Unmarshal(raw, &f); err != nil {
+		t.Fatalf("alerts_test.yml: %v", err)
+	}
+	real := realSeries(t)
+	scrapeLabels := map[string]bool{"job": true, "instance": true}
+	for _, g := range f.Tests {
+		for _, in := range g.InputSeries {
+			name, labels, _ := strings.Cut(in.Series, "{")
+			if name == "up" {
+				continue // added by Prometheus, not exported by the relay
+			}
+			want, ok := real[name]
+			if !ok {
+				t.Errorf("alerts_test.yml: %s is not a series of the relay's /metrics", name)
+				continue
+			}
+			got := map[string]bool{}
+			for _, l := range labelName.FindAllStringSubmatch(labels, -1) {
+				if !scrapeLabels[l[1]] {
+					got[l[1]] = true
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("alerts_test.yml: %s has labels %v, the relay exports %v", in.Series, got, want)
+			}
+		}
+	}
+	promtool := promtoolPath(t)
+	for _, args := range [][]string{
+		{"check", "rules", "../deploy/prometheus/alerts.yml"},
+		{"test", "rules", "../deploy/prometheus/alerts_test.yml"},
+	} {
+		if out, err := exec.Command(promtool, args...).CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
