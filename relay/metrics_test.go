@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -726,3 +727,95 @@ func TestShippedAlertTestsUseTheRelaysSeries(t *testing.T) {
 		}
 	}
 }
+
+// TestGrafanaDashboardQueriesTheRelaysMetrics checks that deploy/grafana/outbox-relay.json
+// parses, that every metric its queries name is a series of the relay's /metrics output and
+// every variable they use is defined, and that promtool accepts every query as PromQL.
+func TestGrafanaDashboardQueriesTheRelaysMetrics(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../deploy/grafana/outbox-relay.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+		Templating struct {
+			List []struct {
+				Name  string `json:"name"`
+				Query any    `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("outbox-relay.json does not parse: %v", err)
+	}
+	vars := map[string]bool{"__rate_interval": true, "__interval": true, "__range": true}
+	var exprs []string
+	for _, v := range dash.Templating.List {
+		vars[v.Name] = true
+		if q, ok := v.Query.(map[string]any); ok {
+			s, _ := q["query"].(string)
+			if inner, ok := strings.CutPrefix(s, "label_values("); ok {
+				sel, _, _ := strings.Cut(inner, ", ")
+				exprs = append(exprs, sel)
+			}
+		}
+	}
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			exprs = append(exprs, tg.Expr)
+		}
+	}
+	if len(exprs) < 10 {
+		t.Fatalf("the dashboard has %d queries, want its panels' queries", len(exprs))
+	}
+	real := realSeries(t)
+	queried := map[string]bool{}
+	var rules []map[string]string
+	for i, e := range exprs {
+		for _, name := range metricName.FindAllString(e, -1) {
+			queried[name] = true
+			if real[name] == nil {
+				t.Errorf("query %q names %s, which the relay does not export", e, name)
+			}
+		}
+		for _, v := range variable.FindAllStringSubmatch(e, -1) {
+			if !vars[v[1]] {
+				t.Errorf("query %q uses undefined variable $%s", e, v[1])
+			}
+		}
+		promql := strings.NewReplacer("$__rate_interval", "5m", "$__interval", "1m", "$__range", "1h",
+			"$database", ".*", "$table", ".*").Replace(e)
+		rules = append(rules, map[string]string{"record": fmt.Sprintf("dashboard:query_%d", i), "expr": promql})
+	}
+	for _, want := range []string{"outbox_relay_pending", "outbox_relay_oldest_due_age_seconds",
+		"outbox_relay_published_total", "outbox_relay_failed_total", "outbox_relay_dead_total",
+		"outbox_relay_dead_rows", "outbox_relay_leader", "outbox_relay_publish_duration_seconds_bucket"} {
+		if !queried[want] {
+			t.Errorf("the dashboard does not show %s", want)
+		}
+	}
+	promtool := promtoolPath(t)
+	doc, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "dashboard_rules.yml")
+	if err := os.WriteFile(file, doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(promtool, "check", "rules", file).CombinedOutput(); err != nil {
+		t.Errorf("promtool rejects a dashboard query: %v\n%s", err, out)
+	}
+}
+
+// metricName and variable find the relay metrics and the Grafana variables of a query.
+var (
+	metricName = regexp.MustCompile(`\boutbox_relay_\w+`)
+	variable   = regexp.MustCompile(`\$(\w+)`)
+)
