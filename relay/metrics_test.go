@@ -819,3 +819,73 @@ var (
 	metricName = regexp.MustCompile(`\boutbox_relay_\w+`)
 	variable   = regexp.MustCompile(`\$(\w+)`)
 )
+
+// TestMetricsDocMatchesTheRelay keeps docs/metrics.md true: its table lists exactly the
+// metrics the relay exports, with their labels and types; it includes alerts.yml verbatim and
+// explains every alert; it states the label budget in force.
+func TestMetricsDocMatchesTheRelay(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	reg := prometheus.NewRegistry()
+	relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: testRoutes}).Table(testDatabase, testTable)
+	text := scrape(t, reg)
+	types := map[string]string{}
+	for _, line := range strings.Split(text, "\n") {
+		if f, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			fields := strings.Fields(f)
+			types[fields[0]] = fields[1]
+		}
+	}
+	real := realSeries(t)
+	documented := map[string]bool{}
+	row := regexp.MustCompile("(?m)^\\| `(outbox_relay_\\w+)` \\| (\\w+) \\| ([\\w, ]+) \\|")
+	for _, m := range row.FindAllStringSubmatch(doc, -1) {
+		name, typ, labels := m[1], m[2], strings.Split(m[3], ", ")
+		documented[name] = true
+		if types[name] == "" {
+			t.Errorf("docs/metrics.md lists %s, which the relay does not export", name)
+			continue
+		}
+		if typ != types[name] {
+			t.Errorf("docs/metrics.md: %s is a %s, the doc says %s", name, types[name], typ)
+		}
+		series := name
+		if typ == "histogram" {
+			series += "_count"
+		}
+		sort.Strings(labels)
+		var want []string
+		for l := range real[series] {
+			want = append(want, l)
+		}
+		sort.Strings(want)
+		if fmt.Sprint(labels) != fmt.Sprint(want) {
+			t.Errorf("docs/metrics.md: %s has labels %v, the relay exports %v", name, labels, want)
+		}
+	}
+	for name := range types {
+		if !documented[name] {
+			t.Errorf("docs/metrics.md does not list %s", name)
+		}
+	}
+	alerts, err := os.ReadFile("../deploy/prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	included := "<!-- begin deploy/prometheus/alerts.yml -->\n```yaml\n" + string(alerts) + "```\n<!-- end deploy/prometheus/alerts.yml -->"
+	if !strings.Contains(doc, included) {
+		t.Error("docs/metrics.md does not include deploy/prometheus/alerts.yml verbatim between its markers")
+	}
+	for _, r := range alertRules(t) {
+		if !strings.Contains(doc, "| `"+r.Alert+"` | "+r.Labels["severity"]+" |") {
+			t.Errorf("docs/metrics.md's alert table has no row for %s (severity %s)", r.Alert, r.Labels["severity"])
+		}
+	}
+	if budget := fmt.Sprintf("The first %d other topic and tag pairs", relay.DefaultMaxLabelPairs); !strings.Contains(doc, budget) {
+		t.Errorf("docs/metrics.md does not say %q", budget)
+	}
+}
