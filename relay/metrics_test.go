@@ -74,10 +74,18 @@ func TestMetricsFollowTheTable(t *testing.T) {
 			metric(t, reg, "outbox_relay_pending", table) == 10 &&
 			metric(t, reg, "outbox_relay_oldest_due_age_seconds", table) > 0
 	})
+	// Attempts against the unreachable broker count as failures, though they spend no retry:
+	// the alert on failures without successes sees the outage.
+	sent := map[string]string{"table": "local_message", "topic": "orders", "tag": "created"}
+	eventually(t, 30*time.Second, "failed attempts counted", func() bool {
+		return metric(t, reg, "outbox_relay_failed_total", sent) >= 10
+	})
+	if n := countWhere(t, b.db.DB, "retry_count = 0 AND status = 0"); n != 10 {
+		t.Fatalf("%d rows pending with no retry spent, want 10", n)
+	}
 	if err := b.broker.StartBroker(); err != nil {
 		t.Fatal(err)
 	}
-	sent := map[string]string{"table": "local_message", "topic": "orders", "tag": "created"}
 	eventually(t, 60*time.Second, "published counter and an empty backlog", func() bool {
 		return metric(t, reg, "outbox_relay_published_total", sent) == 10 &&
 			metric(t, reg, "outbox_relay_pending", table) == 0 &&
@@ -887,5 +895,56 @@ func TestMetricsDocMatchesTheRelay(t *testing.T) {
 	}
 	if budget := fmt.Sprintf("The first %d other topic and tag pairs", relay.DefaultMaxLabelPairs); !strings.Contains(doc, budget) {
 		t.Errorf("docs/metrics.md does not say %q", budget)
+	}
+}
+
+// TestStandbyExportsItsTable runs a leader and a standby of one table, each with its own
+// registry as two processes have: the standby exports the table's series too (leader 0, its
+// growing lock wait, counters at 0, the true backlog and dead rows), labelled by database.
+func TestStandbyExportsItsTable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	regs := []*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
+	table := map[string]string{"database": "db.example:3306/shop", "table": "local_message"}
+	b.insert(t, outbox.Message{Topic: "orders", Tag: "created", Body: []byte("x")})
+	// A plain-SQL writer's row with a topic RocketMQ refuses: it goes dead at once.
+	if _, err := b.db.DB.Exec(`INSERT INTO local_message (msg_id, topic, tag, content) VALUES ('bad-1', 'no such topic!', 'order-42', 'x')`); err != nil {
+		t.Fatal(err)
+	}
+	for i, reg := range regs {
+		cfg := b.config()
+		cfg.Database = table["database"]
+		cfg.Metrics = relay.NewMetrics(reg)
+		run(t, b.newRelay(t, cfg))
+		if i == 0 {
+			eventually(t, 30*time.Second, "the first relay leads", func() bool {
+				return metric(t, reg, "outbox_relay_leader", table) == 1
+			})
+		}
+	}
+	leader, standby := regs[0], regs[1]
+	dead := map[string]string{"database": table["database"], "table": "local_message", "topic": relay.LabelInvalid, "tag": "order-42"}
+	sent := map[string]string{"database": table["database"], "table": "local_message", "topic": "orders", "tag": "created"}
+	eventually(t, 30*time.Second, "the leader's counters and both relays' gauges", func() bool {
+		return metric(t, leader, "outbox_relay_dead_total", dead) == 1 &&
+			metric(t, leader, "outbox_relay_published_total", sent) == 1 &&
+			metric(t, leader, "outbox_relay_dead_rows", table) == 1 &&
+			metric(t, standby, "outbox_relay_dead_rows", table) == 1 &&
+			metric(t, standby, "outbox_relay_pending", table) == 0 &&
+			metric(t, standby, "outbox_relay_lock_wait_seconds", table) > 0
+	})
+	for _, name := range []string{"outbox_relay_leader", "outbox_relay_lock_losses_total", "outbox_relay_oldest_due_age_seconds"} {
+		if v := metric(t, standby, name, table); v != 0 {
+			t.Errorf("standby: %s = %v, want 0", name, v)
+		}
+	}
+	if v := metric(t, standby, "outbox_relay_publish_duration_seconds", table); v != 0 {
+		t.Errorf("standby: publish histogram has %v samples, want an empty one", v)
+	}
+	if v := metric(t, leader, "outbox_relay_lock_wait_seconds", table); v != 0 {
+		t.Errorf("leader: lock wait %v, want 0", v)
+	}
+	if v := metric(t, leader, "outbox_relay_build_info", nil); v != 1 {
+		t.Errorf("build info %v, want 1", v)
 	}
 }
