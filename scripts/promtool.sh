@@ -28,7 +28,6 @@ install_promtool() {
 	command -v dpkg-deb >/dev/null 2>&1 || die "promtool is missing and dpkg-deb is not available"
 	local tmp
 	tmp=$(mktemp -d)
-	trap 'rm -rf "$tmp"' RETURN
 	printf 'promtool.sh: fetching promtool from Debian'"'"'s prometheus package\n' >&2
 	if ! (cd "$tmp" && apt-get download -qq prometheus >/dev/null 2>&1); then
 		if [ "$(id -u)" = 0 ]; then
@@ -38,14 +37,21 @@ install_promtool() {
 			die "apt-get download prometheus failed (run apt-get update as root, or install promtool)"
 		fi
 	fi
-	rm -rf bin/promtool
-	mkdir -p bin/promtool
 	dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x"
+	rm -rf bin/promtool
 	mkdir -p bin/promtool/usr/bin
 	cp "$tmp/x/usr/bin/promtool" bin/promtool/usr/bin/promtool
+	rm -rf "$tmp"
 }
 
-bin=$(find_promtool) || { install_promtool; bin=$(find_promtool) || die "promtool still missing after install"; }
+if ! bin=$(find_promtool); then
+	# Tests call this script in parallel: one installs, the others wait for it.
+	mkdir -p bin
+	exec 9>bin/.promtool.lock
+	flock 9
+	bin=$(find_promtool) || { install_promtool; bin=$(find_promtool) || die "promtool still missing after install"; }
+	flock -u 9
+fi
 
 if [ "${1:-}" = "--path" ]; then
 	echo "$bin"
