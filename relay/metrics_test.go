@@ -248,6 +248,30 @@ func TestMetricsLabelsAreBounded(t *testing.T) {
 	}
 }
 
+// readRepoFile returns a file of the repository, by its path from the root.
+func readRepoFile(t *testing.T, path string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// promtoolOn writes doc as YAML to a temporary file and runs promtool's args on it.
+func promtoolOn(t *testing.T, promtool string, doc any, args ...string) ([]byte, error) {
+	t.Helper()
+	raw, err := yaml.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "promtool.yml")
+	if err := os.WriteFile(file, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return exec.Command(promtool, append(args, file)...).CombinedOutput()
+}
+
 // promtoolPath returns the promtool that scripts/promtool.sh runs (installing it from
 // Debian's package when missing). Without one the test is skipped, or fails under CI=true.
 func promtoolPath(t *testing.T) string {
@@ -275,10 +299,7 @@ type alertRule struct {
 // alertRules reads deploy/prometheus/alerts.yml.
 func alertRules(t *testing.T) []alertRule {
 	t.Helper()
-	raw, err := os.ReadFile("../deploy/prometheus/alerts.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := readRepoFile(t, "deploy/prometheus/alerts.yml")
 	var f struct {
 		Groups []struct {
 			Rules []alertRule `yaml:"rules"`
@@ -635,22 +656,13 @@ func TestAlertsFireOnTheRelaysMetrics(t *testing.T) {
 			t.Errorf("alert %s of alerts.yml is never seen firing by this test", n)
 		}
 	}
-	dir := t.TempDir()
 	rulesPath, err := filepath.Abs("../deploy/prometheus/alerts.yml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, err := yaml.Marshal(map[string]any{
+	out, err := promtoolOn(t, promtool, map[string]any{
 		"rule_files": []string{rulesPath}, "evaluation_interval": "1m", "tests": groups,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testFile := filepath.Join(dir, "scraped_alerts_test.yml")
-	if err := os.WriteFile(testFile, doc, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(promtool, "test", "rules", testFile).CombinedOutput()
+	}, "test", "rules")
 	if err != nil {
 		t.Fatalf("promtool test rules on the scraped series: %v\n%s", err, out)
 	}
@@ -687,10 +699,7 @@ var labelName = regexp.MustCompile(`(?:^|[{,])\s*([a-zA-Z_]\w*)\s*=~?\s*"(?:[^"\
 // alerts_test.yml are named and labelled as the relay exports them.
 func TestShippedAlertTestsUseTheRelaysSeries(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../deploy/prometheus/alerts_test.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := readRepoFile(t, "deploy/prometheus/alerts_test.yml")
 	var f struct {
 		Tests []struct {
 			InputSeries []struct {
@@ -741,10 +750,7 @@ func TestShippedAlertTestsUseTheRelaysSeries(t *testing.T) {
 // every variable they use is defined, and that promtool accepts every query as PromQL.
 func TestGrafanaDashboardQueriesTheRelaysMetrics(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../deploy/grafana/outbox-relay.json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := readRepoFile(t, "deploy/grafana/outbox-relay.json")
 	var dash struct {
 		Panels []struct {
 			Title   string `json:"title"`
@@ -809,15 +815,8 @@ func TestGrafanaDashboardQueriesTheRelaysMetrics(t *testing.T) {
 		}
 	}
 	promtool := promtoolPath(t)
-	doc, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "dashboard_rules.yml")
-	if err := os.WriteFile(file, doc, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(promtool, "check", "rules", file).CombinedOutput(); err != nil {
+	doc := map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}}
+	if out, err := promtoolOn(t, promtool, doc, "check", "rules"); err != nil {
 		t.Errorf("promtool rejects a dashboard query: %v\n%s", err, out)
 	}
 }
@@ -833,10 +832,7 @@ var (
 // explains every alert; it states the label budget in force.
 func TestMetricsDocMatchesTheRelay(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../docs/metrics.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := readRepoFile(t, "docs/metrics.md")
 	doc := string(raw)
 	reg := prometheus.NewRegistry()
 	relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: testRoutes}).Table(testDatabase, testTable)
@@ -880,10 +876,7 @@ func TestMetricsDocMatchesTheRelay(t *testing.T) {
 			t.Errorf("docs/metrics.md does not list %s", name)
 		}
 	}
-	alerts, err := os.ReadFile("../deploy/prometheus/alerts.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	alerts := readRepoFile(t, "deploy/prometheus/alerts.yml")
 	included := "<!-- begin deploy/prometheus/alerts.yml -->\n```yaml\n" + string(alerts) + "```\n<!-- end deploy/prometheus/alerts.yml -->"
 	if !strings.Contains(doc, included) {
 		t.Error("docs/metrics.md does not include deploy/prometheus/alerts.yml verbatim between its markers")
