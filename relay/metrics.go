@@ -80,7 +80,7 @@ func NewMetricsWith(reg prometheus.Registerer, opts MetricsOptions) *Metrics {
 			Name: "outbox_relay_published_total", Help: "Messages acknowledged by the broker and marked sent.",
 		}, byTopic),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "outbox_relay_failed_total", Help: "Failed publish attempts: retried later, dead when out of retries, or left due while the broker is unreachable.",
+			Name: "outbox_relay_failed_total", Help: "Failed publish attempts: retried later, dead when out of retries, or deferred by a broker incident.",
 		}, byTopic),
 		dead: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outbox_relay_dead_total", Help: "Messages marked dead: out of retries or never sendable.",
