@@ -887,6 +887,19 @@ func TestMetricsDocMatchesTheRelay(t *testing.T) {
 			t.Errorf("docs/metrics.md's alert table has no row for %s (severity %s)", r.Alert, r.Labels["severity"])
 		}
 	}
+	// Every runbook link of the doc and of the rules names a section of docs/runbook.md.
+	slugs := map[string]bool{}
+	for _, line := range strings.Split(string(readRepoFile(t, "docs/runbook.md")), "\n") {
+		if h, ok := strings.CutPrefix(line, "## "); ok {
+			slug := strings.ReplaceAll(strings.ToLower(h), " ", "-")
+			slugs[regexp.MustCompile(`[^a-z0-9_-]`).ReplaceAllString(slug, "")] = true
+		}
+	}
+	for _, m := range regexp.MustCompile(`runbook\.md#([\w-]+)`).FindAllStringSubmatch(doc, -1) {
+		if !slugs[m[1]] {
+			t.Errorf("docs/metrics.md or alerts.yml links runbook.md#%s, which is no section of docs/runbook.md", m[1])
+		}
+	}
 	if budget := fmt.Sprintf("The first %d other topic and tag pairs", relay.DefaultMaxLabelPairs); !strings.Contains(doc, budget) {
 		t.Errorf("docs/metrics.md does not say %q", budget)
 	}
