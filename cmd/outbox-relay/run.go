@@ -84,7 +84,9 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := relay.NewMetrics(reg)
+	metrics := relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: routeRules(cfg.Routes)})
+	v, c, _ := buildInfo()
+	metrics.SetBuildInfo(v, c)
 
 	var relays []*relay.Relay
 	for _, table := range cfg.Tables() {
@@ -175,17 +177,21 @@ func routerFrom(routes []config.Route) (relay.Router, error) {
 	if len(routes) == 0 {
 		return nil, nil // relay.DefaultRouter: every message routed with the defaults
 	}
+	router, err := relay.NewPatternRouter(routeRules(routes)...)
+	if err != nil {
+		return nil, fmt.Errorf("routes: %w", err)
+	}
+	return router, nil
+}
+
+func routeRules(routes []config.Route) []relay.PatternRule {
 	rules := make([]relay.PatternRule, len(routes))
 	for i, r := range routes {
 		rules[i] = relay.PatternRule{Topic: r.Topic, Tag: r.Tag, Route: relay.Route{
 			Group: r.Group, SendTimeout: r.SendTimeout, Ordered: r.Ordered, DelayLevel: r.DelayLevel,
 		}}
 	}
-	router, err := relay.NewPatternRouter(rules...)
-	if err != nil {
-		return nil, fmt.Errorf("routes: %w", err)
-	}
-	return router, nil
+	return rules
 }
 
 // serveHTTP serves /metrics, /healthz and /readyz on addr. /healthz fails when a leading relay
