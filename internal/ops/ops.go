@@ -377,9 +377,10 @@ func requeueChunkTx(ctx context.Context, db *sql.DB, sel, upd string, args []any
 	if err != nil {
 		return nil, nil, err
 	}
-	// The rows are locked, so every one of them must have changed.
+	// Only another requeue changes dead rows; if one ran at the same time, say so rather
+	// than report rows this one did not requeue.
 	if n, _ := r.RowsAffected(); n != int64(len(ids)) {
-		err = fmt.Errorf("updated %d of %d locked dead rows", n, len(ids))
+		err = fmt.Errorf("requeued %d of %d dead rows: another requeue changed the rest meanwhile; run it again", n, len(ids))
 		return nil, nil, err
 	}
 	return ids, msgIDs, tx.Commit()
@@ -477,15 +478,16 @@ func Purge(ctx context.Context, db *sql.DB, table string, opts PurgeOptions) (Pu
 		}
 		return res, nil
 	}
-	q, _ := query(sqlPurge, table)
+	sel, _ := query(sqlPurgeSelect, table)
+	del, _ := query(sqlPurgeDelete, table)
 	for {
-		n, err := purgeBatch(ctx, db, q, res.Cutoff, sentCutoff, opts.BatchSize)
+		n, selected, err := purgeBatch(ctx, db, sel, del, res.Cutoff, sentCutoff, opts.BatchSize)
 		if err != nil {
 			return res, fmt.Errorf("purge %s: %w", table, err)
 		}
 		res.Deleted += n
 		res.Batches++
-		if n < int64(opts.BatchSize) {
+		if selected < opts.BatchSize {
 			return res, nil
 		}
 		if opts.Pause > 0 {
@@ -506,7 +508,9 @@ const purgeRetries = 5
 // which the relay's write-back, moving rows into status 2, runs into: a deadlock. Without gap
 // locks it touches only the old sent rows it deletes; a conflict that still happens (InnoDB
 // breaks deadlocks by rolling one side back) is retried, as InnoDB asks.
-func purgeBatch(ctx context.Context, db *sql.DB, q string, args ...any) (int64, error) {
+// purgeBatch returns the rows it deleted and the rows it selected; a row the relay or another
+// purge changed between the two is left alone, and a short selection ends the purge.
+func purgeBatch(ctx context.Context, db *sql.DB, sel, del string, cutoff string, sentCutoff int64, batch int) (deleted int64, selected int, err error) {
 	for attempt := 1; ; attempt++ {
 		n, err := func() (int64, error) {
 			tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
@@ -514,7 +518,28 @@ func purgeBatch(ctx context.Context, db *sql.DB, q string, args ...any) (int64, 
 				return 0, err
 			}
 			defer tx.Rollback()
-			r, err := tx.ExecContext(ctx, q, args...)
+			rows, err := tx.QueryContext(ctx, sel, cutoff, sentCutoff, batch)
+			if err != nil {
+				return 0, err
+			}
+			var ids []any
+			for rows.Next() {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					rows.Close()
+					return 0, err
+				}
+				ids = append(ids, id)
+			}
+			if err := closeRows(rows); err != nil {
+				return 0, err
+			}
+			selected = len(ids)
+			if len(ids) == 0 {
+				return 0, tx.Commit()
+			}
+			args := append(ids, cutoff, sentCutoff)
+			r, err := tx.ExecContext(ctx, strings.ReplaceAll(del, "{IDS}", placeholders(len(ids))), args...)
 			if err != nil {
 				return 0, err
 			}
@@ -525,11 +550,11 @@ func purgeBatch(ctx context.Context, db *sql.DB, q string, args ...any) (int64, 
 			return n, tx.Commit()
 		}()
 		if err == nil || !mysqlerr.Retryable(err) || attempt == purgeRetries {
-			return n, err
+			return n, selected, err
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, 0, ctx.Err()
 		case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
 		}
 	}

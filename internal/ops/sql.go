@@ -29,13 +29,16 @@ const (
 	// sqlCountDead counts the dead rows a filter selects; {W} is the filter.
 	sqlCountDead = "SELECT COUNT(*) FROM {T} WHERE status = 3 AND is_deleted = 0{W}"
 
-	// sqlRequeueLock selects one chunk of dead rows to requeue, locking them for the update.
-	// Run in READ COMMITTED: no gap locks, so the application's INSERTs are never blocked.
+	// sqlRequeueLock selects one chunk of dead rows to requeue. It is a plain consistent read,
+	// not a locking one: walking the primary key, a locking read would wait for every
+	// application transaction holding an uncommitted row in its way.
 	sqlRequeueLock = "SELECT id, msg_id FROM {T} WHERE status = 3 AND is_deleted = 0{W} AND id > ?" +
-		" ORDER BY id LIMIT ? FOR UPDATE"
+		" ORDER BY id LIMIT ?"
 
-	// sqlRequeue gives dead rows a fresh start: due now, with their full retry budget.
-	sqlRequeue = "UPDATE {T} SET status = 0, retry_count = 0, next_retry_time = 0, fail_reason = NULL" +
+	// sqlRequeue gives dead rows a fresh start: due now, with their full retry budget. It
+	// names its rows by primary key (never a status-index range that holds writers' rows) and
+	// runs in READ COMMITTED (no gap locks), so it never waits for nor blocks the application.
+	sqlRequeue = "UPDATE {T} FORCE INDEX (PRIMARY) SET status = 0, retry_count = 0, next_retry_time = 0, fail_reason = NULL" +
 		" WHERE status = 3 AND id IN ({IDS})"
 
 	// sqlStatusOfMsgIDs reports the state of the msg_ids asked for, to explain the ones left alone.
@@ -48,10 +51,17 @@ const (
 	// sqlPurgeCount counts what a purge would delete (dry run).
 	sqlPurgeCount = "SELECT COUNT(*) FROM {T} WHERE status = 2 AND update_time < ? AND sent_time < ?"
 
-	// sqlPurge deletes one small batch of old sent rows, walking the (status, update_time)
-	// index; small batches keep each transaction, its locks and its replication event short.
-	sqlPurge = "DELETE FROM {T} WHERE status = 2 AND update_time < ? AND sent_time < ?" +
+	// sqlPurgeSelect finds one small batch of old sent rows, walking the (status, update_time)
+	// index with a plain consistent read; small batches keep each transaction, its locks and
+	// its replication event short.
+	sqlPurgeSelect = "SELECT id FROM {T} WHERE status = 2 AND update_time < ? AND sent_time < ?" +
 		" ORDER BY update_time, id LIMIT ?"
+
+	// sqlPurgeDelete deletes the batch by primary key, guarded by the same condition. A DELETE
+	// that scans for its rows locks every row it examines and, unlike an UPDATE, waits for
+	// rows an application transaction holds uncommitted; by primary key it touches only the
+	// rows it names.
+	sqlPurgeDelete = "DELETE {T} FROM {T} FORCE INDEX (PRIMARY) WHERE id IN ({IDS}) AND status = 2 AND update_time < ? AND sent_time < ?"
 
 	// sqlExplainPurge shows the purge's plan; tests check it uses idx_status_update.
 	sqlExplainPurge = "EXPLAIN SELECT id FROM {T} WHERE status = 2 AND update_time < ? AND sent_time < ?" +
