@@ -141,7 +141,7 @@ func (c *completer) writeWithRetry(batch []completion) (Stats, error) {
 			c.r.log.Error().Err(err).Msg("write-back failed: publishing paused until the database accepts writes; acknowledged results are kept")
 			c.setFailing(true)
 		}
-		c.r.cfg.Metrics.writeBackFailed(c.r.cfg.Table)
+		c.r.metrics.WriteBackFailed()
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -292,7 +292,7 @@ func (r *Relay) warnRaced(what string, want int, got int64) {
 }
 
 func (r *Relay) countResults(rows []row, results []result, idx []int) {
-	m := r.cfg.Metrics
+	m := r.metrics
 	if m == nil {
 		return
 	}
@@ -300,16 +300,16 @@ func (r *Relay) countResults(rows []row, results []result, idx []int) {
 		rw := &rows[i]
 		switch results[i].kind {
 		case sent:
-			m.published.WithLabelValues(r.cfg.Table, rw.topic, rw.tag).Inc()
+			m.Published(rw.topic, rw.tag, 1)
 		case retry:
-			m.failed.WithLabelValues(r.cfg.Table, rw.topic, rw.tag).Inc()
+			m.Failed(rw.topic, rw.tag, 1)
 			if !results[i].capped && rw.retryCount+1 > rw.maxRetries {
-				m.dead.WithLabelValues(r.cfg.Table, rw.topic, rw.tag).Inc()
+				m.Dead(rw.topic, rw.tag, 1)
 			}
 		case deferred:
-			m.failed.WithLabelValues(r.cfg.Table, rw.topic, rw.tag).Inc()
+			m.Failed(rw.topic, rw.tag, 1)
 		case dead:
-			m.dead.WithLabelValues(r.cfg.Table, rw.topic, rw.tag).Inc()
+			m.Dead(rw.topic, rw.tag, 1)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 
+	"github.com/outbox-relay/outbox-relay/internal/ops"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
@@ -40,6 +41,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		redsync.WithSetNXOnExtend(), // an expired lock may be re-taken by its owner if free
 	)
 	nudges := r.listen(ctx)
+	go r.sampleBacklogEvery(ctx, 5*time.Second)
 	tick := time.NewTicker(r.cfg.LockTTL / 4)
 	defer tick.Stop()
 	r.startWaiting()
@@ -52,7 +54,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		if err == nil {
 			r.setValidity(start)
 			r.waitingSince.Store(0)
-			r.cfg.Metrics.setLockWait(r.cfg.Table, 0)
+			r.metrics.SetLockWait(0)
 			cause := r.lead(ctx, mutex, nudges)
 			r.startWaiting()
 			nextWaitLog = 3 * r.cfg.LockTTL
@@ -73,7 +75,7 @@ func (r *Relay) Run(ctx context.Context) error {
 					Msg("standby: still waiting for the table's lock, held by another relay; if no other relay serves this table, another process is using the same lock key (lock.key)")
 				nextWaitLog = 2 * nextWaitLog
 			}
-			r.cfg.Metrics.setLockWait(r.cfg.Table, r.Health().LockWait)
+			r.metrics.SetLockWait(r.Health().LockWait)
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -107,10 +109,10 @@ func (r *Relay) lockValid() bool {
 func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan struct{}) error {
 	r.log.Info().Str("lock", r.cfg.LockKey).Msg("leader: publishing")
 	r.leading.Store(true)
-	r.cfg.Metrics.setLeader(r.cfg.Table, true)
+	r.metrics.SetLeader(true)
 	defer func() {
 		r.leading.Store(false)
-		r.cfg.Metrics.setLeader(r.cfg.Table, false)
+		r.metrics.SetLeader(false)
 	}()
 	r.progress.mark() // the stall clock starts now
 
@@ -135,7 +137,6 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 		}
 	}()
 	go r.keepLock(abort, mutex, cancel)
-	go r.sampleBacklogEvery(abort, 5*time.Second)
 
 	empty, failures := 0, 0
 	for ctx.Err() == nil && abort.Err() == nil {
@@ -227,12 +228,12 @@ func (r *Relay) keepLock(abort context.Context, mutex *redsync.Mutex, cancel con
 		case ok && err == nil:
 			r.setValidity(start)
 		case !r.lockValid():
-			r.cfg.Metrics.lockLost(r.cfg.Table)
+			r.metrics.LockLost()
 			r.log.Warn().Err(err).Msg("lock validity ran out before an extension succeeded")
 			cancel(errLockLost)
 			return
 		case isLockTaken(err):
-			r.cfg.Metrics.lockLost(r.cfg.Table)
+			r.metrics.LockLost()
 			r.log.Warn().Err(err).Msg("lock extension refused: another relay holds the lock")
 			cancel(errLockLost)
 			return
@@ -277,10 +278,11 @@ func (r *Relay) listen(ctx context.Context) <-chan struct{} {
 	return out
 }
 
-// sampleBacklogEvery updates the backlog gauges until ctx is done, beside the drain loop so
-// that a long drain neither delays the samples nor is delayed by them.
+// sampleBacklogEvery updates the backlog and dead-row gauges until ctx is done, beside the
+// drain loop so that a long drain neither delays the samples nor is delayed by them. Leader
+// and standbys alike sample, so every relay of a table exports its true backlog.
 func (r *Relay) sampleBacklogEvery(ctx context.Context, every time.Duration) {
-	if r.cfg.Metrics == nil {
+	if r.metrics == nil {
 		return
 	}
 	t := time.NewTicker(every)
@@ -301,5 +303,13 @@ func (r *Relay) sampleBacklog(ctx context.Context) {
 		r.log.Warn().Err(err).Msg("backlog sample failed")
 		return
 	}
-	r.cfg.Metrics.setBacklog(r.cfg.Table, pending, oldest.Seconds())
+	r.metrics.SetBacklog(pending, oldest.Seconds())
+	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+	defer cancel()
+	deadRows, err := ops.CountDead(qctx, r.db, r.cfg.Table, ops.Filter{})
+	if err != nil {
+		r.log.Warn().Err(err).Msg("dead rows sample failed")
+		return
+	}
+	r.metrics.SetDeadRows(deadRows)
 }

@@ -123,7 +123,7 @@ func failResult(err error) result {
 func (r *Relay) send(ctx context.Context, route Route, msgs ...*Message) error {
 	start := time.Now()
 	err := r.pub.Send(ctx, route, msgs...)
-	r.cfg.Metrics.observePublish(r.cfg.Table, time.Since(start))
+	r.metrics.ObservePublish(time.Since(start))
 	if err == nil {
 		r.incidents.success(msgs[0].Topic)
 	}

@@ -209,6 +209,8 @@ type Relay struct {
 	leading      atomic.Bool
 	validUntil   atomic.Int64 // the lock's validity, nanoseconds after progress.start
 	waitingSince atomic.Int64 // when a standby began to wait, nanoseconds after progress.start; 0 when not waiting
+
+	metrics *TableMetrics // nil without cfg.Metrics
 }
 
 // New checks cfg and returns a relay of cfg.Table. rdb holds the lock and carries nudges;
@@ -226,7 +228,7 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Rel
 		log = log.With().Str("database", cfg.Database).Logger()
 	}
 	r := &Relay{
-		cfg: cfg, db: db, rdb: rdb, pub: pub,
+		cfg: cfg, db: db, rdb: rdb, pub: pub, metrics: cfg.Metrics.Table(cfg.Database, cfg.Table),
 		store:     store{db: db, table: schema.QuoteIdent(cfg.Table), name: cfg.Table, timeout: cfg.QueryTimeout},
 		log:       log,
 		incidents: newIncidents(log),
@@ -341,7 +343,7 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool) []
 	for i := range rows {
 		rows[i].content = nil // published: the completer needs ids and counts only
 	}
-	r.cfg.Metrics.observeBatch(r.cfg.Table, time.Since(start))
+	r.metrics.ObserveBatch(time.Since(start))
 	return results
 }
 

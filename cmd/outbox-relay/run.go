@@ -84,7 +84,9 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := relay.NewMetrics(reg)
+	metrics := relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: routeRules(cfg.Routes)})
+	v, c, _ := buildInfo()
+	metrics.SetBuildInfo(v, c)
 
 	var relays []*relay.Relay
 	for _, table := range cfg.Tables() {
@@ -92,8 +94,8 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 			Table: table, BatchSize: cfg.Relay.BatchSize, Concurrency: cfg.Relay.Concurrency,
 			PollInterval: cfg.Relay.PollInterval, DisableBatchSend: !cfg.Relay.BatchSend,
 			MaxBodyBytes: cfg.Relay.MaxBodyBytes, Backoff: cfg.Backoff, Router: router,
-			Database: databaseLabel(cfg.MySQL.DSN),
-			LockKey:  cfg.Lock.KeyFor(table), LockTTL: cfg.Lock.TTL, ShutdownTimeout: cfg.Relay.ShutdownTimeout,
+			Database: cfg.DatabaseLabel(),
+			LockKey:  cfg.LockKey(table), LockTTL: cfg.Lock.TTL, ShutdownTimeout: cfg.Relay.ShutdownTimeout,
 			DisableNudge: !cfg.Relay.Nudge, Logger: &log, Metrics: metrics,
 		}
 		if cfg.Relay.Unrouted == config.UnroutedDead {
@@ -175,27 +177,21 @@ func routerFrom(routes []config.Route) (relay.Router, error) {
 	if len(routes) == 0 {
 		return nil, nil // relay.DefaultRouter: every message routed with the defaults
 	}
-	rules := make([]relay.PatternRule, len(routes))
-	for i, r := range routes {
-		rules[i] = relay.PatternRule{Topic: r.Topic, Tag: r.Tag, Route: relay.Route{
-			Group: r.Group, SendTimeout: r.SendTimeout, Ordered: r.Ordered, DelayLevel: r.DelayLevel,
-		}}
-	}
-	router, err := relay.NewPatternRouter(rules...)
+	router, err := relay.NewPatternRouter(routeRules(routes)...)
 	if err != nil {
 		return nil, fmt.Errorf("routes: %w", err)
 	}
 	return router, nil
 }
 
-// databaseLabel names the database of dsn in metrics, logs and the lock key: its server and
-// schema, never its credentials.
-func databaseLabel(dsn string) string {
-	mc, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		return ""
+func routeRules(routes []config.Route) []relay.PatternRule {
+	rules := make([]relay.PatternRule, len(routes))
+	for i, r := range routes {
+		rules[i] = relay.PatternRule{Topic: r.Topic, Tag: r.Tag, Route: relay.Route{
+			Group: r.Group, SendTimeout: r.SendTimeout, Ordered: r.Ordered, DelayLevel: r.DelayLevel,
+		}}
 	}
-	return mc.Addr + "/" + mc.DBName
+	return rules
 }
 
 // serveHTTP serves /metrics, /healthz and /readyz on addr. /healthz fails when a leading relay
