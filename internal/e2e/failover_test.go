@@ -120,7 +120,12 @@ func TestFrozenLeaderStopsAfterSIGCONT(t *testing.T) {
 		}
 	}
 	if n := e.count(t, "status = 1 AND retry_count = 7 AND fail_reason = 'changed while the leader was frozen'"); int64(n) != changed {
-		t.Errorf("%d of the %d rows changed while the leader was frozen kept their state; the stale leader overwrote the others", n, changed)
+		var status, retries int
+		var reason string
+		e.db.QueryRow(`SELECT status, retry_count, COALESCE(fail_reason, '') FROM local_message WHERE retry_count = 7
+			AND NOT (status = 1 AND fail_reason = 'changed while the leader was frozen') LIMIT 1`).Scan(&status, &retries, &reason)
+		t.Errorf("%d of the %d rows changed while the leader was frozen kept their state; the stale leader overwrote the others "+
+			"(one now has status %d, retry_count %d, fail_reason %q)", n, changed, status, retries, reason)
 	}
 	if n := e.count(t, "status = 2"); int64(n) != total+2-changed {
 		t.Errorf("%d rows sent, want %d", n, total+2-changed)
