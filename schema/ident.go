@@ -3,13 +3,15 @@ package schema
 import (
 	"fmt"
 	"regexp"
+	"strings"
 )
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 
-// ValidateIdent reports whether name is safe to use unquoted as a table name: ASCII
-// letters, digits and underscores, not starting with a digit, at most 64 characters.
-// The rule is stricter than MySQL's so that a name never needs quoting or escaping.
+// ValidateIdent reports whether name is acceptable as a table name: ASCII letters, digits
+// and underscores, not starting with a digit, at most 64 characters. Such a name needs no
+// escaping, but it may be a reserved word (order, group): put it in statements with
+// QuoteIdent.
 func ValidateIdent(name string) error {
 	if name == "" {
 		return fmt.Errorf("table name is empty")
@@ -18,4 +20,11 @@ func ValidateIdent(name string) error {
 		return fmt.Errorf("table name %q is not a plain SQL identifier (letters, digits and _, not starting with a digit, at most 64 characters)", name)
 	}
 	return nil
+}
+
+// QuoteIdent returns name quoted with backticks for MySQL and MariaDB, so that a reserved
+// word such as order can be a table name. A backtick inside name is doubled, although
+// ValidateIdent never lets one through.
+func QuoteIdent(name string) string {
+	return "`" + strings.ReplaceAll(name, "`", "``") + "`"
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/idempotency"
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/outbox/redisnudge"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
@@ -88,7 +89,7 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	}
 	defer stopConsumer()
 
-	writer, err := outbox.NewWriter(outbox.Config{Redis: rdb})
+	writer, err := outbox.NewWriter(outbox.Config{Nudger: redisnudge.New(rdb)})
 	if err != nil {
 		return false, err
 	}
@@ -223,7 +224,7 @@ func placeOrder(ctx context.Context, db *sql.DB, w *outbox.Writer, n int64, roll
 	if _, err := tx.ExecContext(ctx, "INSERT INTO orders (order_sn, sku, qty) VALUES (?, ?, ?)", ev.OrderSn, ev.Sku, ev.Qty); err != nil {
 		return fmt.Errorf("insert order: %w", err)
 	}
-	if err := w.Insert(ctx, tx, outbox.Message{
+	if err := w.Insert(ctx, tx, &outbox.Message{
 		Topic: "orders", Tag: "created", Keys: []string{ev.OrderSn}, Body: body,
 		Properties: map[string]string{"source": "orders-demo"},
 	}); err != nil {

@@ -82,7 +82,7 @@ func TestEveryOrderAppliedExactlyOnceThroughLostAcksAndRelayRestart(t *testing.T
 			t.Fatal(err)
 		}
 		sn := fmt.Sprintf("SN%05d", i)
-		if err := e.writer.Insert(ctx, tx, outbox.Message{Topic: "orders", Keys: []string{sn}, Body: []byte(`{"orderSn":"` + sn + `"}`), MaxRetries: 50}); err != nil {
+		if err := e.writer.Insert(ctx, tx, &outbox.Message{Topic: "orders", Keys: []string{sn}, Body: []byte(`{"orderSn":"` + sn + `"}`), MaxRetries: 50}); err != nil {
 			t.Fatal(err)
 		}
 		if err := tx.Commit(); err != nil {
