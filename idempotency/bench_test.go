@@ -79,9 +79,9 @@ func BenchmarkRedisGuard(b *testing.B) {
 	})
 	b.Run("guarded", func(b *testing.B) {
 		runBoth(b, &seq, func(ctx context.Context, n int64) error {
-			out, err := g.Do(ctx, fmt.Sprintf("SN%d", n), func(ctx context.Context) error { return reduceStock(ctx, db, n) })
-			if out != idempotency.Applied {
-				return fmt.Errorf("%v: %w", out, err)
+			res, err := g.Do(ctx, fmt.Sprintf("SN%d", n), func(ctx context.Context) error { return reduceStock(ctx, db, n) })
+			if err == nil && res.Outcome != idempotency.Applied {
+				return fmt.Errorf("outcome %v, want applied", res.Outcome)
 			}
 			return err
 		})
@@ -122,9 +122,9 @@ func BenchmarkSQLGuard(b *testing.B) {
 	})
 	b.Run("guarded", func(b *testing.B) {
 		runBoth(b, &seq, func(ctx context.Context, n int64) error {
-			out, err := g.Do(ctx, db, fmt.Sprintf("SN%d", n), func(ctx context.Context, tx *sql.Tx) error { return reduceStock(ctx, tx, n) })
-			if out != idempotency.Applied {
-				return fmt.Errorf("%v: %w", out, err)
+			res, err := g.Do(ctx, db, fmt.Sprintf("SN%d", n), func(ctx context.Context, tx *sql.Tx) error { return reduceStock(ctx, tx, n) })
+			if err == nil && res.Outcome != idempotency.Applied {
+				return fmt.Errorf("outcome %v, want applied", res.Outcome)
 			}
 			return err
 		})

@@ -15,7 +15,7 @@ func TestRedisGuardEachOrderAppliedOnce(t *testing.T) {
 	g := b.guard(t, idempotency.Config{})
 	const orders, copies, workers = 1000, 3, 8
 
-	counts := deliverAll(t, orders, copies, workers, func(ctx context.Context, sn string) (idempotency.Outcome, error) {
+	counts := deliverAll(t, orders, copies, workers, func(ctx context.Context, sn string) (idempotency.Result, error) {
 		// The effect is a plain autocommit UPDATE in MariaDB, outside any transaction.
 		return g.Do(ctx, sn, func(ctx context.Context) error { return applyOrder(ctx, b.db, sn) })
 	}, func(error) bool { return false })
@@ -37,7 +37,7 @@ func TestRedisGuardHandlerFailureReleasesClaim(t *testing.T) {
 	ctx := context.Background()
 	boom := errors.New("stock service down")
 
-	out, err := g.Do(ctx, "SN1", func(context.Context) error { return boom })
+	out, err := oc(g.Do(ctx, "SN1", func(context.Context) error { return boom }))
 	if out != idempotency.Failed || !errors.Is(err, boom) {
 		t.Fatalf("failing handler: %v, %v; want failed wrapping the handler's error", out, err)
 	}
@@ -49,7 +49,7 @@ func TestRedisGuardHandlerFailureReleasesClaim(t *testing.T) {
 	}
 
 	for i, want := range []idempotency.Outcome{idempotency.Applied, idempotency.Duplicate} {
-		out, err := g.Do(ctx, "SN1", func(ctx context.Context) error { return applyOrder(ctx, b.db, "SN1") })
+		out, err := oc(g.Do(ctx, "SN1", func(ctx context.Context) error { return applyOrder(ctx, b.db, "SN1") }))
 		if out != want || err != nil {
 			t.Fatalf("redelivery %d: %v, %v; want %v", i+1, out, err, want)
 		}
@@ -69,7 +69,7 @@ func TestRedisGuardPanicReleasesClaim(t *testing.T) {
 				t.Fatal("panic swallowed")
 			}
 		}()
-		_, _ = g.Do(context.Background(), "SN1", func(context.Context) error { panic("handler bug") })
+		_, _ = oc(g.Do(context.Background(), "SN1", func(context.Context) error { panic("handler bug") }))
 	}()
 	if v := b.value(t, "stock", "SN1"); v != "" {
 		t.Fatalf("after a panic the key holds %q, want it released", v)
@@ -97,32 +97,41 @@ func TestRedisGuardExpiredClaimIsTakenOver(t *testing.T) {
 			sn := "SN-" + tc.name
 			started, wake := make(chan struct{}), make(chan struct{})
 			type result struct {
-				out idempotency.Outcome
+				res idempotency.Result
 				err error
 			}
 			slow := make(chan result, 1)
 			go func() {
-				out, err := g.Do(ctx, sn, func(context.Context) error {
+				res, err := g.Do(ctx, sn, func(context.Context) error {
 					close(started)
 					<-wake
 					return tc.wakeErr // it never got to apply the effect
 				})
-				slow <- result{out, err}
+				slow <- result{res, err}
 			}()
 			<-started
-			if out, err := g.Do(ctx, sn, func(context.Context) error { return nil }); out != idempotency.InProgress || err != nil {
-				t.Fatalf("while claimed: %v, %v; want in progress", out, err)
+			if out, err := oc(g.Do(ctx, sn, func(context.Context) error { return nil })); out != idempotency.InProgress || !errors.Is(err, idempotency.ErrInProgress) {
+				t.Fatalf("while claimed: %v, %v; want in progress with ErrInProgress", out, err)
 			}
 			waitFor(t, "the claim to expire", func() bool { return b.value(t, "stock", sn) == "" })
 
-			out, err := g.Do(ctx, sn, func(ctx context.Context) error { return applyOrder(ctx, b.db, sn) })
+			out, err := oc(g.Do(ctx, sn, func(ctx context.Context) error { return applyOrder(ctx, b.db, sn) }))
 			if out != idempotency.Applied || err != nil {
 				t.Fatalf("takeover: %v, %v; want applied", out, err)
 			}
 			close(wake)
 			r := <-slow
-			if r.out != tc.wantOut || !errors.Is(r.err, idempotency.ErrClaimLost) {
-				t.Fatalf("stalled consumer: %v, %v; want %v with ErrClaimLost", r.out, r.err, tc.wantOut)
+			// A success is Applied with a nil error (do not redeliver) and the lost claim in
+			// NotRecorded; a failure is Failed with the error (redeliver).
+			lost := r.err
+			if tc.wantOut == idempotency.Applied {
+				if r.err != nil {
+					t.Fatalf("stalled consumer succeeded: error %v, want nil (the effect happened)", r.err)
+				}
+				lost = r.res.NotRecorded
+			}
+			if r.res.Outcome != tc.wantOut || !errors.Is(lost, idempotency.ErrClaimLost) {
+				t.Fatalf("stalled consumer: %v, %v (not recorded: %v); want %v with ErrClaimLost", r.res.Outcome, r.err, r.res.NotRecorded, tc.wantOut)
 			}
 			if tc.wakeErr != nil && !errors.Is(r.err, tc.wakeErr) {
 				t.Errorf("stalled consumer's error %v lost the handler's error", r.err)
@@ -133,7 +142,7 @@ func TestRedisGuardExpiredClaimIsTakenOver(t *testing.T) {
 			if n := appliedCount(t, b.db.DB, sn); n != 1 {
 				t.Fatalf("applied %d times, want 1", n)
 			}
-			if out, _ := g.Do(ctx, sn, func(context.Context) error { return nil }); out != idempotency.Duplicate {
+			if out, _ := oc(g.Do(ctx, sn, func(context.Context) error { return nil })); out != idempotency.Duplicate {
 				t.Fatalf("redelivery after takeover: %v, want duplicate", out)
 			}
 		})
@@ -202,7 +211,7 @@ func TestRedisGuardTwoGroupsEachApply(t *testing.T) {
 	stock, points := b.guard(t, idempotency.Config{Group: "stock"}), b.guard(t, idempotency.Config{Group: "points"})
 	ctx := context.Background()
 	for _, g := range []*idempotency.Guard{stock, points} {
-		if out, err := g.Do(ctx, "SN1", func(context.Context) error { return nil }); out != idempotency.Applied || err != nil {
+		if out, err := oc(g.Do(ctx, "SN1", func(context.Context) error { return nil })); out != idempotency.Applied || err != nil {
 			t.Fatalf("%v, %v; want each group to apply", out, err)
 		}
 	}
@@ -213,7 +222,7 @@ func TestRedisGuardEmptyKey(t *testing.T) {
 	b := setupRedis(t)
 	g := b.guard(t, idempotency.Config{})
 	called := false
-	out, err := g.Do(context.Background(), "", func(context.Context) error { called = true; return nil })
+	out, err := oc(g.Do(context.Background(), "", func(context.Context) error { called = true; return nil }))
 	if out != idempotency.Failed || !errors.Is(err, idempotency.ErrNoKey) || called {
 		t.Fatalf("empty key: %v, %v, called %v; want failed with ErrNoKey, handler not called", out, err, called)
 	}
@@ -226,7 +235,7 @@ func TestRedisStoreUnreachable(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	called := false
-	out, err := g.Do(ctx, "SN1", func(context.Context) error { called = true; return nil })
+	out, err := oc(g.Do(ctx, "SN1", func(context.Context) error { called = true; return nil }))
 	if out != idempotency.Failed || err == nil || called {
 		t.Fatalf("store unreachable: %v, %v, called %v; want failed, handler not called", out, err, called)
 	}

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/rocketmq-client-go/v2/primitive"
-
 	"github.com/outbox-relay/outbox-relay/idempotency"
 )
 
@@ -18,7 +16,7 @@ func TestSQLGuardEachOrderAppliedOnce(t *testing.T) {
 	b := setupSQL(t)
 	const orders, copies, workers = 1000, 3, 8
 
-	counts := deliverAll(t, orders, copies, workers, func(ctx context.Context, sn string) (idempotency.Outcome, error) {
+	counts := deliverAll(t, orders, copies, workers, func(ctx context.Context, sn string) (idempotency.Result, error) {
 		return b.guard.Do(ctx, b.db, sn, func(ctx context.Context, tx *sql.Tx) error { return applyOrder(ctx, tx, sn) })
 	}, idempotency.IsRetryable) // a deadlock or lock wait timeout is redelivered
 
@@ -39,12 +37,12 @@ func TestSQLGuardHandlerFailureRollsBack(t *testing.T) {
 	ctx := context.Background()
 	boom := errors.New("insufficient stock")
 
-	out, err := b.guard.Do(ctx, b.db, "SN1", func(ctx context.Context, tx *sql.Tx) error {
+	out, err := oc(b.guard.Do(ctx, b.db, "SN1", func(ctx context.Context, tx *sql.Tx) error {
 		if err := applyOrder(ctx, tx, "SN1"); err != nil {
 			return err
 		}
 		return boom // after a write: the write must be rolled back with the dedupe row
-	})
+	}))
 	if out != idempotency.Failed || !errors.Is(err, boom) {
 		t.Fatalf("failing handler: %v, %v; want failed wrapping the handler's error", out, err)
 	}
@@ -55,7 +53,7 @@ func TestSQLGuardHandlerFailureRollsBack(t *testing.T) {
 		t.Fatalf("dedupe row survived the failure")
 	}
 	for i, want := range []idempotency.Outcome{idempotency.Applied, idempotency.Duplicate} {
-		out, err := b.guard.Do(ctx, b.db, "SN1", func(ctx context.Context, tx *sql.Tx) error { return applyOrder(ctx, tx, "SN1") })
+		out, err := oc(b.guard.Do(ctx, b.db, "SN1", func(ctx context.Context, tx *sql.Tx) error { return applyOrder(ctx, tx, "SN1") }))
 		if out != want || err != nil {
 			t.Fatalf("redelivery %d: %v, %v; want %v", i+1, out, err, want)
 		}
@@ -78,7 +76,7 @@ func TestSQLGuardConsumerDiesMidTransaction(t *testing.T) {
 	killed := make(chan struct{})
 	first := make(chan error, 1)
 	go func() {
-		out, err := b.guard.Do(ctx, b.db, sn, func(ctx context.Context, tx *sql.Tx) error {
+		out, err := oc(b.guard.Do(ctx, b.db, sn, func(ctx context.Context, tx *sql.Tx) error {
 			if err := applyOrder(ctx, tx, sn); err != nil {
 				return err
 			}
@@ -89,7 +87,7 @@ func TestSQLGuardConsumerDiesMidTransaction(t *testing.T) {
 			connID <- id
 			<-killed
 			return nil // wakes up believing it succeeded
-		})
+		}))
 		if out != idempotency.Failed {
 			err = errors.Join(err, errors.New("dead consumer's outcome is "+out.String()+", want failed"))
 		} else {
@@ -101,7 +99,7 @@ func TestSQLGuardConsumerDiesMidTransaction(t *testing.T) {
 	id := <-connID
 	second := make(chan error, 1)
 	go func() { // a duplicate that blocks on the dedupe row's lock, or arrives after the kill
-		out, err := b.guard.Do(ctx, b.db, sn, func(ctx context.Context, tx *sql.Tx) error { return applyOrder(ctx, tx, sn) })
+		out, err := oc(b.guard.Do(ctx, b.db, sn, func(ctx context.Context, tx *sql.Tx) error { return applyOrder(ctx, tx, sn) }))
 		if out != idempotency.Applied || err != nil {
 			err = errors.Join(err, errors.New("takeover outcome is "+out.String()+", want applied"))
 		}
@@ -129,11 +127,11 @@ func TestSQLGuardBadKeys(t *testing.T) {
 	called := false
 	fn := func(context.Context, *sql.Tx) error { called = true; return nil }
 
-	if out, err := b.guard.Do(ctx, b.db, "", fn); out != idempotency.Failed || !errors.Is(err, idempotency.ErrNoKey) {
+	if out, err := oc(b.guard.Do(ctx, b.db, "", fn)); out != idempotency.Failed || !errors.Is(err, idempotency.ErrNoKey) {
 		t.Errorf("empty key: %v, %v; want ErrNoKey", out, err)
 	}
 	long := strings.Repeat("x", idempotency.MaxSQLKeyLen+1)
-	if out, err := b.guard.Do(ctx, b.db, long, fn); out != idempotency.Failed || !errors.Is(err, idempotency.ErrInvalidKey) {
+	if out, err := oc(b.guard.Do(ctx, b.db, long, fn)); out != idempotency.Failed || !errors.Is(err, idempotency.ErrInvalidKey) {
 		t.Errorf("long key: %v, %v; want ErrInvalidKey", out, err)
 	}
 	if called {
@@ -141,7 +139,7 @@ func TestSQLGuardBadKeys(t *testing.T) {
 	}
 	// Keys compare byte for byte: case, trailing spaces and lookalikes are distinct orders.
 	for _, key := range []string{"sn-a", "SN-A", "SN-A ", "SN-Ä", strings.Repeat("y", idempotency.MaxSQLKeyLen)} {
-		if out, err := b.guard.Do(ctx, b.db, key, fn); out != idempotency.Applied || err != nil {
+		if out, err := oc(b.guard.Do(ctx, b.db, key, fn)); out != idempotency.Applied || err != nil {
 			t.Errorf("key %q: %v, %v; want applied", key, out, err)
 		}
 	}
@@ -157,7 +155,7 @@ func TestSQLGuardGroupsAndPurge(t *testing.T) {
 	}
 	nop := func(context.Context, *sql.Tx) error { return nil }
 	for _, g := range []*idempotency.SQLGuard{b.guard, points} {
-		if out, err := g.Do(ctx, b.db, "SN1", nop); out != idempotency.Applied || err != nil {
+		if out, err := oc(g.Do(ctx, b.db, "SN1", nop)); out != idempotency.Applied || err != nil {
 			t.Fatalf("%v, %v; want each group to apply", out, err)
 		}
 	}
@@ -167,7 +165,7 @@ func TestSQLGuardGroupsAndPurge(t *testing.T) {
 	if n, err := b.guard.Purge(ctx, b.db, 7*24*time.Hour, 100); n != 1 || err != nil {
 		t.Fatalf("purge: %d, %v; want 1 row", n, err)
 	}
-	if out, _ := points.Do(ctx, b.db, "SN1", nop); out != idempotency.Duplicate {
+	if out, _ := oc(points.Do(ctx, b.db, "SN1", nop)); out != idempotency.Duplicate {
 		t.Fatalf("purge of group stock touched group points: %v", out)
 	}
 	if err := b.guard.CreateTable(ctx, b.db); err != nil {
@@ -204,10 +202,6 @@ func TestConfigValidation(t *testing.T) {
 		}()},
 		{"sql table too long", "Table", func() error {
 			_, err := idempotency.NewSQLGuard(idempotency.SQLConfig{Group: "g", Table: strings.Repeat("t", 65)})
-			return err
-		}()},
-		{"middleware policy", "MissingKey", func() error {
-			_, err := idempotency.WrapRocketMQ(&idempotency.Guard{}, idempotency.RocketMQConfig{MissingKey: 7}, func(context.Context, *primitive.MessageExt) error { return nil })
 			return err
 		}()},
 	} {

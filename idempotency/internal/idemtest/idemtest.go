@@ -1,0 +1,139 @@
+// Package idemtest holds what the tests of package idempotency and its subpackages share:
+// a business table that counts how many times each order's effect ran, so that exactly
+// once can be asserted on real rows.
+package idemtest
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
+)
+
+// appliedDDL is the business table: one row per order, n counting how many times the
+// effect ran. Exactly once means n = 1 on every row.
+const appliedDDL = `CREATE TABLE applied (
+  order_sn varchar(200) NOT NULL PRIMARY KEY,
+  n int NOT NULL,
+  seq bigint NOT NULL AUTO_INCREMENT UNIQUE
+) ENGINE=InnoDB`
+
+// Execer runs a statement: *sql.DB and *sql.Tx have it.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// AppliedDB returns a fresh database of the test's own with the applied table.
+func AppliedDB(t testing.TB) *testenv.DB {
+	t.Helper()
+	db := testenv.MySQL(t)
+	if _, err := db.Exec(appliedDDL); err != nil {
+		t.Fatalf("create applied: %v", err)
+	}
+	return db
+}
+
+// ApplyOrder is the business effect: count one application of order sn. The seq column
+// keeps the order of first applications.
+func ApplyOrder(ctx context.Context, db Execer, sn string) error {
+	_, err := db.ExecContext(ctx, "INSERT INTO applied (order_sn, n) VALUES (?, 1) ON DUPLICATE KEY UPDATE n = n + 1", sn)
+	return err
+}
+
+// AppliedCount returns how many times the effect ran for sn.
+func AppliedCount(t testing.TB, db *sql.DB, sn string) int {
+	t.Helper()
+	var n int
+	err := db.QueryRow("SELECT n FROM applied WHERE order_sn = ?", sn).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0
+	}
+	if err != nil {
+		t.Fatalf("read applied %s: %v", sn, err)
+	}
+	return n
+}
+
+// AppliedInOrder returns the orders applied, in the order of their first application.
+func AppliedInOrder(t testing.TB, db *sql.DB) []string {
+	t.Helper()
+	rows, err := db.Query("SELECT order_sn FROM applied ORDER BY seq")
+	if err != nil {
+		t.Fatalf("read applied: %v", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var sn string
+		if err := rows.Scan(&sn); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, sn)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// AssertEachAppliedOnce checks the business table: orders rows, each applied exactly once.
+func AssertEachAppliedOnce(t testing.TB, db *sql.DB, orders int) {
+	t.Helper()
+	var rows, total, maxN int
+	if err := db.QueryRow("SELECT COUNT(*), COALESCE(SUM(n), 0), COALESCE(MAX(n), 0) FROM applied").Scan(&rows, &total, &maxN); err != nil {
+		t.Fatalf("read applied: %v", err)
+	}
+	if rows != orders || total != orders || maxN != 1 {
+		t.Fatalf("business table: %d orders applied %d times in all (max %d per order), want %d orders applied once each", rows, total, maxN, orders)
+	}
+}
+
+// ExampleDB creates a database of its own on the test server for a godoc example, which
+// has no testing.TB; done drops it. It panics when the server is unreachable: examples
+// with output need it, as the tests do.
+func ExampleDB() (db *sql.DB, done func()) {
+	cfg, err := mysql.ParseDSN(testenv.MySQLServerDSN())
+	if err != nil {
+		panic(err)
+	}
+	admin, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		panic(err)
+	}
+	name := "outbox_ex_" + testenv.RandomSuffix(10)
+	if _, err := admin.Exec("CREATE DATABASE " + name + " CHARACTER SET utf8mb4"); err != nil {
+		panic(fmt.Sprintf("example database (run `make services`): %v", err))
+	}
+	cfg.DBName = name
+	cfg.InterpolateParams = true
+	db, err = sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		panic(err)
+	}
+	return db, func() {
+		db.Close()
+		_, _ = admin.Exec("DROP DATABASE IF EXISTS " + name)
+		admin.Close()
+	}
+}
+
+// ExampleRedis returns a client on the test Redis and a key prefix of the example's own;
+// done deletes the keys under it.
+func ExampleRedis() (rdb *redis.Client, prefix string, done func()) {
+	rdb = redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	prefix = "outboxex:" + testenv.RandomSuffix(10) + ":"
+	return rdb, prefix, func() {
+		ctx := context.Background()
+		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			rdb.Del(ctx, iter.Val())
+		}
+		rdb.Close()
+	}
+}
