@@ -119,7 +119,6 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	testenv.Eventually(t, 30*time.Second, what, cond)

@@ -258,8 +258,8 @@ func TestRocketMQTx(t *testing.T) {
 		newMsg("m1", "", "SN1"),
 		newMsg("m2", "", "SN1"), // the same order twice in one batch
 		newMsg("m3", "", "SN2"),
-		newMsg("m4", "", strings.Repeat("9", idempotency.MaxSQLKeyLen+1)), // identity hashed to fit
-		newMsg("m5", "", strings.Repeat("9", idempotency.MaxSQLKeyLen)+"8"),  // another event
+		newMsg("m4", "", strings.Repeat("9", idempotency.MaxSQLKeyLen+1)),   // identity hashed to fit
+		newMsg("m5", "", strings.Repeat("9", idempotency.MaxSQLKeyLen)+"8"), // another event
 	}
 	for i := range 2 {
 		if res, err := consume(ctx, batch...); res != consumer.ConsumeSuccess || err != nil {
