@@ -1,0 +1,285 @@
+package rocketmqmw_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/consumer"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/apache/rocketmq-client-go/v2/producer"
+	"github.com/apache/rocketmq-client-go/v2/rlog"
+
+	"github.com/outbox-relay/outbox-relay/idempotency"
+	"github.com/outbox-relay/outbox-relay/idempotency/internal/idemtest"
+	"github.com/outbox-relay/outbox-relay/idempotency/rocketmqmw"
+	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
+)
+
+// These tests run the real rocketmq-client-go push consumer against a broker given by its
+// name server address, so that they can run on a real Apache RocketMQ as on rmqtest.
+
+func TestMain(m *testing.M) {
+	rlog.SetLogLevel("error")
+	os.Exit(m.Run())
+}
+
+// broker is what a consumer test needs from a RocketMQ: a name server, and a way to count
+// what the broker moved to a group's dead-letter queue.
+type broker struct {
+	nameSrv string
+	dlq     func(group string) []rmqtest.Message
+}
+
+// startBroker starts an in-process rmqtest broker with one queue per topic (so that
+// order across messages is the queue's order).
+func startBroker(t *testing.T) broker {
+	t.Helper()
+	srv, err := rmqtest.Start(rmqtest.Options{Queues: 1, Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	return broker{
+		nameSrv: srv.NameServerAddr(),
+		dlq:     func(group string) []rmqtest.Message { return srv.Messages("%DLQ%" + group) },
+	}
+}
+
+var clientSeq atomic.Int64
+
+// clientName is unique per client: the library shares connections by client id.
+func clientName(t *testing.T) string {
+	return fmt.Sprintf("%s-%d-%d", strings.ReplaceAll(t.Name(), "/", "_"), os.Getpid(), clientSeq.Add(1))
+}
+
+// send publishes msgs in order to one queue chosen by their sharding key.
+func send(t *testing.T, nameSrv string, msgs ...*primitive.Message) {
+	t.Helper()
+	p, err := producer.NewDefaultProducer(
+		producer.WithNsResolver(primitive.NewPassthroughResolver([]string{nameSrv})),
+		producer.WithInstanceName(clientName(t)),
+		producer.WithGroupName("test-producer"),
+		producer.WithQueueSelector(producer.NewHashQueueSelector()),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Shutdown() }()
+	for _, m := range msgs {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := p.SendSync(ctx, m)
+		cancel()
+		if err != nil {
+			t.Fatalf("send %s: %v", m.GetKeys(), err)
+		}
+	}
+}
+
+// event is a message of topic with tag, keyed by the order number sn.
+func event(topic, tag, sn string) *primitive.Message {
+	m := primitive.NewMessage(topic, []byte(`{"orderSn":"`+sn+`"}`))
+	m.WithTag(tag)
+	m.WithKeys([]string{sn})
+	m.WithShardingKey("one-queue")
+	return m
+}
+
+// consume runs a push consumer of group on topic with mw, shut down (after mw.Close) at
+// the end of the test. acked, when not nil, counts the messages acknowledged.
+func consume(t *testing.T, b broker, group, topic string, mw *rocketmqmw.Middleware, acked *atomic.Int64, opts ...consumer.Option) {
+	t.Helper()
+	all := append([]consumer.Option{
+		consumer.WithNsResolver(primitive.NewPassthroughResolver([]string{b.nameSrv})),
+		consumer.WithInstance(clientName(t)),
+		consumer.WithGroupName(group),
+		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset),
+	}, opts...)
+	c, err := consumer.NewPushConsumer(all...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn := func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+		res, err := mw.Consume(ctx, msgs...)
+		if res == consumer.ConsumeSuccess && acked != nil {
+			acked.Add(int64(len(msgs)))
+		}
+		return res, err
+	}
+	if err := c.Subscribe(topic, consumer.MessageSelector{}, fn); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		mw.Close()
+		_ = c.Shutdown()
+	})
+}
+
+// calls records the order numbers a handler was called for, in order.
+type calls struct {
+	mu  sync.Mutex
+	sns []string
+}
+
+func (c *calls) add(sn string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sns = append(c.sns, sn)
+	n := 0
+	for _, s := range c.sns {
+		if s == sn {
+			n++
+		}
+	}
+	return n
+}
+
+func (c *calls) get() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.sns)
+}
+
+func orderSn(msg *primitive.MessageExt) string { return strings.Fields(msg.GetKeys())[0] }
+
+// An orderly consumer whose handler fails once on SN2: the queue is suspended and SN2
+// retried in place, so every message is applied once and in the order sent. (With
+// ConsumeRetryLater the client would commit past SN2 and lose it.)
+func TestOrderlyHandlerFailingOnceKeepsOrder(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t)
+	s := setupSQL(t)
+	topic := "orders_" + testenv.RandomSuffix(6)
+	want := []string{"SN1", "SN2", "SN3", "SN4", "SN5"}
+	var msgs []*primitive.Message
+	for _, sn := range want {
+		msgs = append(msgs, event(topic, "created", sn))
+	}
+	send(t, b.nameSrv, msgs...)
+
+	seen := &calls{}
+	mw, err := rocketmqmw.NewTx(s.guard, s.db, rocketmqmw.Config{Logger: testLogger(t), OrderlySuspend: 50 * time.Millisecond},
+		func(ctx context.Context, tx *sql.Tx, msg *primitive.MessageExt) error {
+			sn := orderSn(msg)
+			if seen.add(sn) == 1 && sn == "SN2" {
+				return errors.New("warehouse unavailable")
+			}
+			return applyOrder(ctx, tx, sn)
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	consume(t, b, "stock-orderly", topic, mw, nil, consumer.WithConsumerOrder(true))
+
+	waitFor(t, "every order applied", func() bool { return len(idemtest.AppliedInOrder(t, s.db.DB)) == len(want) })
+	if got := idemtest.AppliedInOrder(t, s.db.DB); !slices.Equal(got, want) {
+		t.Fatalf("applied in order %v, want %v", got, want)
+	}
+	assertEachAppliedOnce(t, s.db.DB, len(want))
+	if got, wantCalls := seen.get(), []string{"SN1", "SN2", "SN2", "SN3", "SN4", "SN5"}; !slices.Equal(got, wantCalls) {
+		t.Fatalf("handler calls %v, want %v (SN2 retried in place before SN3)", got, wantCalls)
+	}
+}
+
+// A handler that panics on one message: the panic is recovered and logged naming the
+// message, the claim is released, the message is retried up to the group's maximum
+// reconsume times and then lies in %DLQ%<group>; every other message is applied once.
+func TestPanickingHandlerEndsInDLQ(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t)
+	r := setupRedis(t)
+	g := r.guard(t, idempotency.Config{Group: "stock-panic"})
+	topic := "orders_" + testenv.RandomSuffix(6)
+	const orders, maxReconsume = 20, 2
+	var msgs []*primitive.Message
+	for i := range orders {
+		msgs = append(msgs, event(topic, "created", fmt.Sprintf("SN%02d", i)))
+	}
+	msgs = append(msgs, event(topic, "created", "SN-POISON"))
+	send(t, b.nameSrv, msgs...)
+
+	var logs testenv.SyncBuffer
+	seen := &calls{}
+	mw, err := rocketmqmw.New(g, rocketmqmw.Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil))},
+		func(ctx context.Context, msg *primitive.MessageExt) error {
+			sn := orderSn(msg)
+			seen.add(sn)
+			if sn == "SN-POISON" {
+				panic("nil map in the stock service")
+			}
+			return applyOrder(ctx, r.db, sn)
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	consume(t, b, "stock-panic", topic, mw, nil, consumer.WithMaxReconsumeTimes(maxReconsume))
+
+	waitFor(t, "the poison message in the DLQ", func() bool { return len(b.dlq("stock-panic")) == 1 })
+	waitFor(t, "the other orders applied", func() bool { return len(idemtest.AppliedInOrder(t, r.db.DB)) == orders })
+	assertEachAppliedOnce(t, r.db.DB, orders)
+	if dead := b.dlq("stock-panic")[0]; !slices.Equal(dead.Keys, []string{"SN-POISON"}) {
+		t.Fatalf("DLQ holds keys %v, want SN-POISON", dead.Keys)
+	}
+	attempts := 0
+	for _, sn := range seen.get() {
+		if sn == "SN-POISON" {
+			attempts++
+		}
+	}
+	if attempts != 1+maxReconsume {
+		t.Fatalf("poison message handled %d times, want %d (first delivery + %d reconsumes)", attempts, 1+maxReconsume, maxReconsume)
+	}
+	if v := r.value(t, "stock-panic", topic+":created:SN-POISON"); v != "" {
+		t.Fatalf("claim of the poison message left as %q, want released", v)
+	}
+	if !strings.Contains(logs.String(), "handler panicked") || !strings.Contains(logs.String(), `"keys":"SN-POISON"`) {
+		t.Fatalf("no log line naming the panicking message: %s", logs.String())
+	}
+}
+
+// Two events of one order (created, then paid) and a redelivery of paid: two effects.
+// The order number alone would have merged paid into created.
+func TestTwoEventsOfOneOrderAndARedelivery(t *testing.T) {
+	t.Parallel()
+	b := startBroker(t)
+	s := setupSQL(t)
+	topic := "orders_" + testenv.RandomSuffix(6)
+	send(t, b.nameSrv, event(topic, "created", "SN-7001"), event(topic, "paid", "SN-7001"), event(topic, "paid", "SN-7001"))
+
+	var handled atomic.Int64
+	mw, err := rocketmqmw.NewTx(s.guard, s.db, rocketmqmw.Config{Logger: testLogger(t)},
+		func(ctx context.Context, tx *sql.Tx, msg *primitive.MessageExt) error {
+			handled.Add(1)
+			return applyOrder(ctx, tx, orderSn(msg)+"/"+msg.GetTags())
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var delivered atomic.Int64
+	consume(t, b, "stock-events", topic, mw, &delivered)
+
+	waitFor(t, "three deliveries", func() bool { return delivered.Load() == 3 })
+	if got := idemtest.AppliedInOrder(t, s.db.DB); !slices.Equal(got, []string{"SN-7001/created", "SN-7001/paid"}) {
+		t.Fatalf("effects %v, want created and paid once each", got)
+	}
+	assertEachAppliedOnce(t, s.db.DB, 2)
+	if handled.Load() != 2 {
+		t.Fatalf("handler ran %d times, want 2 (the redelivered paid skipped)", handled.Load())
+	}
+}
