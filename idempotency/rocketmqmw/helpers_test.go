@@ -19,6 +19,7 @@ import (
 
 var (
 	exampleDB             = idemtest.ExampleDB
+	exampleRedis          = idemtest.ExampleRedis
 	applyOrder            = idemtest.ApplyOrder
 	appliedCount          = idemtest.AppliedCount
 	assertEachAppliedOnce = idemtest.AssertEachAppliedOnce
