@@ -213,3 +213,76 @@ func TestConfigValidation(t *testing.T) {
 		t.Errorf("64-character table name rejected: %v", err)
 	}
 }
+
+// DoTx joins the caller's transaction: the dedupe row, the effect and the caller's own
+// writes commit or roll back together, and a duplicate leaves the transaction usable.
+func TestSQLGuardDoTxJoinsCallersTransaction(t *testing.T) {
+	t.Parallel()
+	b := setupSQL(t)
+	ctx := context.Background()
+	if _, err := b.db.Exec("CREATE TABLE audit (id int AUTO_INCREMENT PRIMARY KEY, note varchar(64))"); err != nil {
+		t.Fatal(err)
+	}
+	attempt := func(commit bool) idempotency.Result {
+		t.Helper()
+		tx, err := b.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, "INSERT INTO audit (note) VALUES ('delivery')"); err != nil {
+			t.Fatal(err)
+		}
+		res, err := b.guard.DoTx(ctx, tx, "orders:paid:SN1", func(ctx context.Context) error { return applyOrder(ctx, tx, "SN1") })
+		if err != nil {
+			t.Fatalf("DoTx: %v", err)
+		}
+		if commit {
+			if err := tx.Commit(); err != nil {
+				t.Fatalf("commit after %v: %v", res.Outcome, err)
+			}
+		}
+		return res
+	}
+	count := func(q string) int {
+		t.Helper()
+		var n int
+		if err := b.db.QueryRow(q).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	if res := attempt(false); res.Outcome != idempotency.Applied { // the caller rolls back
+		t.Fatalf("first attempt: %v, want applied (in the transaction)", res.Outcome)
+	}
+	if n := appliedCount(t, b.db.DB, "SN1"); n != 0 || dedupeRows(t, b.db.DB, "orders:paid:SN1") != 0 || count("SELECT COUNT(*) FROM audit") != 0 {
+		t.Fatal("a rolled-back transaction kept the effect, the dedupe row or the caller's write")
+	}
+	for i, want := range []idempotency.Outcome{idempotency.Applied, idempotency.Duplicate} {
+		if res := attempt(true); res.Outcome != want {
+			t.Fatalf("delivery %d: %v, want %v", i+1, res.Outcome, want)
+		}
+	}
+	if n := appliedCount(t, b.db.DB, "SN1"); n != 1 {
+		t.Fatalf("applied %d times, want 1", n)
+	}
+	if n := count("SELECT COUNT(*) FROM audit"); n != 2 {
+		t.Fatalf("%d audit rows, want 2: the duplicate's transaction must stay usable and commit", n)
+	}
+
+	// A failing effect: the error says redeliver, and the caller's rollback removes the row.
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("refund service down")
+	res, err := b.guard.DoTx(ctx, tx, "orders:refunded:SN1", func(context.Context) error { return boom })
+	if res.Outcome != idempotency.Failed || !errors.Is(err, boom) {
+		t.Fatalf("failing effect: %v, %v; want failed with the error", res.Outcome, err)
+	}
+	_ = tx.Rollback()
+	if n := dedupeRows(t, b.db.DB, "orders:refunded:SN1"); n != 0 {
+		t.Fatal("dedupe row of a failed effect survived the rollback")
+	}
+}

@@ -34,16 +34,25 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// broker is what a consumer test needs from a RocketMQ: a name server, and a way to count
-// what the broker moved to a group's dead-letter queue.
+// broker is what a consumer test needs from a RocketMQ: its name server, a way to create
+// a topic, and a way to read what the broker moved to a group's dead-letter queue.
 type broker struct {
 	nameSrv string
-	dlq     func(group string) []rmqtest.Message
+	// newTopic returns a fresh topic, created on the broker.
+	newTopic func(t *testing.T) string
+	// dlq returns the messages in %DLQ%<group>; nil when the broker cannot be inspected.
+	dlq func(group string) []rmqtest.Message
 }
 
-// startBroker starts an in-process rmqtest broker with one queue per topic (so that
-// order across messages is the queue's order).
-func startBroker(t *testing.T) broker {
+// brokers are the RocketMQs each consumer test runs on: the in-process rmqtest broker, with
+// one queue per topic so that order across messages is the queue's order. A real Apache
+// broker is one more entry: its name server address, a topic creator and (optionally) a
+// DLQ reader.
+var brokers = map[string]func(t *testing.T) broker{
+	"rmqtest": startRmqtest,
+}
+
+func startRmqtest(t *testing.T) broker {
 	t.Helper()
 	srv, err := rmqtest.Start(rmqtest.Options{Queues: 1, Logf: func(string, ...any) {}})
 	if err != nil {
@@ -51,8 +60,19 @@ func startBroker(t *testing.T) broker {
 	}
 	t.Cleanup(srv.Close)
 	return broker{
-		nameSrv: srv.NameServerAddr(),
-		dlq:     func(group string) []rmqtest.Message { return srv.Messages("%DLQ%" + group) },
+		nameSrv:  srv.NameServerAddr(),
+		newTopic: func(*testing.T) string { return "orders_" + testenv.RandomSuffix(6) }, // created on first use
+		dlq:      func(group string) []rmqtest.Message { return srv.Messages("%DLQ%" + group) },
+	}
+}
+
+// onEachBroker runs test on every broker of brokers, as parallel subtests.
+func onEachBroker(t *testing.T, test func(t *testing.T, b broker)) {
+	for name, start := range brokers {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, start(t))
+		})
 	}
 }
 
@@ -141,13 +161,7 @@ func (c *calls) add(sn string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sns = append(c.sns, sn)
-	n := 0
-	for _, s := range c.sns {
-		if s == sn {
-			n++
-		}
-	}
-	return n
+	return countOf(c.sns, sn)
 }
 
 func (c *calls) get() []string {
@@ -156,130 +170,139 @@ func (c *calls) get() []string {
 	return slices.Clone(c.sns)
 }
 
+func countOf(sns []string, sn string) int {
+	n := 0
+	for _, s := range sns {
+		if s == sn {
+			n++
+		}
+	}
+	return n
+}
+
 func orderSn(msg *primitive.MessageExt) string { return strings.Fields(msg.GetKeys())[0] }
 
 // An orderly consumer whose handler fails once on SN2: the queue is suspended and SN2
 // retried in place, so every message is applied once and in the order sent. (With
 // ConsumeRetryLater the client would commit past SN2 and lose it.)
 func TestOrderlyHandlerFailingOnceKeepsOrder(t *testing.T) {
-	t.Parallel()
-	b := startBroker(t)
-	s := setupSQL(t)
-	topic := "orders_" + testenv.RandomSuffix(6)
-	want := []string{"SN1", "SN2", "SN3", "SN4", "SN5"}
-	var msgs []*primitive.Message
-	for _, sn := range want {
-		msgs = append(msgs, event(topic, "created", sn))
-	}
-	send(t, b.nameSrv, msgs...)
+	onEachBroker(t, func(t *testing.T, b broker) {
+		s := setupSQL(t)
+		topic := b.newTopic(t)
+		want := []string{"SN1", "SN2", "SN3", "SN4", "SN5"}
+		var msgs []*primitive.Message
+		for _, sn := range want {
+			msgs = append(msgs, event(topic, "created", sn))
+		}
+		send(t, b.nameSrv, msgs...)
 
-	seen := &calls{}
-	mw, err := rocketmqmw.NewTx(s.guard, s.db, rocketmqmw.Config{Logger: testLogger(t), OrderlySuspend: 50 * time.Millisecond},
-		func(ctx context.Context, tx *sql.Tx, msg *primitive.MessageExt) error {
-			sn := orderSn(msg)
-			if seen.add(sn) == 1 && sn == "SN2" {
-				return errors.New("warehouse unavailable")
-			}
-			return applyOrder(ctx, tx, sn)
-		})
-	if err != nil {
-		t.Fatal(err)
-	}
-	consume(t, b, "stock-orderly", topic, mw, nil, consumer.WithConsumerOrder(true))
+		seen := &calls{}
+		mw, err := rocketmqmw.NewTx(s.guard, s.db, rocketmqmw.Config{Logger: testLogger(t), OrderlySuspend: 50 * time.Millisecond},
+			func(ctx context.Context, tx *sql.Tx, msg *primitive.MessageExt) error {
+				sn := orderSn(msg)
+				if seen.add(sn) == 1 && sn == "SN2" {
+					return errors.New("warehouse unavailable")
+				}
+				return applyOrder(ctx, tx, sn)
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+		consume(t, b, "stock-orderly", topic, mw, nil, consumer.WithConsumerOrder(true))
 
-	waitFor(t, "every order applied", func() bool { return len(idemtest.AppliedInOrder(t, s.db.DB)) == len(want) })
-	if got := idemtest.AppliedInOrder(t, s.db.DB); !slices.Equal(got, want) {
-		t.Fatalf("applied in order %v, want %v", got, want)
-	}
-	assertEachAppliedOnce(t, s.db.DB, len(want))
-	if got, wantCalls := seen.get(), []string{"SN1", "SN2", "SN2", "SN3", "SN4", "SN5"}; !slices.Equal(got, wantCalls) {
-		t.Fatalf("handler calls %v, want %v (SN2 retried in place before SN3)", got, wantCalls)
-	}
+		waitFor(t, "every order applied", func() bool { return len(idemtest.AppliedInOrder(t, s.db.DB)) == len(want) })
+		if got := idemtest.AppliedInOrder(t, s.db.DB); !slices.Equal(got, want) {
+			t.Fatalf("applied in order %v, want %v", got, want)
+		}
+		assertEachAppliedOnce(t, s.db.DB, len(want))
+		if got, wantCalls := seen.get(), []string{"SN1", "SN2", "SN2", "SN3", "SN4", "SN5"}; !slices.Equal(got, wantCalls) {
+			t.Fatalf("handler calls %v, want %v (SN2 retried in place before SN3)", got, wantCalls)
+		}
+	})
 }
 
 // A handler that panics on one message: the panic is recovered and logged naming the
 // message, the claim is released, the message is retried up to the group's maximum
 // reconsume times and then lies in %DLQ%<group>; every other message is applied once.
 func TestPanickingHandlerEndsInDLQ(t *testing.T) {
-	t.Parallel()
-	b := startBroker(t)
-	r := setupRedis(t)
-	g := r.guard(t, idempotency.Config{Group: "stock-panic"})
-	topic := "orders_" + testenv.RandomSuffix(6)
-	const orders, maxReconsume = 20, 2
-	var msgs []*primitive.Message
-	for i := range orders {
-		msgs = append(msgs, event(topic, "created", fmt.Sprintf("SN%02d", i)))
-	}
-	msgs = append(msgs, event(topic, "created", "SN-POISON"))
-	send(t, b.nameSrv, msgs...)
-
-	var logs testenv.SyncBuffer
-	seen := &calls{}
-	mw, err := rocketmqmw.New(g, rocketmqmw.Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil))},
-		func(ctx context.Context, msg *primitive.MessageExt) error {
-			sn := orderSn(msg)
-			seen.add(sn)
-			if sn == "SN-POISON" {
-				panic("nil map in the stock service")
-			}
-			return applyOrder(ctx, r.db, sn)
-		})
-	if err != nil {
-		t.Fatal(err)
-	}
-	consume(t, b, "stock-panic", topic, mw, nil, consumer.WithMaxReconsumeTimes(maxReconsume))
-
-	waitFor(t, "the poison message in the DLQ", func() bool { return len(b.dlq("stock-panic")) == 1 })
-	waitFor(t, "the other orders applied", func() bool { return len(idemtest.AppliedInOrder(t, r.db.DB)) == orders })
-	assertEachAppliedOnce(t, r.db.DB, orders)
-	if dead := b.dlq("stock-panic")[0]; !slices.Equal(dead.Keys, []string{"SN-POISON"}) {
-		t.Fatalf("DLQ holds keys %v, want SN-POISON", dead.Keys)
-	}
-	attempts := 0
-	for _, sn := range seen.get() {
-		if sn == "SN-POISON" {
-			attempts++
+	onEachBroker(t, func(t *testing.T, b broker) {
+		r := setupRedis(t)
+		g := r.guard(t, idempotency.Config{Group: "stock-panic"})
+		topic := b.newTopic(t)
+		const orders, maxReconsume = 20, 2
+		var msgs []*primitive.Message
+		for i := range orders {
+			msgs = append(msgs, event(topic, "created", fmt.Sprintf("SN%02d", i)))
 		}
-	}
-	if attempts != 1+maxReconsume {
-		t.Fatalf("poison message handled %d times, want %d (first delivery + %d reconsumes)", attempts, 1+maxReconsume, maxReconsume)
-	}
-	if v := r.value(t, "stock-panic", topic+":created:SN-POISON"); v != "" {
-		t.Fatalf("claim of the poison message left as %q, want released", v)
-	}
-	if !strings.Contains(logs.String(), "handler panicked") || !strings.Contains(logs.String(), `"keys":"SN-POISON"`) {
-		t.Fatalf("no log line naming the panicking message: %s", logs.String())
-	}
+		msgs = append(msgs, event(topic, "created", "SN-POISON"))
+		send(t, b.nameSrv, msgs...)
+
+		var logs testenv.SyncBuffer
+		seen := &calls{}
+		mw, err := rocketmqmw.New(g, rocketmqmw.Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil))},
+			func(ctx context.Context, msg *primitive.MessageExt) error {
+				sn := orderSn(msg)
+				seen.add(sn)
+				if sn == "SN-POISON" {
+					panic("nil map in the stock service")
+				}
+				return applyOrder(ctx, r.db, sn)
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+		consume(t, b, "stock-panic", topic, mw, nil, consumer.WithMaxReconsumeTimes(maxReconsume))
+
+		if b.dlq != nil {
+			waitFor(t, "the poison message in the DLQ", func() bool { return len(b.dlq("stock-panic")) == 1 })
+			if dead := b.dlq("stock-panic")[0]; !slices.Equal(dead.Keys, []string{"SN-POISON"}) {
+				t.Fatalf("DLQ holds keys %v, want SN-POISON", dead.Keys)
+			}
+		}
+		waitFor(t, "the poison message handled 1 + max reconsume times", func() bool {
+			return countOf(seen.get(), "SN-POISON") == 1+maxReconsume
+		})
+		waitFor(t, "the other orders applied", func() bool { return len(idemtest.AppliedInOrder(t, r.db.DB)) == orders })
+		assertEachAppliedOnce(t, r.db.DB, orders)
+		if attempts := countOf(seen.get(), "SN-POISON"); attempts != 1+maxReconsume {
+			t.Fatalf("poison message handled %d times, want %d (first delivery + %d reconsumes)", attempts, 1+maxReconsume, maxReconsume)
+		}
+		if v := r.value(t, "stock-panic", topic+":created:SN-POISON"); v != "" {
+			t.Fatalf("claim of the poison message left as %q, want released", v)
+		}
+		if !strings.Contains(logs.String(), "handler panicked") || !strings.Contains(logs.String(), `"keys":"SN-POISON"`) {
+			t.Fatalf("no log line naming the panicking message: %s", logs.String())
+		}
+	})
 }
 
 // Two events of one order (created, then paid) and a redelivery of paid: two effects.
 // The order number alone would have merged paid into created.
 func TestTwoEventsOfOneOrderAndARedelivery(t *testing.T) {
-	t.Parallel()
-	b := startBroker(t)
-	s := setupSQL(t)
-	topic := "orders_" + testenv.RandomSuffix(6)
-	send(t, b.nameSrv, event(topic, "created", "SN-7001"), event(topic, "paid", "SN-7001"), event(topic, "paid", "SN-7001"))
+	onEachBroker(t, func(t *testing.T, b broker) {
+		s := setupSQL(t)
+		topic := b.newTopic(t)
+		send(t, b.nameSrv, event(topic, "created", "SN-7001"), event(topic, "paid", "SN-7001"), event(topic, "paid", "SN-7001"))
 
-	var handled atomic.Int64
-	mw, err := rocketmqmw.NewTx(s.guard, s.db, rocketmqmw.Config{Logger: testLogger(t)},
-		func(ctx context.Context, tx *sql.Tx, msg *primitive.MessageExt) error {
-			handled.Add(1)
-			return applyOrder(ctx, tx, orderSn(msg)+"/"+msg.GetTags())
-		})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var delivered atomic.Int64
-	consume(t, b, "stock-events", topic, mw, &delivered)
+		var handled atomic.Int64
+		mw, err := rocketmqmw.NewTx(s.guard, s.db, rocketmqmw.Config{Logger: testLogger(t)},
+			func(ctx context.Context, tx *sql.Tx, msg *primitive.MessageExt) error {
+				handled.Add(1)
+				return applyOrder(ctx, tx, orderSn(msg)+"/"+msg.GetTags())
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var delivered atomic.Int64
+		consume(t, b, "stock-events", topic, mw, &delivered)
 
-	waitFor(t, "three deliveries", func() bool { return delivered.Load() == 3 })
-	if got := idemtest.AppliedInOrder(t, s.db.DB); !slices.Equal(got, []string{"SN-7001/created", "SN-7001/paid"}) {
-		t.Fatalf("effects %v, want created and paid once each", got)
-	}
-	assertEachAppliedOnce(t, s.db.DB, 2)
-	if handled.Load() != 2 {
-		t.Fatalf("handler ran %d times, want 2 (the redelivered paid skipped)", handled.Load())
-	}
+		waitFor(t, "three deliveries", func() bool { return delivered.Load() == 3 })
+		if got := idemtest.AppliedInOrder(t, s.db.DB); !slices.Equal(got, []string{"SN-7001/created", "SN-7001/paid"}) {
+			t.Fatalf("effects %v, want created and paid once each", got)
+		}
+		assertEachAppliedOnce(t, s.db.DB, 2)
+		if handled.Load() != 2 {
+			t.Fatalf("handler ran %d times, want 2 (the redelivered paid skipped)", handled.Load())
+		}
+	})
 }

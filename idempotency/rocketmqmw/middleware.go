@@ -219,6 +219,9 @@ func (m *Middleware) Consume(ctx context.Context, msgs ...*primitive.MessageExt)
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(m.base, cancel)()
+	if m.base.Err() != nil {
+		cancel() // closed already: AfterFunc would cancel only later, in its own goroutine
+	}
 
 	orderly, isOrderly := primitive.GetOrderlyCtx(ctx)
 	var errs []error
