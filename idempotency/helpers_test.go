@@ -3,15 +3,12 @@ package idempotency_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/outbox-relay/outbox-relay/idempotency"
 	"github.com/outbox-relay/outbox-relay/idempotency/internal/idemtest"
@@ -24,71 +21,9 @@ var (
 	applyOrder            = idemtest.ApplyOrder
 	appliedCount          = idemtest.AppliedCount
 	assertEachAppliedOnce = idemtest.AssertEachAppliedOnce
+	setupRedis            = idemtest.SetupRedis
+	setupSQL              = idemtest.SetupSQL
 )
-
-type redisBundle struct {
-	db     *testenv.DB
-	rdb    *redis.Client
-	prefix string
-	store  *idempotency.RedisStore
-}
-
-// setupRedis gives a fresh database with the applied table, and a RedisStore under a key
-// prefix of the test's own.
-func setupRedis(t testing.TB) *redisBundle {
-	t.Helper()
-	db := idemtest.AppliedDB(t)
-	rdb, prefix := testenv.Redis(t)
-	store, err := idempotency.NewRedisStore(rdb, idempotency.RedisConfig{KeyPrefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &redisBundle{db: db, rdb: rdb, prefix: prefix, store: store}
-}
-
-func (b *redisBundle) guard(t testing.TB, cfg idempotency.Config) *idempotency.Guard {
-	t.Helper()
-	if cfg.Group == "" {
-		cfg.Group = "stock"
-	}
-	g, err := idempotency.NewGuard(b.store, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
-
-// value returns what Redis holds for key of group, "" if nothing.
-func (b *redisBundle) value(t testing.TB, group, key string) string {
-	t.Helper()
-	v, err := b.rdb.Get(context.Background(), b.store.Key(group+":"+key)).Result()
-	if errors.Is(err, redis.Nil) {
-		return ""
-	}
-	if err != nil {
-		t.Fatalf("GET: %v", err)
-	}
-	return v
-}
-
-type sqlBundle struct {
-	db    *testenv.DB
-	guard *idempotency.SQLGuard
-}
-
-// setupSQL gives a fresh database with the applied table and a dedupe table.
-func setupSQL(t testing.TB) *sqlBundle {
-	t.Helper()
-	db := idemtest.AppliedDB(t)
-	g, err := idempotency.NewSQLGuard(idempotency.SQLConfig{Group: "stock"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.CreateTable(context.Background(), db); err != nil {
-		t.Fatal(err)
-	}
-	return &sqlBundle{db: db, guard: g}
-}
 
 func dedupeRows(t testing.TB, db *sql.DB, key string) int {
 	t.Helper()

@@ -12,20 +12,20 @@ import (
 func TestRedisGuardEachOrderAppliedOnce(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{})
+	g := b.Guard(t, idempotency.Config{})
 	const orders, copies, workers = 1000, 3, 8
 
 	counts := deliverAll(t, orders, copies, workers, func(ctx context.Context, sn string) (idempotency.Result, error) {
 		// The effect is a plain autocommit UPDATE in MariaDB, outside any transaction.
-		return g.Do(ctx, sn, func(ctx context.Context) error { return applyOrder(ctx, b.db, sn) })
+		return g.Do(ctx, sn, func(ctx context.Context) error { return applyOrder(ctx, b.DB, sn) })
 	}, func(error) bool { return false })
 
-	assertEachAppliedOnce(t, b.db.DB, orders)
+	assertEachAppliedOnce(t, b.DB.DB, orders)
 	if counts[idempotency.Applied] != orders || counts[idempotency.Duplicate] != orders*(copies-1) {
 		t.Errorf("outcomes %v, want %d applied and %d duplicates", counts, orders, orders*(copies-1))
 	}
 	t.Logf("outcomes: %v", counts)
-	if v := b.value(t, "stock", "SN000000"); v != "consumed" {
+	if v := b.Value(t, "stock", "SN000000"); v != "consumed" {
 		t.Errorf("stored value %q, want consumed", v)
 	}
 }
@@ -33,7 +33,7 @@ func TestRedisGuardEachOrderAppliedOnce(t *testing.T) {
 func TestRedisGuardHandlerFailureReleasesClaim(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{})
+	g := b.Guard(t, idempotency.Config{})
 	ctx := context.Background()
 	boom := errors.New("stock service down")
 
@@ -41,20 +41,20 @@ func TestRedisGuardHandlerFailureReleasesClaim(t *testing.T) {
 	if out != idempotency.Failed || !errors.Is(err, boom) {
 		t.Fatalf("failing handler: %v, %v; want failed wrapping the handler's error", out, err)
 	}
-	if v := b.value(t, "stock", "SN1"); v != "" {
+	if v := b.Value(t, "stock", "SN1"); v != "" {
 		t.Fatalf("after a failure the key holds %q, want it released", v)
 	}
-	if n := appliedCount(t, b.db.DB, "SN1"); n != 0 {
+	if n := appliedCount(t, b.DB.DB, "SN1"); n != 0 {
 		t.Fatalf("applied %d times after a failure", n)
 	}
 
 	for i, want := range []idempotency.Outcome{idempotency.Applied, idempotency.Duplicate} {
-		out, err := oc(g.Do(ctx, "SN1", func(ctx context.Context) error { return applyOrder(ctx, b.db, "SN1") }))
+		out, err := oc(g.Do(ctx, "SN1", func(ctx context.Context) error { return applyOrder(ctx, b.DB, "SN1") }))
 		if out != want || err != nil {
 			t.Fatalf("redelivery %d: %v, %v; want %v", i+1, out, err, want)
 		}
 	}
-	if n := appliedCount(t, b.db.DB, "SN1"); n != 1 {
+	if n := appliedCount(t, b.DB.DB, "SN1"); n != 1 {
 		t.Fatalf("applied %d times, want 1", n)
 	}
 }
@@ -62,7 +62,7 @@ func TestRedisGuardHandlerFailureReleasesClaim(t *testing.T) {
 func TestRedisGuardPanicReleasesClaim(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{})
+	g := b.Guard(t, idempotency.Config{})
 	func() {
 		defer func() {
 			if recover() == nil {
@@ -71,7 +71,7 @@ func TestRedisGuardPanicReleasesClaim(t *testing.T) {
 		}()
 		_, _ = oc(g.Do(context.Background(), "SN1", func(context.Context) error { panic("handler bug") }))
 	}()
-	if v := b.value(t, "stock", "SN1"); v != "" {
+	if v := b.Value(t, "stock", "SN1"); v != "" {
 		t.Fatalf("after a panic the key holds %q, want it released", v)
 	}
 }
@@ -82,7 +82,7 @@ func TestRedisGuardPanicReleasesClaim(t *testing.T) {
 func TestRedisGuardExpiredClaimIsTakenOver(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{ClaimTTL: 300 * time.Millisecond})
+	g := b.Guard(t, idempotency.Config{ClaimTTL: 300 * time.Millisecond})
 	ctx := context.Background()
 
 	for _, tc := range []struct {
@@ -113,9 +113,9 @@ func TestRedisGuardExpiredClaimIsTakenOver(t *testing.T) {
 			if out, err := oc(g.Do(ctx, sn, func(context.Context) error { return nil })); out != idempotency.InProgress || !errors.Is(err, idempotency.ErrInProgress) {
 				t.Fatalf("while claimed: %v, %v; want in progress with ErrInProgress", out, err)
 			}
-			waitFor(t, "the claim to expire", func() bool { return b.value(t, "stock", sn) == "" })
+			waitFor(t, "the claim to expire", func() bool { return b.Value(t, "stock", sn) == "" })
 
-			out, err := oc(g.Do(ctx, sn, func(ctx context.Context) error { return applyOrder(ctx, b.db, sn) }))
+			out, err := oc(g.Do(ctx, sn, func(ctx context.Context) error { return applyOrder(ctx, b.DB, sn) }))
 			if out != idempotency.Applied || err != nil {
 				t.Fatalf("takeover: %v, %v; want applied", out, err)
 			}
@@ -136,10 +136,10 @@ func TestRedisGuardExpiredClaimIsTakenOver(t *testing.T) {
 			if tc.wakeErr != nil && !errors.Is(r.err, tc.wakeErr) {
 				t.Errorf("stalled consumer's error %v lost the handler's error", r.err)
 			}
-			if v := b.value(t, "stock", sn); v != "consumed" {
+			if v := b.Value(t, "stock", sn); v != "consumed" {
 				t.Fatalf("stored value %q after the stalled consumer woke, want consumed", v)
 			}
-			if n := appliedCount(t, b.db.DB, sn); n != 1 {
+			if n := appliedCount(t, b.DB.DB, sn); n != 1 {
 				t.Fatalf("applied %d times, want 1", n)
 			}
 			if out, _ := oc(g.Do(ctx, sn, func(context.Context) error { return nil })); out != idempotency.Duplicate {
@@ -153,10 +153,10 @@ func TestRedisGuardExpiredClaimIsTakenOver(t *testing.T) {
 func TestRedisStoreContract(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	s := b.store
+	s := b.Store
 	ctx := context.Background()
 	pttl := func(key string) time.Duration {
-		d, err := b.rdb.PTTL(ctx, s.Key(key)).Result()
+		d, err := b.RDB.PTTL(ctx, s.Key(key)).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +166,7 @@ func TestRedisStoreContract(t *testing.T) {
 	if r, err := s.Claim(ctx, "k", "tokA", time.Minute); r != idempotency.ClaimAcquired || err != nil {
 		t.Fatalf("first claim: %v, %v", r, err)
 	}
-	if v, _ := b.rdb.Get(ctx, s.Key("k")).Result(); v != "consuming:tokA" {
+	if v, _ := b.RDB.Get(ctx, s.Key("k")).Result(); v != "consuming:tokA" {
 		t.Fatalf("claimed value %q, want consuming:tokA", v)
 	}
 	if d := pttl("k"); d <= 0 || d > time.Minute {
@@ -184,7 +184,7 @@ func TestRedisStoreContract(t *testing.T) {
 	if err := s.Finish(ctx, "k", "tokA", time.Hour); err != nil {
 		t.Fatalf("finish: %v", err)
 	}
-	if v, _ := b.rdb.Get(ctx, s.Key("k")).Result(); v != "consumed" {
+	if v, _ := b.RDB.Get(ctx, s.Key("k")).Result(); v != "consumed" {
 		t.Fatalf("finished value %q, want consumed", v)
 	}
 	if d := pttl("k"); d <= time.Minute || d > time.Hour {
@@ -200,7 +200,7 @@ func TestRedisStoreContract(t *testing.T) {
 	if err := s.Finish(ctx, "absent", "tokA", time.Hour); !errors.Is(err, idempotency.ErrClaimLost) {
 		t.Fatalf("finish of an absent key: %v, want ErrClaimLost", err)
 	}
-	if n, _ := b.rdb.Exists(ctx, s.Key("absent")).Result(); n != 0 {
+	if n, _ := b.RDB.Exists(ctx, s.Key("absent")).Result(); n != 0 {
 		t.Fatal("finish of an absent key created it")
 	}
 }
@@ -208,7 +208,7 @@ func TestRedisStoreContract(t *testing.T) {
 func TestRedisGuardTwoGroupsEachApply(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	stock, points := b.guard(t, idempotency.Config{Group: "stock"}), b.guard(t, idempotency.Config{Group: "points"})
+	stock, points := b.Guard(t, idempotency.Config{Group: "stock"}), b.Guard(t, idempotency.Config{Group: "points"})
 	ctx := context.Background()
 	for _, g := range []*idempotency.Guard{stock, points} {
 		if out, err := oc(g.Do(ctx, "SN1", func(context.Context) error { return nil })); out != idempotency.Applied || err != nil {
@@ -220,7 +220,7 @@ func TestRedisGuardTwoGroupsEachApply(t *testing.T) {
 func TestRedisGuardEmptyKey(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{})
+	g := b.Guard(t, idempotency.Config{})
 	called := false
 	out, err := oc(g.Do(context.Background(), "", func(context.Context) error { called = true; return nil }))
 	if out != idempotency.Failed || !errors.Is(err, idempotency.ErrNoKey) || called {
@@ -231,7 +231,7 @@ func TestRedisGuardEmptyKey(t *testing.T) {
 func TestRedisStoreUnreachable(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{})
+	g := b.Guard(t, idempotency.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	called := false

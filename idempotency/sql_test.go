@@ -17,16 +17,16 @@ func TestSQLGuardEachOrderAppliedOnce(t *testing.T) {
 	const orders, copies, workers = 1000, 3, 8
 
 	counts := deliverAll(t, orders, copies, workers, func(ctx context.Context, sn string) (idempotency.Result, error) {
-		return b.guard.Do(ctx, b.db, sn, func(ctx context.Context, tx *sql.Tx) error { return applyOrder(ctx, tx, sn) })
+		return b.Guard.Do(ctx, b.DB, sn, func(ctx context.Context, tx *sql.Tx) error { return applyOrder(ctx, tx, sn) })
 	}, idempotency.IsRetryable) // a deadlock or lock wait timeout is redelivered
 
-	assertEachAppliedOnce(t, b.db.DB, orders)
+	assertEachAppliedOnce(t, b.DB.DB, orders)
 	if counts[idempotency.Applied] != orders || counts[idempotency.Duplicate] != orders*(copies-1) {
 		t.Errorf("outcomes %v, want %d applied and %d duplicates", counts, orders, orders*(copies-1))
 	}
 	t.Logf("outcomes: %v", counts)
 	var rows int
-	if err := b.db.QueryRow("SELECT COUNT(*) FROM outbox_dedupe WHERE consumer_group = 'stock'").Scan(&rows); err != nil || rows != orders {
+	if err := b.DB.QueryRow("SELECT COUNT(*) FROM outbox_dedupe WHERE consumer_group = 'stock'").Scan(&rows); err != nil || rows != orders {
 		t.Fatalf("dedupe rows %d (%v), want %d", rows, err, orders)
 	}
 }
@@ -37,7 +37,7 @@ func TestSQLGuardHandlerFailureRollsBack(t *testing.T) {
 	ctx := context.Background()
 	boom := errors.New("insufficient stock")
 
-	out, err := oc(b.guard.Do(ctx, b.db, "SN1", func(ctx context.Context, tx *sql.Tx) error {
+	out, err := oc(b.Guard.Do(ctx, b.DB, "SN1", func(ctx context.Context, tx *sql.Tx) error {
 		if err := applyOrder(ctx, tx, "SN1"); err != nil {
 			return err
 		}
@@ -46,19 +46,19 @@ func TestSQLGuardHandlerFailureRollsBack(t *testing.T) {
 	if out != idempotency.Failed || !errors.Is(err, boom) {
 		t.Fatalf("failing handler: %v, %v; want failed wrapping the handler's error", out, err)
 	}
-	if n := appliedCount(t, b.db.DB, "SN1"); n != 0 {
+	if n := appliedCount(t, b.DB.DB, "SN1"); n != 0 {
 		t.Fatalf("business write survived the failure (%d)", n)
 	}
-	if n := dedupeRows(t, b.db.DB, "SN1"); n != 0 {
+	if n := dedupeRows(t, b.DB.DB, "SN1"); n != 0 {
 		t.Fatalf("dedupe row survived the failure")
 	}
 	for i, want := range []idempotency.Outcome{idempotency.Applied, idempotency.Duplicate} {
-		out, err := oc(b.guard.Do(ctx, b.db, "SN1", func(ctx context.Context, tx *sql.Tx) error { return applyOrder(ctx, tx, "SN1") }))
+		out, err := oc(b.Guard.Do(ctx, b.DB, "SN1", func(ctx context.Context, tx *sql.Tx) error { return applyOrder(ctx, tx, "SN1") }))
 		if out != want || err != nil {
 			t.Fatalf("redelivery %d: %v, %v; want %v", i+1, out, err, want)
 		}
 	}
-	if n := appliedCount(t, b.db.DB, "SN1"); n != 1 {
+	if n := appliedCount(t, b.DB.DB, "SN1"); n != 1 {
 		t.Fatalf("applied %d times, want 1", n)
 	}
 }
@@ -76,7 +76,7 @@ func TestSQLGuardConsumerDiesMidTransaction(t *testing.T) {
 	killed := make(chan struct{})
 	first := make(chan error, 1)
 	go func() {
-		out, err := oc(b.guard.Do(ctx, b.db, sn, func(ctx context.Context, tx *sql.Tx) error {
+		out, err := oc(b.Guard.Do(ctx, b.DB, sn, func(ctx context.Context, tx *sql.Tx) error {
 			if err := applyOrder(ctx, tx, sn); err != nil {
 				return err
 			}
@@ -99,13 +99,13 @@ func TestSQLGuardConsumerDiesMidTransaction(t *testing.T) {
 	id := <-connID
 	second := make(chan error, 1)
 	go func() { // a duplicate that blocks on the dedupe row's lock, or arrives after the kill
-		out, err := oc(b.guard.Do(ctx, b.db, sn, func(ctx context.Context, tx *sql.Tx) error { return applyOrder(ctx, tx, sn) }))
+		out, err := oc(b.Guard.Do(ctx, b.DB, sn, func(ctx context.Context, tx *sql.Tx) error { return applyOrder(ctx, tx, sn) }))
 		if out != idempotency.Applied || err != nil {
 			err = errors.Join(err, errors.New("takeover outcome is "+out.String()+", want applied"))
 		}
 		second <- err
 	}()
-	if _, err := b.db.ExecContext(ctx, "KILL CONNECTION ?", id); err != nil {
+	if _, err := b.DB.ExecContext(ctx, "KILL CONNECTION ?", id); err != nil {
 		t.Fatalf("kill consumer's connection: %v", err)
 	}
 	close(killed)
@@ -115,7 +115,7 @@ func TestSQLGuardConsumerDiesMidTransaction(t *testing.T) {
 	if err := <-second; err != nil {
 		t.Fatal(err)
 	}
-	if n := appliedCount(t, b.db.DB, sn); n != 1 {
+	if n := appliedCount(t, b.DB.DB, sn); n != 1 {
 		t.Fatalf("applied %d times, want 1", n)
 	}
 }
@@ -127,11 +127,11 @@ func TestSQLGuardBadKeys(t *testing.T) {
 	called := false
 	fn := func(context.Context, *sql.Tx) error { called = true; return nil }
 
-	if out, err := oc(b.guard.Do(ctx, b.db, "", fn)); out != idempotency.Failed || !errors.Is(err, idempotency.ErrNoKey) {
+	if out, err := oc(b.Guard.Do(ctx, b.DB, "", fn)); out != idempotency.Failed || !errors.Is(err, idempotency.ErrNoKey) {
 		t.Errorf("empty key: %v, %v; want ErrNoKey", out, err)
 	}
 	long := strings.Repeat("x", idempotency.MaxSQLKeyLen+1)
-	if out, err := oc(b.guard.Do(ctx, b.db, long, fn)); out != idempotency.Failed || !errors.Is(err, idempotency.ErrInvalidKey) {
+	if out, err := oc(b.Guard.Do(ctx, b.DB, long, fn)); out != idempotency.Failed || !errors.Is(err, idempotency.ErrInvalidKey) {
 		t.Errorf("long key: %v, %v; want ErrInvalidKey", out, err)
 	}
 	if called {
@@ -139,7 +139,7 @@ func TestSQLGuardBadKeys(t *testing.T) {
 	}
 	// Keys compare byte for byte: case, trailing spaces and lookalikes are distinct orders.
 	for _, key := range []string{"sn-a", "SN-A", "SN-A ", "SN-Ä", strings.Repeat("y", idempotency.MaxSQLKeyLen)} {
-		if out, err := oc(b.guard.Do(ctx, b.db, key, fn)); out != idempotency.Applied || err != nil {
+		if out, err := oc(b.Guard.Do(ctx, b.DB, key, fn)); out != idempotency.Applied || err != nil {
 			t.Errorf("key %q: %v, %v; want applied", key, out, err)
 		}
 	}
@@ -154,21 +154,21 @@ func TestSQLGuardGroupsAndPurge(t *testing.T) {
 		t.Fatal(err)
 	}
 	nop := func(context.Context, *sql.Tx) error { return nil }
-	for _, g := range []*idempotency.SQLGuard{b.guard, points} {
-		if out, err := oc(g.Do(ctx, b.db, "SN1", nop)); out != idempotency.Applied || err != nil {
+	for _, g := range []*idempotency.SQLGuard{b.Guard, points} {
+		if out, err := oc(g.Do(ctx, b.DB, "SN1", nop)); out != idempotency.Applied || err != nil {
 			t.Fatalf("%v, %v; want each group to apply", out, err)
 		}
 	}
-	if _, err := b.db.Exec("UPDATE outbox_dedupe SET created_at = NOW(6) - INTERVAL 10 DAY WHERE consumer_group = 'stock'"); err != nil {
+	if _, err := b.DB.Exec("UPDATE outbox_dedupe SET created_at = NOW(6) - INTERVAL 10 DAY WHERE consumer_group = 'stock'"); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := b.guard.Purge(ctx, b.db, 7*24*time.Hour, 100); n != 1 || err != nil {
+	if n, err := b.Guard.Purge(ctx, b.DB, 7*24*time.Hour, 100); n != 1 || err != nil {
 		t.Fatalf("purge: %d, %v; want 1 row", n, err)
 	}
-	if out, _ := oc(points.Do(ctx, b.db, "SN1", nop)); out != idempotency.Duplicate {
+	if out, _ := oc(points.Do(ctx, b.DB, "SN1", nop)); out != idempotency.Duplicate {
 		t.Fatalf("purge of group stock touched group points: %v", out)
 	}
-	if err := b.guard.CreateTable(ctx, b.db); err != nil {
+	if err := b.Guard.CreateTable(ctx, b.DB); err != nil {
 		t.Fatalf("CreateTable on an existing table: %v", err)
 	}
 }
@@ -220,12 +220,12 @@ func TestSQLGuardDoTxJoinsCallersTransaction(t *testing.T) {
 	t.Parallel()
 	b := setupSQL(t)
 	ctx := context.Background()
-	if _, err := b.db.Exec("CREATE TABLE audit (id int AUTO_INCREMENT PRIMARY KEY, note varchar(64))"); err != nil {
+	if _, err := b.DB.Exec("CREATE TABLE audit (id int AUTO_INCREMENT PRIMARY KEY, note varchar(64))"); err != nil {
 		t.Fatal(err)
 	}
 	attempt := func(commit bool) idempotency.Result {
 		t.Helper()
-		tx, err := b.db.BeginTx(ctx, nil)
+		tx, err := b.DB.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,7 +233,7 @@ func TestSQLGuardDoTxJoinsCallersTransaction(t *testing.T) {
 		if _, err := tx.ExecContext(ctx, "INSERT INTO audit (note) VALUES ('delivery')"); err != nil {
 			t.Fatal(err)
 		}
-		res, err := b.guard.DoTx(ctx, tx, "orders:paid:SN1", func(ctx context.Context) error { return applyOrder(ctx, tx, "SN1") })
+		res, err := b.Guard.DoTx(ctx, tx, "orders:paid:SN1", func(ctx context.Context) error { return applyOrder(ctx, tx, "SN1") })
 		if err != nil {
 			t.Fatalf("DoTx: %v", err)
 		}
@@ -247,7 +247,7 @@ func TestSQLGuardDoTxJoinsCallersTransaction(t *testing.T) {
 	count := func(q string) int {
 		t.Helper()
 		var n int
-		if err := b.db.QueryRow(q).Scan(&n); err != nil {
+		if err := b.DB.QueryRow(q).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
@@ -256,7 +256,7 @@ func TestSQLGuardDoTxJoinsCallersTransaction(t *testing.T) {
 	if res := attempt(false); res.Outcome != idempotency.Applied { // the caller rolls back
 		t.Fatalf("first attempt: %v, want applied (in the transaction)", res.Outcome)
 	}
-	if n := appliedCount(t, b.db.DB, "SN1"); n != 0 || dedupeRows(t, b.db.DB, "orders:paid:SN1") != 0 || count("SELECT COUNT(*) FROM audit") != 0 {
+	if n := appliedCount(t, b.DB.DB, "SN1"); n != 0 || dedupeRows(t, b.DB.DB, "orders:paid:SN1") != 0 || count("SELECT COUNT(*) FROM audit") != 0 {
 		t.Fatal("a rolled-back transaction kept the effect, the dedupe row or the caller's write")
 	}
 	for i, want := range []idempotency.Outcome{idempotency.Applied, idempotency.Duplicate} {
@@ -264,7 +264,7 @@ func TestSQLGuardDoTxJoinsCallersTransaction(t *testing.T) {
 			t.Fatalf("delivery %d: %v, want %v", i+1, res.Outcome, want)
 		}
 	}
-	if n := appliedCount(t, b.db.DB, "SN1"); n != 1 {
+	if n := appliedCount(t, b.DB.DB, "SN1"); n != 1 {
 		t.Fatalf("applied %d times, want 1", n)
 	}
 	if n := count("SELECT COUNT(*) FROM audit"); n != 2 {
@@ -272,17 +272,17 @@ func TestSQLGuardDoTxJoinsCallersTransaction(t *testing.T) {
 	}
 
 	// A failing effect: the error says redeliver, and the caller's rollback removes the row.
-	tx, err := b.db.BeginTx(ctx, nil)
+	tx, err := b.DB.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	boom := errors.New("refund service down")
-	res, err := b.guard.DoTx(ctx, tx, "orders:refunded:SN1", func(context.Context) error { return boom })
+	res, err := b.Guard.DoTx(ctx, tx, "orders:refunded:SN1", func(context.Context) error { return boom })
 	if res.Outcome != idempotency.Failed || !errors.Is(err, boom) {
 		t.Fatalf("failing effect: %v, %v; want failed with the error", res.Outcome, err)
 	}
 	_ = tx.Rollback()
-	if n := dedupeRows(t, b.db.DB, "orders:refunded:SN1"); n != 0 {
+	if n := dedupeRows(t, b.DB.DB, "orders:refunded:SN1"); n != 0 {
 		t.Fatal("dedupe row of a failed effect survived the rollback")
 	}
 }

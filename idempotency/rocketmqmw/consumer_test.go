@@ -197,7 +197,7 @@ func TestOrderlyHandlerFailingOnceKeepsOrder(t *testing.T) {
 		send(t, b.nameSrv, msgs...)
 
 		seen := &calls{}
-		mw, err := rocketmqmw.NewTx(s.guard, s.db, rocketmqmw.Config{Logger: testLogger(t), OrderlySuspend: 50 * time.Millisecond},
+		mw, err := rocketmqmw.NewTx(s.Guard, s.DB, rocketmqmw.Config{Logger: testLogger(t), OrderlySuspend: 50 * time.Millisecond},
 			func(ctx context.Context, tx *sql.Tx, msg *primitive.MessageExt) error {
 				sn := orderSn(msg)
 				if seen.add(sn) == 1 && sn == "SN2" {
@@ -210,11 +210,11 @@ func TestOrderlyHandlerFailingOnceKeepsOrder(t *testing.T) {
 		}
 		consume(t, b, "stock-orderly", topic, mw, nil, consumer.WithConsumerOrder(true))
 
-		waitFor(t, "every order applied", func() bool { return len(idemtest.AppliedInOrder(t, s.db.DB)) == len(want) })
-		if got := idemtest.AppliedInOrder(t, s.db.DB); !slices.Equal(got, want) {
+		waitFor(t, "every order applied", func() bool { return len(idemtest.AppliedInOrder(t, s.DB.DB)) == len(want) })
+		if got := idemtest.AppliedInOrder(t, s.DB.DB); !slices.Equal(got, want) {
 			t.Fatalf("applied in order %v, want %v", got, want)
 		}
-		assertEachAppliedOnce(t, s.db.DB, len(want))
+		assertEachAppliedOnce(t, s.DB.DB, len(want))
 		if got, wantCalls := seen.get(), []string{"SN1", "SN2", "SN2", "SN3", "SN4", "SN5"}; !slices.Equal(got, wantCalls) {
 			t.Fatalf("handler calls %v, want %v (SN2 retried in place before SN3)", got, wantCalls)
 		}
@@ -227,7 +227,7 @@ func TestOrderlyHandlerFailingOnceKeepsOrder(t *testing.T) {
 func TestPanickingHandlerEndsInDLQ(t *testing.T) {
 	onEachBroker(t, func(t *testing.T, b broker) {
 		r := setupRedis(t)
-		g := r.guard(t, idempotency.Config{Group: "stock-panic"})
+		g := r.Guard(t, idempotency.Config{Group: "stock-panic"})
 		topic := b.newTopic(t)
 		const orders, maxReconsume = 20, 2
 		var msgs []*primitive.Message
@@ -246,7 +246,7 @@ func TestPanickingHandlerEndsInDLQ(t *testing.T) {
 				if sn == "SN-POISON" {
 					panic("nil map in the stock service")
 				}
-				return applyOrder(ctx, r.db, sn)
+				return applyOrder(ctx, r.DB, sn)
 			})
 		if err != nil {
 			t.Fatal(err)
@@ -262,12 +262,12 @@ func TestPanickingHandlerEndsInDLQ(t *testing.T) {
 		waitFor(t, "the poison message handled 1 + max reconsume times", func() bool {
 			return countOf(seen.get(), "SN-POISON") == 1+maxReconsume
 		})
-		waitFor(t, "the other orders applied", func() bool { return len(idemtest.AppliedInOrder(t, r.db.DB)) == orders })
-		assertEachAppliedOnce(t, r.db.DB, orders)
+		waitFor(t, "the other orders applied", func() bool { return len(idemtest.AppliedInOrder(t, r.DB.DB)) == orders })
+		assertEachAppliedOnce(t, r.DB.DB, orders)
 		if attempts := countOf(seen.get(), "SN-POISON"); attempts != 1+maxReconsume {
 			t.Fatalf("poison message handled %d times, want %d (first delivery + %d reconsumes)", attempts, 1+maxReconsume, maxReconsume)
 		}
-		if v := r.value(t, "stock-panic", topic+":created:SN-POISON"); v != "" {
+		if v := r.Value(t, "stock-panic", topic+":created:SN-POISON"); v != "" {
 			t.Fatalf("claim of the poison message left as %q, want released", v)
 		}
 		if !strings.Contains(logs.String(), "handler panicked") || !strings.Contains(logs.String(), `"keys":"SN-POISON"`) {
@@ -285,7 +285,7 @@ func TestTwoEventsOfOneOrderAndARedelivery(t *testing.T) {
 		send(t, b.nameSrv, event(topic, "created", "SN-7001"), event(topic, "paid", "SN-7001"), event(topic, "paid", "SN-7001"))
 
 		var handled atomic.Int64
-		mw, err := rocketmqmw.NewTx(s.guard, s.db, rocketmqmw.Config{Logger: testLogger(t)},
+		mw, err := rocketmqmw.NewTx(s.Guard, s.DB, rocketmqmw.Config{Logger: testLogger(t)},
 			func(ctx context.Context, tx *sql.Tx, msg *primitive.MessageExt) error {
 				handled.Add(1)
 				return applyOrder(ctx, tx, orderSn(msg)+"/"+msg.GetTags())
@@ -297,10 +297,10 @@ func TestTwoEventsOfOneOrderAndARedelivery(t *testing.T) {
 		consume(t, b, "stock-events", topic, mw, &delivered)
 
 		waitFor(t, "three deliveries", func() bool { return delivered.Load() == 3 })
-		if got := idemtest.AppliedInOrder(t, s.db.DB); !slices.Equal(got, []string{"SN-7001/created", "SN-7001/paid"}) {
+		if got := idemtest.AppliedInOrder(t, s.DB.DB); !slices.Equal(got, []string{"SN-7001/created", "SN-7001/paid"}) {
 			t.Fatalf("effects %v, want created and paid once each", got)
 		}
-		assertEachAppliedOnce(t, s.db.DB, 2)
+		assertEachAppliedOnce(t, s.DB.DB, 2)
 		if handled.Load() != 2 {
 			t.Fatalf("handler ran %d times, want 2 (the redelivered paid skipped)", handled.Load())
 		}

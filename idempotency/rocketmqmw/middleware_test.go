@@ -56,9 +56,9 @@ func (v *invalids) hook(err error) rocketmqmw.InvalidFunc {
 func TestRocketMQBatchDecidesPerMessage(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{})
+	g := b.Guard(t, idempotency.Config{})
 	ctx := context.Background()
-	rec := &recorder{db: b.db}
+	rec := &recorder{db: b.DB}
 	inv := &invalids{}
 	consume, err := wrap(t, g, rocketmqmw.Config{OnInvalid: inv.hook(nil), Logger: testLogger(t)}, rec.handle)
 	if err != nil {
@@ -66,10 +66,10 @@ func TestRocketMQBatchDecidesPerMessage(t *testing.T) {
 	}
 
 	// SN-dup was consumed before; SN-busy is held by a consumer elsewhere.
-	if res, err := g.Do(ctx, "venue_topic::SN-dup", func(ctx context.Context) error { return applyOrder(ctx, b.db, "SN-dup") }); res.Outcome != idempotency.Applied || err != nil {
+	if res, err := g.Do(ctx, "venue_topic::SN-dup", func(ctx context.Context) error { return applyOrder(ctx, b.DB, "SN-dup") }); res.Outcome != idempotency.Applied || err != nil {
 		t.Fatal(res, err)
 	}
-	if r, err := b.store.Claim(ctx, "stock:venue_topic::SN-busy", "elsewhere", time.Minute); r != idempotency.ClaimAcquired || err != nil {
+	if r, err := b.Store.Claim(ctx, "stock:venue_topic::SN-busy", "elsewhere", time.Minute); r != idempotency.ClaimAcquired || err != nil {
 		t.Fatal(r, err)
 	}
 	batch := []*primitive.MessageExt{
@@ -92,7 +92,7 @@ func TestRocketMQBatchDecidesPerMessage(t *testing.T) {
 	}
 
 	// The other consumer fails and releases; the broker redelivers the whole batch.
-	if err := b.store.Release(ctx, "stock:venue_topic::SN-busy", "elsewhere"); err != nil {
+	if err := b.Store.Release(ctx, "stock:venue_topic::SN-busy", "elsewhere"); err != nil {
 		t.Fatal(err)
 	}
 	rec.calls = nil
@@ -107,20 +107,20 @@ func TestRocketMQBatchDecidesPerMessage(t *testing.T) {
 		t.Fatalf("OnInvalid called %d times, want again for the redelivered keyless message", len(inv.got))
 	}
 	for _, sn := range []string{"SN-new", "SN-dup", "SN-busy", "SN-new2"} {
-		if n := appliedCount(t, b.db.DB, sn); n != 1 {
+		if n := appliedCount(t, b.DB.DB, sn); n != 1 {
 			t.Errorf("%s applied %d times, want 1", sn, n)
 		}
 	}
-	assertEachAppliedOnce(t, b.db.DB, 4)
+	assertEachAppliedOnce(t, b.DB.DB, 4)
 }
 
 func TestRocketMQHandlerFailureRetriesBatch(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{})
+	g := b.Guard(t, idempotency.Config{})
 	ctx := context.Background()
 	boom := errors.New("warehouse unavailable")
-	rec := &recorder{db: b.db, fail: map[string]error{"SN2": boom}}
+	rec := &recorder{db: b.DB, fail: map[string]error{"SN2": boom}}
 	consume, err := wrap(t, g, rocketmqmw.Config{Logger: testLogger(t)}, rec.handle)
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +138,7 @@ func TestRocketMQHandlerFailureRetriesBatch(t *testing.T) {
 	if got := strings.Join(rec.calls, ","); got != "SN2" {
 		t.Fatalf("redelivery called the handler for %s, want SN2 only", got)
 	}
-	assertEachAppliedOnce(t, b.db.DB, 3)
+	assertEachAppliedOnce(t, b.DB.DB, 3)
 
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
@@ -150,13 +150,13 @@ func TestRocketMQHandlerFailureRetriesBatch(t *testing.T) {
 func TestRocketMQMissingKey(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{})
+	g := b.Guard(t, idempotency.Config{})
 	ctx := context.Background()
 
 	t.Run("default rejects, logs and acknowledges", func(t *testing.T) {
 		var logs bytes.Buffer
 		l := slog.New(slog.NewJSONHandler(&logs, nil))
-		rec := &recorder{db: b.db}
+		rec := &recorder{db: b.DB}
 		consume, err := wrap(t, g, rocketmqmw.Config{Logger: l}, rec.handle)
 		if err != nil {
 			t.Fatal(err)
@@ -177,7 +177,7 @@ func TestRocketMQMissingKey(t *testing.T) {
 	t.Run("OnInvalid error sends it back", func(t *testing.T) {
 		parkErr := errors.New("quarantine table unavailable")
 		inv := &invalids{}
-		rec := &recorder{db: b.db}
+		rec := &recorder{db: b.DB}
 		consume, err := wrap(t, g, rocketmqmw.Config{OnInvalid: inv.hook(parkErr), Logger: testLogger(t)}, rec.handle)
 		if err != nil {
 			t.Fatal(err)
@@ -192,7 +192,7 @@ func TestRocketMQMissingKey(t *testing.T) {
 
 	t.Run("use message id", func(t *testing.T) {
 		inv := &invalids{}
-		rec := &recorder{db: b.db}
+		rec := &recorder{db: b.DB}
 		consume, err := wrap(t, g, rocketmqmw.Config{MissingKey: rocketmqmw.MissingKeyUseMsgID, OnInvalid: inv.hook(nil), Logger: testLogger(t)}, rec.handle)
 		if err != nil {
 			t.Fatal(err)
@@ -202,7 +202,7 @@ func TestRocketMQMissingKey(t *testing.T) {
 				t.Fatalf("%v, %v", res, err)
 			}
 		}
-		if n := appliedCount(t, b.db.DB, "7F0000012A2C1B2C3D4E0001"); n != 1 || len(rec.calls) != 1 {
+		if n := appliedCount(t, b.DB.DB, "7F0000012A2C1B2C3D4E0001"); n != 1 || len(rec.calls) != 1 {
 			t.Fatalf("keyed by id: applied %d times, handler called %d times; want once", n, len(rec.calls))
 		}
 		if res, err := consume(ctx, newMsg("", "")); res != consumer.ConsumeSuccess || err != nil || len(inv.got) != 1 {
@@ -242,7 +242,7 @@ func TestRocketMQTx(t *testing.T) {
 	ctx := context.Background()
 	inv := &invalids{}
 	var calls []string
-	consume, err := wrapTx(t, b.guard, b.db, rocketmqmw.Config{OnInvalid: inv.hook(nil), Logger: testLogger(t)},
+	consume, err := wrapTx(t, b.Guard, b.DB, rocketmqmw.Config{OnInvalid: inv.hook(nil), Logger: testLogger(t)},
 		func(ctx context.Context, tx *sql.Tx, msg *primitive.MessageExt) error {
 			sn := strings.Fields(msg.GetKeys())[0]
 			if len(sn) > 32 {
@@ -272,7 +272,7 @@ func TestRocketMQTx(t *testing.T) {
 	if len(inv.got) != 0 {
 		t.Fatalf("OnInvalid calls %v, want none", inv.got)
 	}
-	if n := appliedCount(t, b.db.DB, "LONG"); n != 2 {
+	if n := appliedCount(t, b.DB.DB, "LONG"); n != 2 {
 		t.Fatalf("two events with long keys applied %d times in all, want 2", n)
 	}
 }
@@ -319,12 +319,12 @@ func TestKeyFuncs(t *testing.T) {
 func TestRocketMQAppliedButClaimLostIsAcknowledged(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{ClaimTTL: 200 * time.Millisecond})
+	g := b.Guard(t, idempotency.Config{ClaimTTL: 200 * time.Millisecond})
 	var logs bytes.Buffer
 	l := slog.New(slog.NewJSONHandler(&logs, nil))
 	consume, err := wrap(t, g, rocketmqmw.Config{Logger: l}, func(ctx context.Context, msg *primitive.MessageExt) error {
-		waitFor(t, "the claim to expire", func() bool { return b.value(t, "stock", "venue_topic::SN-slow") == "" })
-		return applyOrder(ctx, b.db, "SN-slow")
+		waitFor(t, "the claim to expire", func() bool { return b.Value(t, "stock", "venue_topic::SN-slow") == "" })
+		return applyOrder(ctx, b.DB, "SN-slow")
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -335,7 +335,7 @@ func TestRocketMQAppliedButClaimLostIsAcknowledged(t *testing.T) {
 	if !strings.Contains(logs.String(), "claim lost") || !strings.Contains(logs.String(), `"level":"ERROR"`) {
 		t.Fatalf("lost claim not reported: %q", logs.String())
 	}
-	if n := appliedCount(t, b.db.DB, "SN-slow"); n != 1 {
+	if n := appliedCount(t, b.DB.DB, "SN-slow"); n != 1 {
 		t.Fatalf("applied %d times, want 1", n)
 	}
 }

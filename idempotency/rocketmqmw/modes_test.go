@@ -27,9 +27,9 @@ func orderlyCtx() (context.Context, *primitive.ConsumeOrderlyContext) {
 func TestOrderlyBatchStopsAtFirstFailure(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{})
+	g := b.Guard(t, idempotency.Config{})
 	boom := errors.New("warehouse unavailable")
-	rec := &recorder{db: b.db, fail: map[string]error{"SN2": boom}}
+	rec := &recorder{db: b.DB, fail: map[string]error{"SN2": boom}}
 	consume, err := wrap(t, g, rocketmqmw.Config{Logger: testLogger(t), OrderlySuspend: 250 * time.Millisecond}, rec.handle)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func TestOrderlyBatchStopsAtFirstFailure(t *testing.T) {
 	if got := strings.Join(rec.calls, ","); got != "SN2,SN3" {
 		t.Fatalf("retry called the handler for %s, want SN2,SN3", got)
 	}
-	assertEachAppliedOnce(t, b.db.DB, 3)
+	assertEachAppliedOnce(t, b.DB.DB, 3)
 }
 
 // Close cancels a running handler's context (the client's is context.Background()) and
@@ -63,7 +63,7 @@ func TestOrderlyBatchStopsAtFirstFailure(t *testing.T) {
 func TestCloseCancelsHandlers(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{})
+	g := b.Guard(t, idempotency.Config{})
 	started := make(chan struct{})
 	var calls atomic.Int64
 	mw, err := rocketmqmw.New(g, rocketmqmw.Config{Logger: testLogger(t)}, func(ctx context.Context, msg *primitive.MessageExt) error {
@@ -92,7 +92,7 @@ func TestCloseCancelsHandlers(t *testing.T) {
 	if r.res != consumer.ConsumeRetryLater || !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("handler running at Close: %v, %v; want RetryLater with context.Canceled", r.res, r.err)
 	}
-	if v := b.value(t, "stock", "venue_topic::SN1"); v != "" {
+	if v := b.Value(t, "stock", "venue_topic::SN1"); v != "" {
 		t.Fatalf("claim left as %q after the cancelled handler, want released", v)
 	}
 	if res, err := mw.Consume(context.Background(), newMsg("m2", "", "SN2")); res != consumer.ConsumeRetryLater || err == nil {
@@ -108,7 +108,7 @@ func TestCloseCancelsHandlers(t *testing.T) {
 func TestBroadcastingRetriesInPlacePerInstance(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{Group: "cache-evict"})
+	g := b.Guard(t, idempotency.Config{Group: "cache-evict"})
 	if _, err := rocketmqmw.New(g, rocketmqmw.Config{Broadcasting: true}, func(context.Context, *primitive.MessageExt) error { return nil }); err == nil || !strings.Contains(err.Error(), "Instance") {
 		t.Fatalf("broadcasting without Instance: %v, want an error naming Instance", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/outbox-relay/outbox-relay/idempotency"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 )
 
@@ -136,4 +137,72 @@ func ExampleRedis() (rdb *redis.Client, prefix string, done func()) {
 		}
 		rdb.Close()
 	}
+}
+
+// RedisBundle is a database with the applied table and a RedisStore under a key prefix of
+// the test's own.
+type RedisBundle struct {
+	DB     *testenv.DB
+	RDB    *redis.Client
+	Prefix string
+	Store  *idempotency.RedisStore
+}
+
+// SetupRedis returns a fresh RedisBundle.
+func SetupRedis(t testing.TB) *RedisBundle {
+	t.Helper()
+	db := AppliedDB(t)
+	rdb, prefix := testenv.Redis(t)
+	store, err := idempotency.NewRedisStore(rdb, idempotency.RedisConfig{KeyPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &RedisBundle{DB: db, RDB: rdb, Prefix: prefix, Store: store}
+}
+
+// Guard returns a Guard on the bundle's store; the group defaults to "stock".
+func (b *RedisBundle) Guard(t testing.TB, cfg idempotency.Config) *idempotency.Guard {
+	t.Helper()
+	if cfg.Group == "" {
+		cfg.Group = "stock"
+	}
+	g, err := idempotency.NewGuard(b.Store, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// Value returns what Redis holds for key of group, "" if nothing.
+func (b *RedisBundle) Value(t testing.TB, group, key string) string {
+	t.Helper()
+	v, err := b.RDB.Get(context.Background(), b.Store.Key(group+":"+key)).Result()
+	if errors.Is(err, redis.Nil) {
+		return ""
+	}
+	if err != nil {
+		t.Fatalf("GET: %v", err)
+	}
+	return v
+}
+
+// SQLBundle is a database with the applied table, a dedupe table and a SQLGuard of group
+// "stock" on it.
+type SQLBundle struct {
+	DB    *testenv.DB
+	Guard *idempotency.SQLGuard
+}
+
+// SetupSQL returns a fresh SQLBundle.
+func SetupSQL(t testing.TB) *SQLBundle {
+	t.Helper()
+	db := AppliedDB(t)
+	g, err := idempotency.NewSQLGuard(idempotency.SQLConfig{Group: "stock"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.CreateTable(context.Background(), db); err != nil {
+		t.Fatal(err)
+	}
+	return &SQLBundle{DB: db, Guard: g}
 }
