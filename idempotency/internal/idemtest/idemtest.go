@@ -8,6 +8,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync/atomic"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
@@ -205,4 +207,52 @@ func SetupSQL(t testing.TB) *SQLBundle {
 		t.Fatal(err)
 	}
 	return &SQLBundle{DB: db, Guard: g}
+}
+
+// benchRows is the size of the benchmarks' stock table.
+const benchRows = 1000
+
+// BenchStock returns a fresh database with a stock table of 1,000 rows, the business table
+// of the benchmarks.
+func BenchStock(b *testing.B) *testenv.DB {
+	db := testenv.MySQL(b)
+	if _, err := db.Exec("CREATE TABLE stock (id int NOT NULL PRIMARY KEY, qty bigint NOT NULL) ENGINE=InnoDB"); err != nil {
+		b.Fatal(err)
+	}
+	for i := range benchRows {
+		if _, err := db.Exec("INSERT INTO stock VALUES (?, 1000000000)", i); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return db
+}
+
+// ReduceStock is the benchmarks' business effect: decrement one of the 1,000 stock rows.
+func ReduceStock(ctx context.Context, db Execer, n int64) error {
+	_, err := db.ExecContext(ctx, "UPDATE stock SET qty = qty - 1 WHERE id = ? AND qty > 0", n%benchRows)
+	return err
+}
+
+// RunBoth runs one message per iteration, serially and from 8 goroutines; seq numbers the
+// messages across every run so that keys never repeat.
+func RunBoth(b *testing.B, seq *atomic.Int64, one func(ctx context.Context, n int64) error) {
+	ctx := context.Background()
+	b.Run("serial", func(b *testing.B) {
+		for b.Loop() {
+			if err := one(ctx, seq.Add(1)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel8", func(b *testing.B) {
+		b.SetParallelism(max(1, 8/runtime.GOMAXPROCS(0)))
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := one(ctx, seq.Add(1)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
 }
