@@ -3,7 +3,6 @@ package schema
 import (
 	"fmt"
 	"regexp"
-	"strings"
 )
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
@@ -22,9 +21,9 @@ func ValidateIdent(name string) error {
 	return nil
 }
 
-// QuoteIdent returns name quoted with backticks for MySQL and MariaDB, so that a reserved
-// word such as order can be a table name. A backtick inside name is doubled, although
-// ValidateIdent never lets one through.
+// QuoteIdent returns name quoted with backticks for use in SQL, so that a table named after a
+// reserved word (order, group) works. name must have passed ValidateIdent, which admits no
+// backtick.
 func QuoteIdent(name string) string {
-	return "`" + strings.ReplaceAll(name, "`", "``") + "`"
+	return "`" + name + "`"
 }

@@ -55,7 +55,7 @@ func TestDefaults(t *testing.T) {
 			Unrouted: "default", MaxBodyBytes: 4194304, ShutdownTimeout: 15 * time.Second,
 			PurgeRetention: 0, PurgeInterval: 10 * time.Minute,
 		},
-		Lock:    Lock{TTL: 10 * time.Second, Key: "outbox-relay:lock:{table}"},
+		Lock:    Lock{TTL: 2 * time.Second, Key: "outbox-relay:lock:{table}"},
 		Backoff: backoff.Default(),
 		Routes:  []Route{},
 		HTTP:    HTTP{Addr: ":9464"},

@@ -80,7 +80,7 @@ var defaults = []struct {
 	{KeyRelayShutdownTimeout, 15 * time.Second},
 	{KeyRelayPurgeRetention, time.Duration(0)},
 	{KeyRelayPurgeInterval, 10 * time.Minute},
-	{KeyLockTTL, 10 * time.Second},
+	{KeyLockTTL, 2 * time.Second},
 	{KeyLockKey, "outbox-relay:lock:{table}"},
 	{KeyBackoffBase, time.Second},
 	{KeyBackoffMultiplier, 2.0},

@@ -23,7 +23,8 @@ func TestRequeuedDeadRowsAreDeliveredAndPurgeRunsBesideTheRelay(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	e.broker.SetTopicFaults("payments", rmqtest.Faults{ErrorRate: 1, ErrorCode: 2})
+	// 25: the broker refuses these requests themselves, which counts (a busy broker would not).
+	e.broker.SetTopicFaults("payments", rmqtest.Faults{ErrorRate: 1, ErrorCode: 25})
 	var dead []outbox.Message
 	for i := 0; i < 20; i++ {
 		dead = append(dead, outbox.Message{MsgID: fmt.Sprintf("pay-%02d", i), Topic: "payments", Body: []byte("p"), MaxRetries: outbox.NoRetries})

@@ -312,6 +312,10 @@ func (b *broker) handleSend(c *conn, qs queuedSend) {
 		c.reply(req, newResponse(req, code, "rmqtest: injected broker error"))
 		return
 	}
+	if !s.topicExists(h.topic) {
+		c.reply(req, newResponse(req, resTopicNotExist, "topic["+h.topic+"] not exist, apply first please!"))
+		return
+	}
 	recs, code, remark := b.buildRecords(c, req, h)
 	if code != resSuccess {
 		c.reply(req, newResponse(req, code, remark))

@@ -73,7 +73,7 @@ func (n *nameServer) serve(c *conn, req *command) {
 	switch req.Code {
 	case reqGetRouteInfoByTopic:
 		topic := req.Ext["topic"]
-		if checkTopic(topic) != "" {
+		if checkTopic(topic) != "" || !s.topicExists(topic) {
 			c.reply(req, newResponse(req, resTopicNotExist, "No topic route info in name server for the topic: "+topic))
 			return
 		}

@@ -7,6 +7,7 @@ import (
 	"log"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"time"
 )
@@ -22,6 +23,11 @@ type Options struct {
 	BrokerName string
 	// ClusterName is the cluster name clients see in routes. Defaults to "DefaultCluster".
 	ClusterName string
+	// Topics, when not empty, are the only topics that exist, as on a broker with
+	// autoCreateTopicEnable=false: the name server answers TOPIC_NOT_EXIST (17) for any other
+	// topic and the broker refuses sends to it with the same code. Retry and dead-letter
+	// topics always exist. Defaults to none: every valid topic is created on first use.
+	Topics []string
 	// Queues is the number of queues of an auto-created topic. Defaults to 4.
 	// Retry and dead-letter topics (%RETRY%group, %DLQ%group) get one queue, as in RocketMQ.
 	Queues int
@@ -349,3 +355,17 @@ func (s *Server) ConsumerOffset(group, topic string, queue int) int64 {
 
 // Consumers returns the client ids registered (by heartbeat) in a consumer group.
 func (s *Server) Consumers(group string) []string { return s.broker.consumerIDs(group) }
+
+// topicExists reports whether topic has a route: always unless Options.Topics lists the
+// topics that exist.
+func (s *Server) topicExists(topic string) bool {
+	if len(s.opts.Topics) == 0 || strings.HasPrefix(topic, "%RETRY%") || strings.HasPrefix(topic, "%DLQ%") {
+		return true
+	}
+	for _, t := range s.opts.Topics {
+		if t == topic {
+			return true
+		}
+	}
+	return false
+}
