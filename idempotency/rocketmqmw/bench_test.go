@@ -42,6 +42,9 @@ func BenchmarkMiddleware(b *testing.B) {
 	})
 	b.Run("guard", func(b *testing.B) { // SQLGuard.Do with a key made by hand
 		idemtest.RunBoth(b, &seq, func(ctx context.Context, n int64) error {
+			// A cancellable context, as the middleware gives (the driver then watches it).
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
 			_, err := g.Do(ctx, db, fmt.Sprintf("orders:created:SN%d", n), func(ctx context.Context, tx *sql.Tx) error {
 				return idemtest.ReduceStock(ctx, tx, n)
 			})
