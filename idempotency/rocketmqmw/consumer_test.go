@@ -307,3 +307,55 @@ func TestTwoEventsOfOneOrderAndARedelivery(t *testing.T) {
 		}
 	})
 }
+
+// An orderly consumer whose handler always panics on SN3: the queue is suspended and SN3
+// retried in place until the consumer's maximum reconsume times, then the client moves it
+// to %DLQ%<group> and the later messages follow, in order, each applied once.
+func TestOrderlyPoisonMessageEndsInDLQ(t *testing.T) {
+	onEachBroker(t, func(t *testing.T, b broker) {
+		s := setupSQL(t)
+		topic := b.newTopic(t)
+		const maxReconsume = 2
+		var msgs []*primitive.Message
+		for _, sn := range []string{"SN1", "SN2", "SN3", "SN4", "SN5"} {
+			msgs = append(msgs, event(topic, "created", sn))
+		}
+		send(t, b.nameSrv, msgs...)
+
+		seen := &calls{}
+		mw, err := rocketmqmw.NewTx(s.Guard, s.DB, rocketmqmw.Config{Logger: testLogger(t), OrderlySuspend: 20 * time.Millisecond},
+			func(ctx context.Context, tx *sql.Tx, msg *primitive.MessageExt) error {
+				sn := orderSn(msg)
+				seen.add(sn)
+				if sn == "SN3" {
+					panic("bad stock row")
+				}
+				return applyOrder(ctx, tx, sn)
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+		consume(t, b, "stock-orderly-poison", topic, mw, nil, consumer.WithConsumerOrder(true), consumer.WithMaxReconsumeTimes(maxReconsume))
+
+		want := []string{"SN1", "SN2", "SN4", "SN5"}
+		waitFor(t, "the others applied", func() bool { return len(idemtest.AppliedInOrder(t, s.DB.DB)) == len(want) })
+		if got := idemtest.AppliedInOrder(t, s.DB.DB); !slices.Equal(got, want) {
+			t.Fatalf("applied in order %v, want %v", got, want)
+		}
+		assertEachAppliedOnce(t, s.DB.DB, len(want))
+		if b.dlq != nil {
+			waitFor(t, "SN3 in the DLQ", func() bool { return len(b.dlq("stock-orderly-poison")) == 1 })
+			if dead := b.dlq("stock-orderly-poison")[0]; !slices.Equal(dead.Keys, []string{"SN3"}) {
+				t.Fatalf("DLQ holds keys %v, want SN3", dead.Keys)
+			}
+		}
+		// The client tries once, then again while its local reconsume count is within the
+		// maximum, and gives up when it exceeds it: 1 + maxReconsume + 1 calls.
+		if n := countOf(seen.get(), "SN3"); n != maxReconsume+2 {
+			t.Fatalf("SN3 handled %d times, want %d", n, maxReconsume+2)
+		}
+		if i, j := slices.Index(seen.get(), "SN3"), slices.Index(seen.get(), "SN4"); j < i+maxReconsume+2 {
+			t.Fatalf("SN4 handled before SN3 was given up: calls %v", seen.get())
+		}
+	})
+}
