@@ -19,8 +19,8 @@
 //     middleware returns SuspendCurrentQueueAMoment instead, stopping at the first message
 //     to redeliver: the queue waits Config.OrderlySuspend and the message is retried in
 //     place, the later ones of the queue behind it. The client retries without limit
-//     unless consumer.WithMaxReconsumeTimes is set; past it the client moves the message
-//     to %DLQ%<group> and goes on.
+//     unless consumer.WithMaxReconsumeTimes is set: after max+2 attempts (the client counts
+//     its retries locally) it moves the message to %DLQ%<group> and goes on with the next.
 //   - Broadcasting (consumer.WithConsumerModel(consumer.BroadCasting)): every instance must
 //     apply every message, and the client drops what a concurrent callback returns for
 //     retry. The middleware cannot see the mode: set Config.Broadcasting and

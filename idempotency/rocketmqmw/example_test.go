@@ -3,6 +3,7 @@ package rocketmqmw_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -163,4 +164,33 @@ func dedupeRows(db *sql.DB) int {
 	var n int
 	_ = db.QueryRow("SELECT COUNT(*) FROM outbox_dedupe").Scan(&n)
 	return n
+}
+
+// Keys can come from the body: seed 002 wraps its payload in a MessageWrapper.
+func ExampleKeyFromJSONField() {
+	msg := &primitive.MessageExt{}
+	msg.Body = []byte(`{"message":{"orderSn":"SN202409200001","timePeriodId":7},"uuid":"9f1c"}`)
+	key, err := rocketmqmw.KeyFromJSONField("message.orderSn")(msg)
+	fmt.Println(key, err)
+
+	msg.Body = []byte(`{"message":{"timePeriodId":7}}`)
+	_, err = rocketmqmw.KeyFromJSONField("message.orderSn")(msg)
+	fmt.Println(errors.Is(err, idempotency.ErrNoKey))
+	// Output:
+	// SN202409200001 <nil>
+	// true
+}
+
+// The default identity keeps two events of one order apart and a redelivery together.
+func ExampleTopicTagIdentity() {
+	for _, tag := range []string{"created", "paid", "paid"} {
+		msg := &primitive.MessageExt{}
+		msg.Topic = "orders"
+		msg.WithTag(tag)
+		fmt.Println(rocketmqmw.TopicTagIdentity(msg, "SN-7001"))
+	}
+	// Output:
+	// orders:created:SN-7001
+	// orders:paid:SN-7001
+	// orders:paid:SN-7001
 }
