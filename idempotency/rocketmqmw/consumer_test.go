@@ -118,6 +118,15 @@ func event(topic, tag, sn string) *primitive.Message {
 	return m
 }
 
+// created is one "created" event per order number, in order.
+func created(topic string, sns ...string) []*primitive.Message {
+	var msgs []*primitive.Message
+	for _, sn := range sns {
+		msgs = append(msgs, event(topic, "created", sn))
+	}
+	return msgs
+}
+
 // consume runs a push consumer of group on topic with mw, shut down (after mw.Close) at
 // the end of the test. acked, when not nil, counts the messages acknowledged.
 func consume(t *testing.T, b broker, group, topic string, mw *rocketmqmw.Middleware, acked *atomic.Int64, opts ...consumer.Option) {
@@ -190,11 +199,7 @@ func TestOrderlyHandlerFailingOnceKeepsOrder(t *testing.T) {
 		s := setupSQL(t)
 		topic := b.newTopic(t)
 		want := []string{"SN1", "SN2", "SN3", "SN4", "SN5"}
-		var msgs []*primitive.Message
-		for _, sn := range want {
-			msgs = append(msgs, event(topic, "created", sn))
-		}
-		send(t, b.nameSrv, msgs...)
+		send(t, b.nameSrv, created(topic, want...)...)
 
 		seen := &calls{}
 		mw, err := rocketmqmw.NewTx(s.Guard, s.DB, rocketmqmw.Config{Logger: testLogger(t), OrderlySuspend: 50 * time.Millisecond},
@@ -230,12 +235,11 @@ func TestPanickingHandlerEndsInDLQ(t *testing.T) {
 		g := r.Guard(t, idempotency.Config{Group: "stock-panic"})
 		topic := b.newTopic(t)
 		const orders, maxReconsume = 20, 2
-		var msgs []*primitive.Message
+		var sns []string
 		for i := range orders {
-			msgs = append(msgs, event(topic, "created", fmt.Sprintf("SN%02d", i)))
+			sns = append(sns, fmt.Sprintf("SN%02d", i))
 		}
-		msgs = append(msgs, event(topic, "created", "SN-POISON"))
-		send(t, b.nameSrv, msgs...)
+		send(t, b.nameSrv, created(topic, append(sns, "SN-POISON")...)...)
 
 		var logs testenv.SyncBuffer
 		seen := &calls{}
@@ -316,11 +320,7 @@ func TestOrderlyPoisonMessageEndsInDLQ(t *testing.T) {
 		s := setupSQL(t)
 		topic := b.newTopic(t)
 		const maxReconsume = 2
-		var msgs []*primitive.Message
-		for _, sn := range []string{"SN1", "SN2", "SN3", "SN4", "SN5"} {
-			msgs = append(msgs, event(topic, "created", sn))
-		}
-		send(t, b.nameSrv, msgs...)
+		send(t, b.nameSrv, created(topic, "SN1", "SN2", "SN3", "SN4", "SN5")...)
 
 		seen := &calls{}
 		mw, err := rocketmqmw.NewTx(s.Guard, s.DB, rocketmqmw.Config{Logger: testLogger(t), OrderlySuspend: 20 * time.Millisecond},
