@@ -35,6 +35,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/outbox/redisnudge"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -476,7 +477,7 @@ func BenchmarkCommitToAck(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			w, err := outbox.NewWriter(outbox.Config{Redis: rdb})
+			w, err := outbox.NewWriter(outbox.Config{Nudger: redisnudge.New(rdb)})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -495,7 +496,7 @@ func BenchmarkCommitToAck(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := w.Insert(ctx, tx, outbox.Message{MsgID: msgID, Topic: benchTopic, Tag: "created", Body: []byte(benchBody)}); err != nil {
+				if err := w.Insert(ctx, tx, &outbox.Message{MsgID: msgID, Topic: benchTopic, Tag: "created", Body: []byte(benchBody)}); err != nil {
 					b.Fatal(err)
 				}
 				if err := tx.Commit(); err != nil {

@@ -35,7 +35,7 @@ func TestOrderFollowsIDAmongCommittedRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer late.Rollback()
-	if err := b.writer.Insert(ctx, late, outbox.Message{MsgID: "late-1", Topic: "order-events", ShardingKey: "SN-late", Body: []byte("first inserted")}); err != nil {
+	if err := b.writer.Insert(ctx, late, &outbox.Message{MsgID: "late-1", Topic: "order-events", ShardingKey: "SN-late", Body: []byte("first inserted")}); err != nil {
 		t.Fatal(err)
 	}
 	b.insert(t, outbox.Message{MsgID: "late-2", Topic: "order-events", ShardingKey: "SN-late", Body: []byte("second inserted")})
@@ -125,7 +125,7 @@ func produceEvent(ctx context.Context, b *bundle, sn string) error {
 	if _, err := tx.ExecContext(ctx, "UPDATE orders SET seq = ? WHERE sn = ?", seq, sn); err != nil {
 		return err
 	}
-	if err := b.writer.Insert(ctx, tx, outbox.Message{Topic: "order-events", ShardingKey: sn, Body: []byte(strconv.Itoa(seq))}); err != nil {
+	if err := b.writer.Insert(ctx, tx, &outbox.Message{Topic: "order-events", ShardingKey: sn, Body: []byte(strconv.Itoa(seq))}); err != nil {
 		return err
 	}
 	return tx.Commit()

@@ -65,7 +65,7 @@ func TestRelayNeverWaitsForOpenWriterTransactions(t *testing.T) {
 	}
 	defer heldTx.Rollback()
 	heldSince := time.Now()
-	if err := b.writer.Insert(ctx, heldTx, outbox.Message{MsgID: "held-1", Topic: "orders", Body: []byte("h1")}); err != nil {
+	if err := b.writer.Insert(ctx, heldTx, &outbox.Message{MsgID: "held-1", Topic: "orders", Body: []byte("h1")}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -85,7 +85,7 @@ func TestRelayNeverWaitsForOpenWriterTransactions(t *testing.T) {
 			for i := 0; i < perWriter; i++ {
 				tx, err := c.BeginTx(ctx, nil)
 				if err == nil {
-					err = b.writer.Insert(ctx, tx, outbox.Message{MsgID: fmt.Sprintf("w%d-%d", w, i), Topic: "orders", Body: []byte("y")})
+					err = b.writer.Insert(ctx, tx, &outbox.Message{MsgID: fmt.Sprintf("w%d-%d", w, i), Topic: "orders", Body: []byte("y")})
 					if err == nil {
 						err = tx.Commit()
 					} else {
@@ -111,7 +111,7 @@ func TestRelayNeverWaitsForOpenWriterTransactions(t *testing.T) {
 	eventually(t, 10*time.Second, "the held transaction to outlive the relay's timeouts", func() bool {
 		return time.Since(heldSince) > 3*cfg.QueryTimeout
 	})
-	if err := b.writer.Insert(ctx, heldTx, outbox.Message{MsgID: "held-2", Topic: "orders", Body: []byte("h2")}); err != nil {
+	if err := b.writer.Insert(ctx, heldTx, &outbox.Message{MsgID: "held-2", Topic: "orders", Body: []byte("h2")}); err != nil {
 		t.Fatalf("the held transaction's second insert: %v", err)
 	}
 	if err := heldTx.Commit(); err != nil {

@@ -129,7 +129,7 @@ func writeOrder(ctx context.Context, b *bundle, sn string, msg outbox.Message, r
 	if _, err := tx.ExecContext(ctx, "INSERT INTO orders VALUES (?)", sn); err != nil {
 		return err
 	}
-	if err := b.writer.Insert(ctx, tx, msg); err != nil {
+	if err := b.writer.Insert(ctx, tx, &msg); err != nil {
 		return err
 	}
 	if rollback {

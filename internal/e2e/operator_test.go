@@ -29,7 +29,7 @@ func TestRequeuedDeadRowsAreDeliveredAndPurgeRunsBesideTheRelay(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		dead = append(dead, outbox.Message{MsgID: fmt.Sprintf("pay-%02d", i), Topic: "payments", Body: []byte("p"), MaxRetries: outbox.NoRetries})
 	}
-	if err := e.writer.Insert(ctx, e.db.DB, dead...); err != nil {
+	if err := e.writer.InsertNoTx(ctx, e.db.DB, dead); err != nil {
 		t.Fatal(err)
 	}
 	// 500 rows sent ten days ago, the history purge is for.
@@ -61,7 +61,7 @@ func TestRequeuedDeadRowsAreDeliveredAndPurgeRunsBesideTheRelay(t *testing.T) {
 			for j := range msgs {
 				msgs[j] = outbox.Message{MsgID: fmt.Sprintf("new-%d-%03d", i, j), Topic: "orders", Body: []byte("n")}
 			}
-			if err := e.writer.Insert(ctx, e.db.DB, msgs...); err != nil {
+			if err := e.writer.InsertNoTx(ctx, e.db.DB, msgs); err != nil {
 				t.Error(err)
 				return
 			}
@@ -99,7 +99,7 @@ func TestSeveralTablesEachWithItsOwnLock(t *testing.T) {
 		for i := range msgs {
 			msgs[i] = outbox.Message{Topic: table, Body: []byte("x")}
 		}
-		if err := w.Insert(ctx, e.db.DB, msgs...); err != nil {
+		if err := w.InsertNoTx(ctx, e.db.DB, msgs); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -152,7 +152,7 @@ func (a *App) tx(ctx context.Context, id string, m Mix, l *Ledger) error {
 	if _, err := tx.ExecContext(ctx, "INSERT INTO "+a.business+" (order_sn, amount) VALUES (?, ?)", id, rand.IntN(10000)); err != nil {
 		return fmt.Errorf("loadgen: insert order: %w", err)
 	}
-	if err := a.w.Insert(ctx, tx, outbox.Message{MsgID: id, Topic: a.topic, Tag: "created", Keys: []string{id},
+	if err := a.w.Insert(ctx, tx, &outbox.Message{MsgID: id, Topic: a.topic, Tag: "created", Keys: []string{id},
 		Body: []byte(`{"orderSn":"` + id + `","event":"created"}`)}); err != nil {
 		return fmt.Errorf("loadgen: insert outbox row: %w", err)
 	}

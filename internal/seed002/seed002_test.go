@@ -49,7 +49,7 @@ func TestProcessOnceAsTheSeed(t *testing.T) {
 		msgs[i] = outbox.Message{MsgID: fmt.Sprintf("m-%d", i), Topic: "orders", Body: []byte("{}")}
 	}
 	msgs = append(msgs, outbox.Message{MsgID: "bad", Topic: "refused", Body: []byte("{}")})
-	if err := w.Insert(ctx, db.DB, msgs...); err != nil {
+	if err := w.InsertNoTx(ctx, db.DB, msgs); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(`INSERT INTO local_message (msg_id, topic, content, status, retry_count, max_retry_count)

@@ -13,6 +13,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/loadgen"
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/outbox/redisnudge"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -64,7 +65,7 @@ func runFailover(ctx context.Context, args []string) error {
 	if err := schema.Migrate(ctx, w.db, table); err != nil {
 		return err
 	}
-	wr, err := outbox.NewWriter(outbox.Config{Table: table, Redis: w.rdb})
+	wr, err := outbox.NewWriter(outbox.Config{Table: table, Nudger: redisnudge.New(w.rdb)})
 	if err != nil {
 		return err
 	}
@@ -93,7 +94,7 @@ func runFailover(ctx context.Context, args []string) error {
 	if err := start(); err != nil {
 		return err
 	}
-	if err := wr.Insert(ctx, w.db, outbox.Message{MsgID: "warm-up", Topic: topic, Body: []byte("{}")}); err != nil {
+	if err := wr.InsertNoTx(ctx, w.db, []outbox.Message{{MsgID: "warm-up", Topic: topic, Body: []byte("{}")}}); err != nil {
 		return err
 	}
 	if err := waitStored(ctx, w.broker, topic, 1, 60*time.Second); err != nil {

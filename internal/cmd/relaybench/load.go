@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/tcpproxy"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/outbox/redisnudge"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -163,7 +164,7 @@ func runScenario(ctx context.Context, w *world, f loadFlags, sc scenario) (loadR
 		return res, err
 	}
 	defer w.db.ExecContext(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+table+", "+table+"_orders")
-	wr, err := outbox.NewWriter(outbox.Config{Table: table, Redis: w.rdb})
+	wr, err := outbox.NewWriter(outbox.Config{Table: table, Nudger: redisnudge.New(w.rdb)})
 	if err != nil {
 		return res, err
 	}
@@ -193,7 +194,7 @@ func runScenario(ctx context.Context, w *world, f loadFlags, sc scenario) (loadR
 		procs = append(procs, p)
 	}
 	// Warm up: one row through, so every relay is connected and one of them leads.
-	if err := wr.Insert(ctx, w.db, outbox.Message{MsgID: topic + "-warm-up", Topic: topic, Body: []byte("{}")}); err != nil {
+	if err := wr.InsertNoTx(ctx, w.db, []outbox.Message{{MsgID: topic + "-warm-up", Topic: topic, Body: []byte("{}")}}); err != nil {
 		return res, err
 	}
 	if err := waitStored(ctx, w.broker, topic, 1, 60*time.Second+3*sc.poll); err != nil {
