@@ -20,9 +20,10 @@ type completion struct {
 // a backoff of its own, and holds the publish stage back (waitHealthy) so that no
 // acknowledged message is published again and again; it resumes when a write succeeds.
 type completer struct {
-	r   *Relay
-	ctx context.Context
-	in  chan completion
+	r     *Relay
+	ctx   context.Context
+	fence func() bool
+	in    chan completion
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -36,8 +37,8 @@ type completer struct {
 // writeBackRetryMax caps the completer's backoff while the database refuses write-backs.
 const writeBackRetryMax = 30 * time.Second
 
-func (r *Relay) newCompleter(ctx context.Context) *completer {
-	c := &completer{r: r, ctx: ctx, in: make(chan completion, 4), done: make(chan struct{})}
+func (r *Relay) newCompleter(ctx context.Context, fence func() bool) *completer {
+	c := &completer{r: r, ctx: ctx, fence: fence, in: make(chan completion, 4), done: make(chan struct{})}
 	c.cond = sync.NewCond(&c.mu)
 	return c
 }
@@ -124,7 +125,7 @@ func (c *completer) writeWithRetry(batch []completion) (Stats, error) {
 			defer cancel()
 		}
 		var err error
-		st, rows, results, err = c.r.writeBack(ctx, rows, results, st)
+		st, rows, results, err = c.r.writeBack(ctx, rows, results, st, c.fence)
 		if err == nil {
 			if attempt > 0 {
 				c.r.log.Info().Int("attempts", attempt+1).Msg("write-back recovered: publishing resumes")
@@ -164,16 +165,29 @@ func (c *completer) setFailing(on bool) {
 // deferral delay, one for the dead. It returns the rows and results still to be written
 // when a statement failed, so that a retry repeats only what is missing, and adds what it
 // changed to st. A database answer, even a refusal, counts as progress.
-func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st Stats) (Stats, []row, []result, error) {
+//
+// Once fence reports the lock's validity gone (a leader frozen past its TTL, replaced
+// meanwhile), only acknowledgements are written: a failure seen by a stale leader is not
+// news the new leader needs, and writing it could overwrite what the new leader did since.
+func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st Stats, fence func() bool) (Stats, []row, []result, error) {
 	nowMs := time.Now().UnixMilli()
+	stale := fence != nil && !fence()
 	var sentIdx, deadIdx []int
 	type retryKey struct {
 		count  int
 		capped bool
 	}
 	retries := map[retryKey][]int{}
-	defers := map[int64][]int{}
+	type deferKey struct {
+		next  int64
+		count int
+	}
+	defers := map[deferKey][]int{}
 	for i, res := range results {
+		if stale && res.kind != sent {
+			st.Held++
+			continue
+		}
 		switch res.kind {
 		case sent:
 			sentIdx = append(sentIdx, i)
@@ -185,7 +199,8 @@ func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st 
 		case deferred:
 			next := nowMs + res.delay.Milliseconds()
 			next -= next % 100 // rows deferred together share a statement
-			defers[next] = append(defers[next], i)
+			k := deferKey{next, rows[i].retryCount}
+			defers[k] = append(defers[k], i)
 		default:
 			st.Held++
 		}
@@ -225,8 +240,8 @@ func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st 
 		}
 		do(idx, func() (int64, error) { return markRetry(ctx, k.count, failures(rows, results, idx), next) }, &st.Retried, "retry")
 	}
-	for next, idx := range defers {
-		do(idx, func() (int64, error) { return r.store.markDeferred(ctx, failures(rows, results, idx), next) }, &st.Deferred, "deferred")
+	for k, idx := range defers {
+		do(idx, func() (int64, error) { return r.store.markDeferred(ctx, k.count, failures(rows, results, idx), k.next) }, &st.Deferred, "deferred")
 	}
 	do(deadIdx, func() (int64, error) { return r.store.markDead(ctx, failures(rows, results, deadIdx)) }, &st.Dead, "dead")
 	if len(deadIdx) > 0 && !containsAny(failedIdx, deadIdx) {

@@ -213,6 +213,13 @@ func (r *Relay) keepLock(abort context.Context, mutex *redsync.Mutex, cancel con
 			return
 		case <-t.C:
 		}
+		if !r.lockValid() {
+			// Frozen past the lock's validity (SIGSTOP, a VM pause): another relay may lead.
+			r.metrics.LockLost()
+			r.log.Warn().Msg("lock validity ran out before an extension succeeded (was the process frozen?)")
+			cancel(errLockLost)
+			return
+		}
 		if since := r.progress.since(); since > r.cfg.StallTimeout {
 			cancel(errStalled)
 			return

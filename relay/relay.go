@@ -287,7 +287,7 @@ func (r *Relay) drain(stop, ctx context.Context, fence func() bool) (Stats, erro
 		defer close(pages)
 		scanErr = r.scan(stop, scanCtx, nowMs, pages)
 	}()
-	comp := r.newCompleter(ctx)
+	comp := r.newCompleter(ctx, fence)
 	go comp.run()
 	defer context.AfterFunc(stop, comp.wake)()
 

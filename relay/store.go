@@ -128,28 +128,22 @@ const maxIDsPerStatement = 1000
 // maxReasonChars is the width of fail_reason.
 const maxReasonChars = 1000
 
-// Every status change runs in its own READ COMMITTED transaction and reaches its rows
-// through the primary key (FORCE INDEX (PRIMARY)), so that it never waits for a writer's
-// uncommitted rows nor takes gap locks that block writers' INSERTs, whatever the optimizer's
-// statistics say: planned on the (status, ...) indexes under REPEATABLE READ, a guarded
-// UPDATE waited 5-6.7 s behind writers holding transactions open (FACTS.md). The status
-// guard keeps a newer state written by another relay or an operator.
+// Every status change is one autocommitted statement that reaches its rows through the
+// primary key (FORCE INDEX (PRIMARY)), so that it never waits for a writer's uncommitted rows
+// nor takes gap locks that block writers' INSERTs, whatever the optimizer's statistics say:
+// planned on the (status, ...) indexes under REPEATABLE READ, a guarded UPDATE waited
+// 5-6.7 s behind writers holding transactions open (FACTS.md). Autocommit, not a transaction
+// of our own: a relay frozen (SIGSTOP, a VM pause) between an UPDATE and its COMMIT would
+// hold the rows' locks and stop the leader that replaced it. The binary's connections also
+// run in READ COMMITTED. The status guard keeps a newer state written by another relay or an
+// operator.
 
-// exec runs one status change in a READ COMMITTED transaction of its own and returns the
-// rows it changed.
+// exec runs one status change and returns the rows it changed.
 func (s *store) exec(ctx context.Context, q string, args ...any) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	res, err := s.db.ExecContext(ctx, q, args...)
 	if err != nil {
-		return 0, err
-	}
-	res, err := tx.ExecContext(ctx, q, args...)
-	if err != nil {
-		_ = tx.Rollback()
-		return 0, err
-	}
-	if err := tx.Commit(); err != nil {
 		return 0, err
 	}
 	n, _ := res.RowsAffected()
@@ -225,17 +219,19 @@ func (s *store) markTransientRetry(ctx context.Context, retryCount int, fails []
 	return total, nil
 }
 
-// markDeferred records an attempt that failed in a broker incident: the rows wait until
-// nextMs with their retry counts untouched, and say why in fail_reason.
-func (s *store) markDeferred(ctx context.Context, fails []failure, nextMs int64) (int64, error) {
+// markDeferred records an attempt that failed in a broker incident: the rows, which had
+// retryCount failures, wait until nextMs with their retry counts untouched, and say why in
+// fail_reason. The guard on retry_count keeps a newer failure another relay recorded.
+func (s *store) markDeferred(ctx context.Context, retryCount int, fails []failure, nextMs int64) (int64, error) {
 	var total int64
 	for start := 0; start < len(fails); start += maxIDsPerStatement {
 		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
 		reasonSQL, reasonArgs := reasonCase(chunk)
 		args := append([]any{nextMs}, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
+		args = append(args, retryCount)
 		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET status = 1, next_retry_time = ?, fail_reason = `+reasonSQL+`
-			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1)`, args...)
+			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND retry_count = ?`, args...)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("defer %d rows of %s: %w", len(chunk), s.name, err)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"net"
@@ -158,10 +159,11 @@ func openMySQL(ctx context.Context, dsn string) (*sql.DB, error) {
 	if mc.WriteTimeout == 0 {
 		mc.WriteTimeout = 30 * time.Second
 	}
-	db, err := sql.Open("mysql", mc.FormatDSN())
+	conn, err := mysql.NewConnector(mc)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
+	db := sql.OpenDB(readCommitted{conn})
 	db.SetMaxOpenConns(32)
 	db.SetMaxIdleConns(32)
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -171,6 +173,28 @@ func openMySQL(ctx context.Context, dsn string) (*sql.DB, error) {
 		return nil, fmt.Errorf("connect to MySQL (%s): %w", config.RedactDSN(dsn), err)
 	}
 	return db, nil
+}
+
+// readCommitted is a connector whose connections run in READ COMMITTED: the relay's and the
+// operator commands' statements then take no gap locks, whatever the server's default
+// (REPEATABLE READ), so they cannot block the application's INSERTs (docs/decisions.md).
+type readCommitted struct{ driver.Connector }
+
+// Connect opens a connection and sets its isolation level.
+func (c readCommitted) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ex, ok := conn.(driver.ExecerContext)
+	if !ok {
+		return conn, nil
+	}
+	if _, err := ex.ExecContext(ctx, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED", nil); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("set the session's isolation level: %w", err)
+	}
+	return conn, nil
 }
 
 func routerFrom(routes []config.Route) (relay.Router, error) {
