@@ -167,12 +167,13 @@ func (c *completer) setFailing(on bool) {
 // changed to st. A database answer, even a refusal, counts as progress.
 //
 // Once fence reports the lock's validity gone (a leader frozen past its TTL, replaced
-// meanwhile), only acknowledgements are written: a failure seen by a stale leader is not
-// news the new leader needs, and writing it could overwrite what the new leader did since.
+// meanwhile), nothing more is written; every statement is also guarded by the row's status
+// and retry count as read, so a result never overwrites a newer state.
 func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st Stats, fence func() bool) (Stats, []row, []result, error) {
 	nowMs := time.Now().UnixMilli()
-	stale := fence != nil && !fence()
-	var sentIdx, deadIdx []int
+	stale := func() bool { return fence != nil && !fence() }
+	var deadIdx []int
+	sentIdx := map[int][]int{} // by retry count as read
 	type retryKey struct {
 		count  int
 		capped bool
@@ -184,13 +185,10 @@ func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st 
 	}
 	defers := map[deferKey][]int{}
 	for i, res := range results {
-		if stale && res.kind != sent {
-			st.Held++
-			continue
-		}
+
 		switch res.kind {
 		case sent:
-			sentIdx = append(sentIdx, i)
+			sentIdx[rows[i].retryCount] = append(sentIdx[rows[i].retryCount], i)
 		case dead:
 			deadIdx = append(deadIdx, i)
 		case retry:
@@ -214,6 +212,13 @@ func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st 
 		if len(idx) == 0 {
 			return
 		}
+		if stale() {
+			// The lock's validity ran out (a leader frozen past its TTL, replaced meanwhile):
+			// the rows are the new leader's now, and a stale result written over what it did
+			// since would be wrong. At worst the message is sent again (consumers dedupe).
+			st.Held += len(idx)
+			return
+		}
 		n, err := f()
 		r.progressOn(err)
 		if err != nil {
@@ -229,7 +234,9 @@ func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st 
 	if r.cfg.perRowWriteBack {
 		markSent, markRetry = r.store.markSentPerRow, r.store.markRetryPerRow
 	}
-	do(sentIdx, func() (int64, error) { return markSent(ctx, rowIDs(rows, sentIdx), nowMs) }, &st.Sent, "sent")
+	for rc, idx := range sentIdx {
+		do(idx, func() (int64, error) { return markSent(ctx, rc, rowIDs(rows, idx), nowMs) }, &st.Sent, "sent")
+	}
 	for k, idx := range retries {
 		next := nowMs + r.cfg.Backoff.Delay(k.count, r.cfg.Rand).Milliseconds()
 		if k.capped {

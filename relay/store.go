@@ -150,15 +150,17 @@ func (s *store) exec(ctx context.Context, q string, args ...any) (int64, error) 
 	return n, nil
 }
 
-// markSent sets the acknowledged rows sent. Rows another relay finished meanwhile are left
-// alone; the number changed is returned.
-func (s *store) markSent(ctx context.Context, ids []int64, nowMs int64) (int64, error) {
+// markSent sets the acknowledged rows, which had retryCount failures when they were read,
+// sent. Rows changed meanwhile (by another relay, or an operator) are left alone: the guard
+// on retry_count keeps a newer failure or requeue. The number changed is returned.
+func (s *store) markSent(ctx context.Context, retryCount int, ids []int64, nowMs int64) (int64, error) {
 	var total int64
 	for start := 0; start < len(ids); start += maxIDsPerStatement {
 		chunk := ids[start:min(start+maxIDsPerStatement, len(ids))]
 		args := append([]any{nowMs}, int64Args(chunk)...)
+		args = append(args, retryCount)
 		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET status = 2, sent_time = ?
-			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1)`, args...)
+			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND retry_count = ?`, args...)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("mark %d rows of %s sent: %w", len(chunk), s.name, err)
@@ -243,7 +245,7 @@ func (s *store) markDeferred(ctx context.Context, retryCount int, fails []failur
 // markSentPerRow is markSent with one autocommitted UPDATE per row, the way seed 002's relay
 // wrote back. For the benchmark only (Config.perRowWriteBack): it is the baseline that
 // the set-based markSent is measured against.
-func (s *store) markSentPerRow(ctx context.Context, ids []int64, nowMs int64) (int64, error) {
+func (s *store) markSentPerRow(ctx context.Context, _ int, ids []int64, nowMs int64) (int64, error) {
 	var total int64
 	for _, id := range ids {
 		res, err := s.db.ExecContext(ctx, `UPDATE `+s.table+` SET status = 2, sent_time = ?
