@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/dashboard"
 	"github.com/outbox-relay/outbox-relay/internal/ops"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/schema"
@@ -108,7 +109,16 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 		relays = append(relays, r)
 	}
 
-	srv, err := serveHTTP(cfg.HTTP.Addr, reg, db, rdb, relays, log)
+	ui, err := dashboard.New(db, rdb, dashboard.Config{Tables: cfg.Tables(), LockKey: cfg.Lock.KeyFor,
+		AdminToken: cfg.HTTP.AdminToken, Logger: &log})
+	if err != nil {
+		return err
+	}
+	if err := ui.Start(ctx); err != nil {
+		return err
+	}
+	defer ui.Stop()
+	srv, err := serveHTTP(cfg.HTTP.Addr, reg, db, rdb, relays, ui, log)
 	if err != nil {
 		return err
 	}
@@ -194,12 +204,13 @@ func routeRules(routes []config.Route) []relay.PatternRule {
 	return rules
 }
 
-// serveHTTP serves /metrics, /healthz and /readyz on addr. /healthz fails when a leading relay
-// has heard nothing from the database for its stall timeout (it is about to give its lock up);
-// /readyz fails when MySQL or Redis does not answer, and says which tables this process leads
-// and which it waits for.
-func serveHTTP(addr string, reg *prometheus.Registry, db *sql.DB, rdb *redis.Client, relays []*relay.Relay, log zerolog.Logger) (*http.Server, error) {
+// serveHTTP serves /metrics, /healthz, /readyz and the dashboard ui (under /ui/) on addr.
+// /healthz fails when a leading relay has heard nothing from the database for its stall
+// timeout (it is about to give its lock up); /readyz fails when MySQL or Redis does not
+// answer, and says which tables this process leads and which it waits for.
+func serveHTTP(addr string, reg *prometheus.Registry, db *sql.DB, rdb *redis.Client, relays []*relay.Relay, ui http.Handler, log zerolog.Logger) (*http.Server, error) {
 	mux := http.NewServeMux()
+	mux.Handle("/ui/", ui)
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		for _, r := range relays {
@@ -242,6 +253,6 @@ func serveHTTP(addr string, reg *prometheus.Registry, db *sql.DB, rdb *redis.Cli
 			log.Error().Err(err).Msg("http server")
 		}
 	}()
-	log.Info().Str("addr", ln.Addr().String()).Msg("http: /metrics /healthz /readyz")
+	log.Info().Str("addr", ln.Addr().String()).Msg("http: /metrics /healthz /readyz /ui/")
 	return srv, nil
 }
