@@ -116,7 +116,8 @@ func New(db *sql.DB, rdb redis.Cmdable, cfg Config) (*Dashboard, error) {
 	d.mux.HandleFunc("GET /ui/api/overview", d.handleOverview)
 	d.mux.HandleFunc("GET /ui/api/dead", d.handleDead)
 	d.mux.HandleFunc("GET /ui/api/message", d.handleMessage)
-	d.mux.HandleFunc("/ui/api/requeue", d.handleRequeue) // POST only: checked in authorize
+	d.mux.HandleFunc("POST /ui/api/requeue", d.handleRequeue)
+	d.mux.HandleFunc("GET /ui/api/requeue", d.handleRequeue) // answers 405, not the file server's 404
 	return d, nil
 }
 
