@@ -277,8 +277,9 @@ async function requeue(body, n, what) {
     return;
   }
   const skipped = Object.keys(r.body.skipped || {}).length;
-  notice('Requeued ' + fmtNum(r.body.requeued.length) + ' message' + (r.body.requeued.length === 1 ? '' : 's') +
-    (skipped ? ', ' + skipped + ' left alone (no longer dead)' : '') + '. The relay sends them on its next poll.', 'ok');
+  const n1 = r.body.requeued.length === 1;
+  notice('Requeued ' + fmtNum(r.body.requeued.length) + ' message' + (n1 ? '' : 's') +
+    (skipped ? ', ' + skipped + ' left alone (no longer dead)' : '') + '. The leading relay sends ' + (n1 ? 'it' : 'them') + ' on its next poll.', 'ok');
   if (r.body.requeued.includes($('d-msgid').textContent)) $('detail').hidden = true;
   await loadDead(false);
   refresh();
