@@ -27,7 +27,7 @@ import (
 const browserDir = "testdata/browser"
 
 // missingTool skips the test on a developer machine and fails it under CI=true.
-func missingTool(t *testing.T, what string) {
+func missingTool(t testing.TB, what string) {
 	t.Helper()
 	msg := what + " is missing: run scripts/browser-test.sh (or `make test-browser`), which installs it"
 	if os.Getenv("CI") == "true" {
@@ -37,7 +37,7 @@ func missingTool(t *testing.T, what string) {
 }
 
 // browserTools returns node and Chromium, or skips (fails under CI) when one is missing.
-func browserTools(t *testing.T) (node, chromium string) {
+func browserTools(t testing.TB) (node, chromium string) {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -65,7 +65,7 @@ type relayProcess struct {
 
 // startRelayBinary builds the relay and runs it against db, Redis under prefix and broker,
 // with the dashboard on a free port, until the test ends.
-func startRelayBinary(t *testing.T, db *testenv.DB, prefix string, broker *rmqtest.Server, extra ...string) *relayProcess {
+func startRelayBinary(t testing.TB, db *testenv.DB, prefix string, broker *rmqtest.Server, extra ...string) *relayProcess {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "outbox-relay")
 	build := exec.Command("go", "build", "-o", bin, "github.com/outbox-relay/outbox-relay/cmd/outbox-relay")

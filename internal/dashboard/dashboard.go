@@ -34,8 +34,9 @@ type Config struct {
 	SampleEvery time.Duration
 	// Window is the span of activity kept and shown. Defaults to 1 hour.
 	Window time.Duration
-	// CacheFor is how long an overview is reused, so that many open pages cost the database
-	// no more than one. Defaults to 2 seconds.
+	// CacheFor is how long an overview is reused at least, so that many open pages cost the
+	// database no more than one; an overview that took long to compute is reused for 20
+	// times as long. Defaults to 2 seconds.
 	CacheFor time.Duration
 	// Logger receives the requeue audit lines and sampling errors. Defaults to no logging.
 	Logger *zerolog.Logger
