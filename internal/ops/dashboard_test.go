@@ -1,12 +1,13 @@
 package ops
 
 import (
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
 )
 
 func TestDeadQueryReasonAndWindow(t *testing.T) {
@@ -156,40 +157,13 @@ func TestRecentActivityPlan(t *testing.T) {
 	}
 	now, _ := DBClock(b.ctx, b.db)
 	q, _ := query(sqlActivity, table)
-	plan := explain(t, b.db, q, now-3600, 60, now-3600, now)
+	plans := testenv.Explain(t, b.db, q, now-3600, 60, now-3600, now)
+	if len(plans) != 1 {
+		t.Fatalf("EXPLAIN: %v", plans)
+	}
+	plan := plans[0]
 	if plan["key"] != "idx_status_update" || plan["type"] != "range" || !strings.Contains(plan["Extra"], "Using index") {
 		t.Fatalf("activity plan does not range over idx_status_update alone: %v", plan)
 	}
 	t.Logf("activity plan: %v", plan)
-}
-
-// explain returns the single row of EXPLAIN q as column -> value.
-func explain(t *testing.T, db *sql.DB, q string, args ...any) map[string]string {
-	t.Helper()
-	rows, err := db.Query("EXPLAIN "+q, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	cols, _ := rows.Columns()
-	plans := []map[string]string{}
-	for rows.Next() {
-		vals := make([]sql.NullString, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
-		}
-		plan := map[string]string{}
-		for i, c := range cols {
-			plan[c] = vals[i].String
-		}
-		plans = append(plans, plan)
-	}
-	if len(plans) != 1 {
-		t.Fatalf("EXPLAIN returned %d rows: %v", len(plans), plans)
-	}
-	return plans[0]
 }

@@ -8,7 +8,7 @@
 //                selected: [msg_id, msg_id], reason_filter, reason_count}
 //   SHOTS        a folder for screenshots (optional)
 //   CHROMIUM     the browser (default /usr/bin/chromium)
-import { chromium } from 'playwright-core';
+import { launchChromium } from './chromium.mjs';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 
@@ -40,11 +40,7 @@ async function shot(page, name, locator) {
   if (shots) await (locator || page).screenshot({ path: path.join(shots, 'dashboard-' + name + '.png') });
 }
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
-    '--disable-sync', '--no-first-run'],
-});
+const browser = await launchChromium();
 try {
   const ctx = await browser.newContext({ viewport: { width: 1280, height: 860 } });
   const page = await ctx.newPage();

@@ -1,12 +1,8 @@
 // Keeps the dashboard open in headless Chromium for SECONDS_OPEN seconds, letting it refresh
 // itself, for BenchmarkDashboardCost. Inputs: BASE_URL, SECONDS_OPEN, CHROMIUM.
-import { chromium } from 'playwright-core';
+import { launchChromium } from './chromium.mjs';
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
-    '--disable-sync', '--no-first-run'],
-});
+const browser = await launchChromium();
 try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 860 } });
   let refreshes = 0;
