@@ -3,12 +3,14 @@ package dashboard
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -87,6 +89,25 @@ func BenchmarkDashboardQueries(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	})
+	// What one overview costs the relay process itself (the database's time is above): CPU
+	// of this process per overview, from getrusage, the cache left out.
+	b.Run("overview-relay-cpu", func(b *testing.B) {
+		rdb, prefix := testenv.Redis(b)
+		d, err := New(db.DB, rdb, Config{Tables: []string{table}, LockKey: func(t string) string { return prefix + t }})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var before, after syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+		for i := 0; i < b.N; i++ {
+			if _, err := json.Marshal(d.overview(ctx)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+		cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
+		b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/op")
 	})
 	b.Run("activity-window", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {

@@ -159,7 +159,7 @@ func TestBrowser(t *testing.T) {
 				sb.WriteString(",")
 			}
 			// Spread over the last hour, busier lately, so the activity has a shape.
-			age := int(3500 * math.Pow(float64(i)/float64(n), 1.7))
+			age := int(3500 * math.Pow(float64(i)/float64(n), 1.3))
 			fmt.Fprintf(&sb, "('%s-sent-%d', 'orders', '{}', 2, NOW() - INTERVAL %d SECOND)", tb, i, age)
 		}
 		mustExec("INSERT INTO `" + tb + "` (msg_id, topic, content, status, update_time) VALUES " + sb.String())
@@ -175,7 +175,8 @@ func TestBrowser(t *testing.T) {
 	hostileBody := `<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">`
 	hostileReason := `<img src=x onerror="window.__pwned=3">`
 	dead := func(msgID, body, reason string, age int) {
-		mustExec("INSERT INTO `"+table+"` (msg_id, topic, tag, content, status, retry_count, fail_reason, update_time) VALUES (?, 'orders', 'paid', ?, 3, 4, ?, NOW() - INTERVAL ? SECOND)", msgID, body, reason, age)
+		mustExec("INSERT INTO `"+table+"` (msg_id, topic, tag, content, status, retry_count, fail_reason, create_time, update_time)"+
+			" VALUES (?, 'orders', 'paid', ?, 3, 4, ?, NOW() - INTERVAL ? SECOND, NOW() - INTERVAL ? SECOND)", msgID, body, reason, age+600, age)
 	}
 	dead("hostile-1", hostileBody, hostileReason, 900)
 	dead("order-1001", `{"order":1001}`, "send: connection refused", 1500)
