@@ -142,14 +142,9 @@ func TestRecentActivity(t *testing.T) {
 func TestRecentActivityPlan(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	var sb strings.Builder
-	for i := 0; i < 2000; i++ {
-		if i > 0 {
-			sb.WriteString(",")
-		}
-		fmt.Fprintf(&sb, "('h-%d', 't', '', 'x', 2, NOW() - INTERVAL %d MINUTE)", i, i)
-	}
-	if _, err := b.db.Exec("INSERT INTO " + table + " (msg_id, topic, tag, content, status, update_time) VALUES " + sb.String()); err != nil {
+	// 2000 sent rows, one a minute over 33 hours (MariaDB's sequence engine).
+	if _, err := b.db.Exec("INSERT INTO " + table + " (msg_id, topic, content, status, update_time)" +
+		" SELECT CONCAT('h-', seq), 't', 'x', 2, NOW() - INTERVAL seq MINUTE FROM seq_1_to_2000"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.db.Exec("ANALYZE TABLE " + table); err != nil {
