@@ -109,8 +109,8 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 		relays = append(relays, r)
 	}
 
-	ui, err := dashboard.New(db, rdb, dashboard.Config{Tables: cfg.Tables(), LockKey: cfg.Lock.KeyFor,
-		AdminToken: cfg.HTTP.AdminToken, Logger: &log})
+	ui, err := dashboard.New(db, rdb, dashboard.Config{Tables: cfg.Tables(), LockKey: cfg.LockKey,
+		Database: cfg.DatabaseLabel(), AdminToken: cfg.HTTP.AdminToken, Logger: &log})
 	if err != nil {
 		return err
 	}

@@ -14,9 +14,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/ops"
 )
 
-// sqlWhere names the database the dashboard reads (the only statement of its own).
-const sqlWhere = "SELECT COALESCE(DATABASE(), ''), @@hostname"
-
 // Limits of the API.
 const (
 	// maxBodyChars is the longest body returned by /ui/api/message.
@@ -31,8 +28,8 @@ const (
 
 // Overview is the answer of GET /ui/api/overview.
 type Overview struct {
+	// Database names the database (server/schema, as config.DatabaseLabel).
 	Database string    `json:"database"`
-	Server   string    `json:"server"`
 	Now      time.Time `json:"now"`
 	// Admin is true when requeue is allowed (http.admin_token is set).
 	Admin          bool        `json:"admin"`
@@ -90,11 +87,8 @@ func (d *Dashboard) handleOverview(w http.ResponseWriter, r *http.Request) {
 
 func (d *Dashboard) overview(ctx context.Context) Overview {
 	now := time.Now()
-	o := Overview{Now: now.UTC(), Admin: d.cfg.AdminToken != "", RefreshSeconds: refreshSeconds,
+	o := Overview{Database: d.cfg.Database, Now: now.UTC(), Admin: d.cfg.AdminToken != "", RefreshSeconds: refreshSeconds,
 		Relay: Relay{Host: hostname(), PID: os.Getpid()}, Tables: []TableView{}}
-	if err := d.db.QueryRowContext(ctx, sqlWhere).Scan(&o.Database, &o.Server); err != nil {
-		o.Database = "unreachable: " + err.Error()
-	}
 	for _, t := range d.cfg.Tables {
 		v := TableView{Table: t, Activity: d.activity.view(t)}
 		st, err := ops.Status(ctx, d.db, t, now)

@@ -190,12 +190,12 @@ func measure(tb testing.TB, pid int, d time.Duration) (cpuPct, rssMeanMB, rssMax
 // BenchmarkDashboardCost measures the relay process's CPU and RSS in one run, in three
 // phases: no page open, the dashboard open in headless Chromium (refreshing itself every 5 s),
 // no page again. The relay runs with the default settings on a table with a long history.
-// OUTBOX_COST_SECONDS sets each phase's length (default 60); OUTBOX_BENCH_ROWS the history.
+// OUTBOX_BENCH_COST_SECONDS sets each phase's length (default 60); OUTBOX_BENCH_ROWS the history.
 // Run with -benchtime=1x.
 func BenchmarkDashboardCost(b *testing.B) {
 	node, chromium := browserTools(b)
 	phase := 60 * time.Second
-	if s, err := strconv.Atoi(os.Getenv("OUTBOX_COST_SECONDS")); err == nil && s > 0 {
+	if s, err := strconv.Atoi(os.Getenv("OUTBOX_BENCH_COST_SECONDS")); err == nil && s > 0 {
 		phase = time.Duration(s) * time.Second
 	}
 	db := testenv.MySQL(b)

@@ -129,7 +129,7 @@ func startRelayBinary(t testing.TB, db *testenv.DB, prefix string, broker *rmqte
 // TestBrowser drives the dashboard of the real relay binary in headless Chromium
 // (testdata/browser/dashboard.mjs): counts, a hostile body shown as text, requeue refused
 // without the token and from another site, then requeue of one, a selection and a filter,
-// each delivered by the running relay. OUTBOX_SCREENSHOTS=dir keeps the screenshots there.
+// each delivered by the running relay. OUTBOX_TEST_SCREENSHOTS=dir keeps the screenshots there.
 func TestBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the browser test builds and runs the relay")
@@ -212,7 +212,7 @@ func TestBrowser(t *testing.T) {
 		"reason_filter": "timeout",
 		"reason_count":  3,
 	})
-	shots := os.Getenv("OUTBOX_SCREENSHOTS")
+	shots := os.Getenv("OUTBOX_TEST_SCREENSHOTS")
 	if shots == "" {
 		shots = t.TempDir()
 	}

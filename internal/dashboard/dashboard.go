@@ -24,8 +24,11 @@ var webFiles embed.FS
 type Config struct {
 	// Tables are the outbox tables shown. Required.
 	Tables []string
-	// LockKey returns the Redis key of a table's leader lock (config.Lock.KeyFor). Required.
+	// LockKey returns the Redis key of a table's leader lock (config.Config.LockKey). Required.
 	LockKey func(table string) string
+	// Database names the database shown (config.Config.DatabaseLabel: server/schema, no
+	// credentials). Defaults to empty.
+	Database string
 	// AdminToken allows requeue to requests that carry it as a bearer token; empty keeps the
 	// dashboard read-only. Defaults to empty.
 	AdminToken string

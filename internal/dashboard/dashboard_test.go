@@ -43,7 +43,7 @@ func setup(t *testing.T, token string) *bundle {
 			t.Fatal(err)
 		}
 	}
-	d, err := New(b.db.DB, b.rdb, Config{Tables: []string{table, otherTable}, AdminToken: token,
+	d, err := New(b.db.DB, b.rdb, Config{Tables: []string{table, otherTable}, AdminToken: token, Database: "db-server/" + b.db.Name,
 		LockKey: func(t string) string { return b.prefix + "lock:" + t }})
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +135,7 @@ func TestOverview(t *testing.T) {
 	if st.Pending != 3 || st.Failed != 2 || st.Sent != 7 || st.Dead != 1 || st.Due != 3 {
 		t.Errorf("counts of %s = %+v", table, st)
 	}
-	if o.Tables[1].Status.Sent != 4 || o.Database != b.db.Name {
+	if o.Tables[1].Status.Sent != 4 || o.Database != "db-server/"+b.db.Name {
 		t.Errorf("other table / database: %+v, %q", o.Tables[1].Status, o.Database)
 	}
 	l := o.Tables[0].Lock

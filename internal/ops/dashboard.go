@@ -5,14 +5,18 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // The operations of the dashboard (internal/dashboard) that the CLI does not have: a richer
-// selection of dead rows, one dead row's body, and the table's recent activity.
+// selection of dead rows, one dead row's body, the table's recent activity and the holder of
+// its lock.
 
 // DeadQuery selects dead rows: the conditions of Filter plus the failure reason and a window
 // on when the rows died. Its conditions are ANDed.
@@ -85,7 +89,7 @@ func DeadSearch(ctx context.Context, db *sql.DB, table string, q DeadQuery, afte
 
 // CountDeadQuery returns how many dead rows match q.
 func CountDeadQuery(ctx context.Context, db *sql.DB, table string, q DeadQuery) (int64, error) {
-	s, args, err := q.tableQuery(sqlDeadCount, table)
+	s, args, err := q.tableQuery(sqlCountDead, table)
 	if err != nil {
 		return 0, err
 	}
@@ -250,4 +254,39 @@ func DBClock(ctx context.Context, db *sql.DB) (int64, error) {
 		return 0, fmt.Errorf("read the database clock: %w", err)
 	}
 	return now, nil
+}
+
+// LockHolder is the relay named by the value of a table's lock: relays write
+// "host=<hostname> pid=<pid> since=<epoch ms> token=<random>" (package relay).
+type LockHolder struct {
+	Host  string
+	PID   int
+	Since time.Time
+}
+
+// ReadLockHolder returns the holder named by the lock at key; ok is false when the lock is
+// free or its value names no holder (an older relay's bare random token). The token, which
+// lets its holder extend or release the lock, is never returned.
+func ReadLockHolder(ctx context.Context, rdb redis.Cmdable, key string) (h LockHolder, ok bool, err error) {
+	v, err := rdb.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return h, false, nil
+	}
+	if err != nil {
+		return h, false, fmt.Errorf("read lock %s: %w", key, err)
+	}
+	for _, f := range strings.Fields(v) {
+		k, val, _ := strings.Cut(f, "=")
+		switch k {
+		case "host":
+			h.Host = val
+		case "pid":
+			h.PID, _ = strconv.Atoi(val)
+		case "since":
+			if ms, err := strconv.ParseInt(val, 10, 64); err == nil && ms > 0 {
+				h.Since = time.UnixMilli(ms).UTC()
+			}
+		}
+	}
+	return h, h.Host != "" && h.PID > 0, nil
 }

@@ -60,7 +60,7 @@ async function refresh() {
 }
 
 function renderOverview(o) {
-  $('where').textContent = 'database ' + o.database + ' on ' + o.server + ' · this relay ' + o.relay.host + ' pid ' + o.relay.pid;
+  $('where').textContent = 'database ' + o.database + ' · this relay ' + o.relay.host + ' pid ' + o.relay.pid;
   state.admin = o.admin;
   const mode = $('mode');
   mode.textContent = o.admin ? 'admin: requeue allowed with the token' : 'read-only';
