@@ -33,8 +33,9 @@ func (a *app) newRunCmd() *cobra.Command {
 		Short: "Run the relay (the default command)",
 		Long: `Run the relay: hold the leader lock for each configured table, publish due rows to
 RocketMQ, retry failures with backoff, serve /metrics, /healthz, /readyz and the dashboard
-(/ui/) on http.addr, and purge old sent rows when relay.purge_retention is set. SIGINT or SIGTERM stops it
-cleanly: the in-flight batch finishes or is left due, the lock is released, exit 0.`,
+(/ui/) on http.addr, and purge old sent rows when relay.purge_retention is set. SIGINT or
+SIGTERM stops it cleanly: the in-flight batch finishes or is left due, the lock is
+released, exit 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			a.log.Info().Strs("tables", a.cfg.Tables()).Strs("nameservers", a.cfg.RocketMQ.NameServers).
