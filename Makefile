@@ -75,6 +75,16 @@ test-alerts:
 test-short:
 	$(GO) test -short -count=1 -timeout 5m ./...
 
+# browser-deps installs what the dashboard's browser test (internal/dashboard TestBrowser) needs
+# when missing: Debian's chromium, node and npm, and `npm ci` in its test folder.
+# test-browser installs them and runs that test alone.
+.PHONY: browser-deps test-browser
+browser-deps:
+	@bash scripts/browser-test.sh install
+
+test-browser: services
+	@bash scripts/browser-test.sh
+
 # The relay's benchmarks fill and drain whole tables, so they run once each (-benchtime=1x),
 # with BENCH_ROWS rows per drain; then `outbox-relay bench`'s measure runs once against the
 # in-process broker (bench-local). docs/performance.md records the figures.

@@ -2,7 +2,11 @@ package relay
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"os"
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
@@ -39,6 +43,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		redsync.WithExpiry(r.cfg.LockTTL),
 		redsync.WithTries(1),
 		redsync.WithSetNXOnExtend(), // an expired lock may be re-taken by its owner if free
+		redsync.WithGenValueFunc(lockValue),
 	)
 	nudges := r.listen(ctx)
 	go r.sampleBacklogEvery(ctx, 5*time.Second)
@@ -90,6 +95,22 @@ func (r *Relay) Run(ctx context.Context) error {
 
 func (r *Relay) startWaiting() {
 	r.waitingSince.Store(max(1, int64(time.Since(r.progress.start))))
+}
+
+// lockValue is the value stored in the table's lock: who holds it and since when, for
+// operators (redis-cli GET, the dashboard), and a random token that keeps it unique, since
+// redsync extends and releases a lock only while it still holds the value it set. Format:
+// "host=<hostname> pid=<pid> since=<epoch ms> token=<32 hex digits>".
+func lockValue() (string, error) {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("host=%s pid=%d since=%d token=%s", host, os.Getpid(), time.Now().UnixMilli(), hex.EncodeToString(b)), nil
 }
 
 // setValidity records that the lock is ours until TTL after start, the moment the

@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/dashboard"
 	"github.com/outbox-relay/outbox-relay/internal/ops"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/schema"
@@ -32,9 +33,10 @@ func (a *app) newRunCmd() *cobra.Command {
 		Use:   "run",
 		Short: "Run the relay (the default command)",
 		Long: `Run the relay: hold the leader lock for each configured table, publish due rows to
-RocketMQ, retry failures with backoff, serve /metrics, /healthz and /readyz on http.addr,
-and purge old sent rows when relay.purge_retention is set. SIGINT or SIGTERM stops it
-cleanly: the in-flight batch finishes or is left due, the lock is released, exit 0.`,
+RocketMQ, retry failures with backoff, serve /metrics, /healthz, /readyz and the dashboard
+(/ui/) on http.addr, and purge old sent rows when relay.purge_retention is set. SIGINT or
+SIGTERM stops it cleanly: the in-flight batch finishes or is left due, the lock is
+released, exit 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			a.log.Info().Strs("tables", a.cfg.Tables()).Strs("nameservers", a.cfg.RocketMQ.NameServers).
@@ -109,7 +111,16 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 		relays = append(relays, r)
 	}
 
-	srv, err := serveHTTP(cfg.HTTP.Addr, reg, db, rdb, relays, log)
+	ui, err := dashboard.New(db, rdb, dashboard.Config{Tables: cfg.Tables(), LockKey: cfg.LockKey,
+		Database: cfg.DatabaseLabel(), AdminToken: cfg.HTTP.AdminToken, Logger: &log})
+	if err != nil {
+		return err
+	}
+	if err := ui.Start(ctx); err != nil {
+		return err
+	}
+	defer ui.Stop()
+	srv, err := serveHTTP(cfg.HTTP.Addr, reg, db, rdb, relays, ui, log)
 	if err != nil {
 		return err
 	}
@@ -218,12 +229,13 @@ func routeRules(routes []config.Route) []relay.PatternRule {
 	return rules
 }
 
-// serveHTTP serves /metrics, /healthz and /readyz on addr. /healthz fails when a leading relay
-// has heard nothing from the database for its stall timeout (it is about to give its lock up);
-// /readyz fails when MySQL or Redis does not answer, and says which tables this process leads
-// and which it waits for.
-func serveHTTP(addr string, reg *prometheus.Registry, db *sql.DB, rdb *redis.Client, relays []*relay.Relay, log zerolog.Logger) (*http.Server, error) {
+// serveHTTP serves /metrics, /healthz, /readyz and the dashboard ui (under /ui/) on addr.
+// /healthz fails when a leading relay has heard nothing from the database for its stall
+// timeout (it is about to give its lock up); /readyz fails when MySQL or Redis does not
+// answer, and says which tables this process leads and which it waits for.
+func serveHTTP(addr string, reg *prometheus.Registry, db *sql.DB, rdb *redis.Client, relays []*relay.Relay, ui http.Handler, log zerolog.Logger) (*http.Server, error) {
 	mux := http.NewServeMux()
+	mux.Handle("/ui/", ui)
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		for _, r := range relays {
@@ -266,6 +278,6 @@ func serveHTTP(addr string, reg *prometheus.Registry, db *sql.DB, rdb *redis.Cli
 			log.Error().Err(err).Msg("http server")
 		}
 	}()
-	log.Info().Str("addr", ln.Addr().String()).Msg("http: /metrics /healthz /readyz")
+	log.Info().Str("addr", ln.Addr().String()).Msg("http: /metrics /healthz /readyz /ui/")
 	return srv, nil
 }

@@ -185,7 +185,14 @@ type HTTP struct {
 	// Addr is the listen address for /metrics, /healthz and /readyz (http.addr).
 	// Defaults to :9464.
 	Addr string
+	// AdminToken enables the dashboard's state changes (requeue) for requests that carry it
+	// as a bearer token (http.admin_token); empty keeps the dashboard read-only. At least
+	// MinAdminTokenLen characters. Defaults to empty. Secret.
+	AdminToken string
 }
+
+// MinAdminTokenLen is the shortest http.admin_token accepted.
+const MinAdminTokenLen = 16
 
 // Log configures logging.
 type Log struct {
@@ -341,6 +348,10 @@ func (c Config) problems() []problem {
 		if _, _, err := net.SplitHostPort(c.HTTP.Addr); err != nil {
 			bad(KeyHTTPAddr, "must be [host]:port, got %q", c.HTTP.Addr)
 		}
+	}
+	if t := c.HTTP.AdminToken; t != "" && (len(t) < MinAdminTokenLen || strings.ContainsAny(t, " \t\r\n")) {
+		// The token itself is never echoed.
+		bad(KeyHTTPAdminToken, "must be at least %d characters without spaces (got %d characters)", MinAdminTokenLen, len(t))
 	}
 	if _, err := zerolog.ParseLevel(c.Log.Level); err != nil || c.Log.Level == "" {
 		bad(KeyLogLevel, "must be one of trace, debug, info, warn, error, fatal, panic, disabled; got %q", c.Log.Level)

@@ -44,7 +44,8 @@ const (
 
 	KeyRoutes = "routes"
 
-	KeyHTTPAddr = "http.addr"
+	KeyHTTPAddr       = "http.addr"
+	KeyHTTPAdminToken = "http.admin_token"
 
 	KeyLogLevel  = "log.level"
 	KeyLogFormat = "log.format"
@@ -88,6 +89,7 @@ var defaults = []struct {
 	{KeyBackoffJitter, 0.0},
 	{KeyRoutes, []any{}},
 	{KeyHTTPAddr, ":9464"},
+	{KeyHTTPAdminToken, ""},
 	{KeyLogLevel, "info"},
 	{KeyLogFormat, ""},
 }

@@ -75,7 +75,7 @@ func loadFrom(v *viper.Viper, file string, environ []string) (Config, error) {
 			TTL: d.duration(KeyLockTTL),
 			Key: d.str(KeyLockKey),
 		},
-		HTTP: HTTP{Addr: d.str(KeyHTTPAddr)},
+		HTTP: HTTP{Addr: d.str(KeyHTTPAddr), AdminToken: d.str(KeyHTTPAdminToken)},
 		Log: Log{
 			Level:  strings.ToLower(d.str(KeyLogLevel)),
 			Format: strings.ToLower(d.str(KeyLogFormat)),

@@ -12,7 +12,7 @@ import (
 const Mask = "*****"
 
 // Redacted returns a copy of c whose secrets are replaced by Mask: the password in
-// mysql.dsn, redis.password and rocketmq.secret_key. Empty secrets stay empty, so the output
+// mysql.dsn, redis.password, rocketmq.secret_key and http.admin_token. Empty secrets stay empty, so the output
 // still shows whether one is set.
 func (c Config) Redacted() Config {
 	c.MySQL.DSN = RedactDSN(c.MySQL.DSN)
@@ -21,6 +21,9 @@ func (c Config) Redacted() Config {
 	}
 	if c.RocketMQ.SecretKey != "" {
 		c.RocketMQ.SecretKey = Mask
+	}
+	if c.HTTP.AdminToken != "" {
+		c.HTTP.AdminToken = Mask
 	}
 	c.MySQL.Tables = append([]string(nil), c.MySQL.Tables...)
 	c.RocketMQ.NameServers = append([]string(nil), c.RocketMQ.NameServers...)
@@ -83,7 +86,7 @@ func (c Config) YAML() ([]byte, error) {
 		Lock:    yamlLock{fmtDuration(r.Lock.TTL), r.Lock.Key},
 		Backoff: yamlBackoff{fmtDuration(r.Backoff.Base), r.Backoff.Multiplier, fmtDuration(r.Backoff.Max), r.Backoff.Jitter},
 		Routes:  routes,
-		HTTP:    yamlHTTP{r.HTTP.Addr},
+		HTTP:    yamlHTTP{r.HTTP.Addr, r.HTTP.AdminToken},
 		Log:     yamlLog{r.Log.Level, format},
 	}
 	var buf bytes.Buffer
@@ -187,7 +190,8 @@ type yamlRoute struct {
 }
 
 type yamlHTTP struct {
-	Addr string `yaml:"addr"`
+	Addr       string `yaml:"addr"`
+	AdminToken string `yaml:"admin_token"`
 }
 
 type yamlLog struct {

@@ -13,9 +13,8 @@ import (
 type LockState struct {
 	// Key is the lock's Redis key (config lock.key, placeholders filled in).
 	Key string `json:"key"`
-	// Held reports whether a relay holds the lock. The value is a random redsync token, so
-	// it tells that some relay holds the lock, not which one: the leader's log and its
-	// outbox_relay_leader gauge say which.
+	// Held reports whether a relay holds the lock. Which one is named in the lock's value
+	// (see ReadLockHolder); the leader's log and its outbox_relay_leader gauge say it too.
 	Held bool `json:"held"`
 	// TTL is the time left before the lock expires unless its holder extends it (every
 	// third of lock.ttl); 0 when free.

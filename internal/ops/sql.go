@@ -67,3 +67,25 @@ const (
 	sqlExplainPurge = "EXPLAIN SELECT id FROM {T} WHERE status = 2 AND update_time < ? AND sent_time < ?" +
 		" ORDER BY update_time, id LIMIT 1000"
 )
+
+// The dashboard's statements (see dashboard.go).
+const (
+	// sqlDeadPage selects one page of matching dead rows' ids, for RequeueQuery.
+	sqlDeadPage = "SELECT id, msg_id FROM {T} WHERE status = 3 AND is_deleted = 0{W} AND id > ? ORDER BY id LIMIT ?"
+
+	// sqlDeadBody reads one dead row's body, cut to a length, and its properties.
+	sqlDeadBody = "SELECT id, msg_id, topic, tag, COALESCE(fail_reason, ''), LEFT(content, ?), CHAR_LENGTH(content)," +
+		" COALESCE(properties, ''), msg_keys, sharding_key, retry_count, max_retry_count," +
+		" UNIX_TIMESTAMP(create_time), UNIX_TIMESTAMP(update_time)" +
+		" FROM {T} WHERE id = ? AND status = 3 AND is_deleted = 0"
+
+	// sqlActivity counts the rows that reached status 1, 2 or 3 in a window of update_time,
+	// by bucket of a given width. Three ranges of the (status, update_time) index, read from
+	// the index alone: the cost follows the rows changed in the window, not the history.
+	sqlActivity = "SELECT status, FLOOR((UNIX_TIMESTAMP(update_time) - ?) / ?), COUNT(*) FROM {T}" +
+		" WHERE status IN (1, 2, 3) AND update_time >= FROM_UNIXTIME(?) AND update_time < FROM_UNIXTIME(?)" +
+		" GROUP BY 1, 2 ORDER BY NULL"
+
+	// sqlClock reads the database clock in epoch seconds, the clock of update_time.
+	sqlClock = "SELECT UNIX_TIMESTAMP(NOW())"
+)

@@ -1,0 +1,35 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// http.admin_token is a secret: loaded from the environment, masked in every output, and a
+// bad one is refused naming the key without echoing it.
+func TestAdminTokenIsSecret(t *testing.T) {
+	const token = "adm1n-Token-0123456789"
+	t.Setenv("OUTBOX_HTTP_ADMIN_TOKEN", token)
+	c := mustLoad(t, "")
+	if c.HTTP.AdminToken != token {
+		t.Fatalf("http.admin_token = %q, want the environment's", c.HTTP.AdminToken)
+	}
+	y, err := c.YAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, out := range map[string]string{"YAML": string(y), "%+v": sprintf("%+v", c), "%#v": sprintf("%#v", c), "String": c.String()} {
+		if strings.Contains(out, token) {
+			t.Errorf("%s leaks the admin token:\n%s", name, out)
+		}
+	}
+	if !strings.Contains(string(y), "admin_token: '*****'") && !strings.Contains(string(y), `admin_token: "*****"`) {
+		t.Errorf("YAML does not show the token as set (masked):\n%s", y)
+	}
+
+	t.Setenv("OUTBOX_HTTP_ADMIN_TOKEN", "short-Secret")
+	_, err = load(t, "")
+	if err == nil || !strings.Contains(err.Error(), KeyHTTPAdminToken) || strings.Contains(err.Error(), "short-Secret") {
+		t.Errorf("short token: error = %v, want one naming %s without the token", err, KeyHTTPAdminToken)
+	}
+}

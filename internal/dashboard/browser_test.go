@@ -1,0 +1,248 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/rlog"
+
+	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
+	"github.com/outbox-relay/outbox-relay/schema"
+)
+
+// browserDir holds the Playwright script and its package.json; scripts/browser-test.sh runs
+// `npm ci` there.
+const browserDir = "testdata/browser"
+
+// missingTool skips the test on a developer machine and fails it under CI=true.
+func missingTool(t testing.TB, what string) {
+	t.Helper()
+	msg := what + " is missing: run scripts/browser-test.sh (or `make test-browser`), which installs it"
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// browserTools returns node and Chromium, or skips (fails under CI) when one is missing.
+func browserTools(t testing.TB) (node, chromium string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		missingTool(t, "node")
+	}
+	chromium = os.Getenv("CHROMIUM")
+	if chromium == "" {
+		chromium = "/usr/bin/chromium"
+	}
+	if _, err := os.Stat(chromium); err != nil {
+		missingTool(t, "Chromium ("+chromium+", Debian's chromium package)")
+	}
+	if _, err := os.Stat(filepath.Join(browserDir, "node_modules", "playwright-core")); err != nil {
+		missingTool(t, "playwright-core (npm ci in internal/dashboard/"+browserDir+")")
+	}
+	return node, chromium
+}
+
+// relayProcess is `outbox-relay run` started by a test.
+type relayProcess struct {
+	cmd  *exec.Cmd
+	out  *testenv.SyncBuffer
+	base string // the dashboard's URL
+}
+
+// startRelayBinary builds the relay and runs it against db, Redis under prefix and broker,
+// with the dashboard on a free port, until the test ends.
+func startRelayBinary(t testing.TB, db *testenv.DB, prefix string, broker *rmqtest.Server, extra ...string) *relayProcess {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "outbox-relay")
+	build := exec.Command("go", "build", "-o", bin, "github.com/outbox-relay/outbox-relay/cmd/outbox-relay")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the relay: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	p := &relayProcess{out: &testenv.SyncBuffer{}, base: "http://" + addr + "/ui/"}
+	p.cmd = exec.Command(bin, "run")
+	p.cmd.Env = append(os.Environ(),
+		"OUTBOX_MYSQL_DSN="+db.DSN,
+		"OUTBOX_MYSQL_TABLES="+table+","+otherTable,
+		"OUTBOX_REDIS_ADDR="+testenv.RedisAddr(),
+		"OUTBOX_ROCKETMQ_NAMESERVERS="+broker.NameServerAddr(),
+		"OUTBOX_LOCK_KEY="+prefix+"lock:{table}",
+		"OUTBOX_LOCK_TTL=3s",
+		"OUTBOX_RELAY_POLL_INTERVAL=200ms",
+		"OUTBOX_HTTP_ADDR="+addr,
+		"OUTBOX_LOG_FORMAT=json",
+	)
+	p.cmd.Env = append(p.cmd.Env, extra...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-done
+		if t.Failed() {
+			t.Logf("relay output:\n%s", p.out.String())
+		}
+	})
+	// Ready when the dashboard answers and the relay leads every table.
+	testenv.Eventually(t, 30*time.Second, "the relay to serve the dashboard and lead both tables", func() bool {
+		var o Overview
+		resp, err := http.Get(p.base + "api/overview")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		if json.NewDecoder(resp.Body).Decode(&o) != nil || len(o.Tables) != 2 {
+			return false
+		}
+		for _, tv := range o.Tables {
+			if tv.Lock.PID != p.cmd.Process.Pid {
+				return false
+			}
+		}
+		return true
+	})
+	return p
+}
+
+// TestBrowser drives the dashboard of the real relay binary in headless Chromium
+// (testdata/browser/dashboard.mjs): counts, a hostile body shown as text, requeue refused
+// without the token and from another site, then requeue of one, a selection and a filter,
+// each delivered by the running relay. OUTBOX_TEST_SCREENSHOTS=dir keeps the screenshots there.
+func TestBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the browser test builds and runs the relay")
+	}
+	node, chromium := browserTools(t)
+	rlog.SetLogLevel("error")
+	db := testenv.MySQL(t)
+	_, prefix := testenv.Redis(t)
+	ctx := context.Background()
+	for _, tb := range []string{table, otherTable} {
+		if err := schema.Migrate(ctx, db.DB, tb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Rows the relay leaves alone (delayed, retrying later, sent) and dead rows to requeue.
+	later := time.Now().Add(time.Hour).UnixMilli()
+	mustExec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := db.Exec(q, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seedSent := func(tb string, n int) {
+		var sb strings.Builder
+		for i := 0; i < n; i++ {
+			if i > 0 {
+				sb.WriteString(",")
+			}
+			// Spread over the last hour, busier lately, so the activity has a shape.
+			age := int(3500 * math.Pow(float64(i)/float64(n), 1.3))
+			fmt.Fprintf(&sb, "('%s-sent-%d', 'orders', '{}', 2, NOW() - INTERVAL %d SECOND)", tb, i, age)
+		}
+		mustExec("INSERT INTO `" + tb + "` (msg_id, topic, content, status, update_time) VALUES " + sb.String())
+	}
+	seedSent(table, 1234)
+	seedSent(otherTable, 321)
+	for i := 0; i < 5; i++ {
+		mustExec("INSERT INTO `"+table+"` (msg_id, topic, content, status, next_retry_time) VALUES (?, 'orders', '{}', 0, ?)", fmt.Sprintf("delayed-%d", i), later)
+	}
+	for i := 0; i < 4; i++ {
+		mustExec("INSERT INTO `"+table+"` (msg_id, topic, content, status, retry_count, next_retry_time, fail_reason) VALUES (?, 'orders', '{}', 1, 2, ?, 'broker busy')", fmt.Sprintf("retrying-%d", i), later)
+	}
+	hostileBody := `<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">`
+	hostileReason := `<img src=x onerror="window.__pwned=3">`
+	dead := func(msgID, body, reason string, age int) {
+		mustExec("INSERT INTO `"+table+"` (msg_id, topic, tag, content, status, retry_count, fail_reason, create_time, update_time)"+
+			" VALUES (?, 'orders', 'paid', ?, 3, 4, ?, NOW() - INTERVAL ? SECOND, NOW() - INTERVAL ? SECOND)", msgID, body, reason, age+600, age)
+	}
+	dead("hostile-1", hostileBody, hostileReason, 900)
+	dead("order-1001", `{"order":1001}`, "send: connection refused", 1500)
+	dead("order-1002", `{"order":1002}`, "send: connection refused", 1400)
+	for i := 0; i < 3; i++ {
+		dead(fmt.Sprintf("order-20%02d", i), `{"order":"20`+fmt.Sprint(i)+`"}`, "send: request timeout after 3s", 600+i*60)
+	}
+
+	broker, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Close)
+	relay := startRelayBinary(t, db, prefix, broker, "OUTBOX_HTTP_ADMIN_TOKEN="+adminToken)
+
+	// Another site: a blank page on another loopback address (127.0.0.2 is another site
+	// than 127.0.0.1 for the browser).
+	otherLn, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := &httptest.Server{Listener: otherLn, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, "<!doctype html><title>another site</title>")
+	})}}
+	other.Start()
+	t.Cleanup(other.Close)
+
+	seed, _ := json.Marshal(map[string]any{
+		"table":         table,
+		"counts":        map[string]int{"pending": 5, "failed": 4, "sent": 1234, "dead": 6},
+		"hostile":       map[string]string{"msg_id": "hostile-1", "body": hostileBody, "reason": hostileReason},
+		"selected":      []string{"order-1001", "order-1002"},
+		"reason_filter": "timeout",
+		"reason_count":  3,
+	})
+	shots := os.Getenv("OUTBOX_TEST_SCREENSHOTS")
+	if shots == "" {
+		shots = t.TempDir()
+	}
+	nctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(nctx, node, filepath.Join(browserDir, "dashboard.mjs"))
+	cmd.Env = append(os.Environ(), "BASE_URL="+relay.base, "OTHER_URL="+other.URL+"/", "ADMIN_TOKEN="+adminToken,
+		"SEED="+string(seed), "SHOTS="+shots, "CHROMIUM="+chromium)
+	out, err := cmd.CombinedOutput()
+	t.Logf("browser:\n%s", out)
+	if err != nil {
+		t.Fatalf("the browser test failed: %v", err)
+	}
+
+	// Every dead row was requeued through the page and delivered by the running relay.
+	var notSent int
+	if err := db.QueryRow("SELECT COUNT(*) FROM `" + table + "` WHERE (msg_id LIKE 'order-%' OR msg_id = 'hostile-1') AND status <> 2").Scan(&notSent); err != nil {
+		t.Fatal(err)
+	}
+	if notSent != 0 {
+		t.Fatalf("%d requeued rows are not sent", notSent)
+	}
+	bodies := map[string]bool{}
+	for _, m := range broker.Messages("orders") {
+		bodies[string(m.Body)] = true
+	}
+	if !bodies[hostileBody] || !bodies[`{"order":1001}`] || !bodies[`{"order":"202"}`] {
+		t.Fatalf("the broker lacks requeued messages; it has %d bodies", len(bodies))
+	}
+	if strings.Contains(relay.out.String(), adminToken) {
+		t.Fatal("the relay logged the admin token")
+	}
+}

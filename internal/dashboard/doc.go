@@ -1,0 +1,12 @@
+// Package dashboard is the operator's web page served by `outbox-relay run` under /ui/ on
+// http.addr: per table, the counts by status, the backlog and the age of the oldest due row,
+// the sent/failed/dead activity of the last hour and the leader lock's state; the dead
+// messages with filters, their bodies, and requeue of one, a selection or a filter.
+//
+// The page is plain HTML, CSS and one small script embedded in the binary (no build step, no
+// CDN); it renders data only through text nodes, under a strict Content-Security-Policy. Its
+// JSON API (api.go) calls the same internal/ops operations as the CLI. Reading needs nothing;
+// requeue needs http.admin_token as a bearer token and a same-origin request (auth.go).
+// The activity is a ring of samples kept in memory (activity.go), filled from the
+// (status, update_time) index at start and then one window at a time.
+package dashboard
