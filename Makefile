@@ -59,7 +59,7 @@ WITH_SERVICES = set -a && . bin/services.env && set +a &&
 vet:
 	$(GO) vet ./...
 
-test: services vet
+test: services browser-deps vet
 	$(WITH_SERVICES) $(GO) test -count=1 -timeout 15m ./...
 	$(MAKE) --no-print-directory check-build
 
