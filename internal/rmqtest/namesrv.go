@@ -73,13 +73,13 @@ func (n *nameServer) serve(c *conn, req *command) {
 	switch req.Code {
 	case reqGetRouteInfoByTopic:
 		topic := req.Ext["topic"]
-		if checkTopic(topic) != "" {
+		q, ok := s.topicQueues(topic)
+		if checkTopic(topic) != "" || !ok {
 			c.reply(req, newResponse(req, resTopicNotExist, "No topic route info in name server for the topic: "+topic))
 			return
 		}
-		q := s.topic(topic)
 		body, _ := json.Marshal(routeData{
-			QueueDatas: []routeQueueData{{BrokerName: s.opts.BrokerName, ReadQueueNums: q, WriteQueueNums: q, Perm: permReadWrite}},
+			QueueDatas: []routeQueueData{{BrokerName: s.opts.BrokerName, ReadQueueNums: q, WriteQueueNums: q, Perm: int(s.perm.Load())}},
 			BrokerDatas: []routeBrokerData{{
 				Cluster:     s.opts.ClusterName,
 				BrokerName:  s.opts.BrokerName,

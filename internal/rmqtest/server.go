@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,6 +30,11 @@ type Options struct {
 	// larger sends get a MESSAGE_ILLEGAL (13) response, as RocketMQ's size check does.
 	// Defaults to 4 MiB, RocketMQ's default.
 	MaxMessageSize int
+	// NoAutoCreateTopics makes the broker behave as RocketMQ's with
+	// autoCreateTopicEnable=false: a topic exists only once CreateTopic (or the admin API)
+	// created it; the name server has no route for others, and the broker refuses sends to
+	// them with TOPIC_NOT_EXIST (17).
+	NoAutoCreateTopics bool
 	// RetryDelay is how long a message sent back by a consumer (ConsumeRetryLater)
 	// waits before it is stored in %RETRY%group and redelivered. RocketMQ's delay levels
 	// (10s, 30s, 1m, ...) are not honoured. Defaults to 0: redelivery at once.
@@ -157,6 +163,8 @@ type Server struct {
 	topicFaults map[string]Faults
 	rnd         *rand.Rand
 	unknownSeen map[int16]bool
+	perm        atomic.Int32 // the broker permission: 6, or 4 when read-only
+	maxMsgSize  atomic.Int64
 }
 
 // Start starts the name server and the broker on loopback and returns once both accept connections.
@@ -169,6 +177,8 @@ func Start(opts Options) (*Server, error) {
 		rnd:         rand.New(opts.RandSource),
 		unknownSeen: map[int16]bool{},
 	}
+	s.perm.Store(permReadWrite)
+	s.maxMsgSize.Store(int64(opts.MaxMessageSize))
 	s.broker = newBroker(s)
 	bl, err := listen(opts.BrokerAddr, s.broker)
 	if err != nil {
