@@ -380,7 +380,7 @@ func (b *broker) buildRecords(c *conn, req *command, h sendHeader) ([]*record, i
 		}
 		r := base
 		r.body = req.Body
-		r.props = h.properties
+		r.props = s.withCluster(h.properties)
 		return []*record{&r}, resSuccess, ""
 	}
 	entries, err := decodeBatch(req.Body)
@@ -417,6 +417,7 @@ func (b *broker) buildRecords(c *conn, req *command, h sendHeader) ([]*record, i
 			}
 			r.props = formatProperties(m)
 		}
+		r.props = s.withCluster(r.props)
 		recs[i] = &r
 	}
 	return recs, resSuccess, ""

@@ -53,3 +53,10 @@ func (b *broker) createTopic(c *conn, req *command) {
 	b.s.CreateTopic(topic, n)
 	c.reply(req, newResponse(req, resSuccess, ""))
 }
+
+// withCluster adds the CLUSTER property RocketMQ's broker puts on every message it stores.
+func (s *Server) withCluster(props string) string {
+	m := parseProperties(props)
+	m[propCluster] = s.opts.ClusterName
+	return formatProperties(m)
+}
