@@ -14,6 +14,12 @@
 #                                 name server, its store under the cache; prints its pid.
 #                                 The tests use it for faults that must not touch broker-a.
 #   scripts/rocketmq.sh broker-stop NAME
+#   scripts/rocketmq.sh broker-kill NAME
+#                                 kill -9 that broker and wait until it is gone (a crash; its
+#                                 store stays for broker-start)
+#   scripts/rocketmq.sh topic NAME...
+#                                 create topics (4 queues) on broker-a; `start` creates
+#                                 `orders`, the demo's topic
 #   scripts/rocketmq.sh admin ARGS...
 #                                 RocketMQ's mqadmin (MQAdminStartup) against the name server,
 #                                 e.g. `admin updateTopic -b 127.0.0.1:19911 -t T -w 4 -r 4`
@@ -47,15 +53,25 @@ JAVA_OPENS=(--add-opens java.base/java.nio=ALL-UNNAMED --add-opens java.base/jav
 	--add-opens java.base/sun.nio.ch=ALL-UNNAMED --add-exports java.base/sun.nio.ch=ALL-UNNAMED
 	-XX:+UseSerialGC -XX:-UsePerfData -Djava.net.preferIPv4Stack=true)
 
+# apt_install installs Debian packages when running as root with apt-get.
+apt_install() {
+	[ "$(id -u)" = 0 ] && have apt-get || return 1
+	log "installing $* from Debian's packages"
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
 need_java() {
-	have java || die "java not found: install a JDK 8+ (Debian: apt-get install openjdk-17-jre-headless)"
+	have java || apt_install openjdk-17-jre-headless ||
+		die "java not found and not installable here (needs root and apt-get): install a JRE 11+ (Debian: openjdk-17-jre-headless)"
 }
 
 # fetch copies the pinned jars from Maven Central into $LIB once; ~/.m2 caches the downloads.
 fetch() {
 	[ -f "$LIB/.complete" ] && return 0
 	need_java
-	have mvn || die "mvn not found: install Maven to fetch RocketMQ $VERSION (Debian: apt-get install maven)"
+	have mvn || apt_install maven ||
+		die "mvn not found and not installable here (needs root and apt-get): install Maven to fetch RocketMQ $VERSION (Debian: maven)"
 	log "fetching Apache RocketMQ $VERSION from Maven Central into $LIB (once, ~85 MB)"
 	rm -rf "$LIB.tmp"
 	if ! mvn -B -q -f build/rocketmq/pom.xml dependency:copy-dependencies \
@@ -78,6 +94,16 @@ java_main() {
 		-Drocketmq.home.dir="$home" -cp "$LIB/*" "$main" "$@" \
 		>"$home/out.log" 2>&1 </dev/null &
 	echo $! >"$home/pid"
+}
+
+# create_topics NAME...: creates topics of 4 queues on broker-a (RocketMQ's updateTopic).
+create_topics() {
+	local t out
+	for t in "$@"; do
+		out=$(admin updateTopic -b "127.0.0.1:$BROKER_PORT" -t "$t" -r 4 -w 4 2>&1) ||
+			{ printf '%s\n' "$out" | tail -5 >&2; die "could not create topic $t"; }
+		log "topic $t ready on broker-a"
+	done
 }
 
 admin() {
@@ -181,8 +207,9 @@ stop_pid() { # stop_pid PIDFILE: SIGTERM, then SIGKILL after 20 s
 record_env() {
 	mkdir -p bin
 	touch bin/services.env
-	grep -v '^OUTBOX_TEST_ROCKETMQ_NAMESRV=' bin/services.env >bin/services.env.tmp || true
+	grep -v '^OUTBOX_TEST_ROCKETMQ_' bin/services.env >bin/services.env.tmp || true
 	printf "OUTBOX_TEST_ROCKETMQ_NAMESRV='%s'\n" "$NS_ADDR" >>bin/services.env.tmp
+	printf "OUTBOX_TEST_ROCKETMQ_BROKER='127.0.0.1:%s'\n" "$BROKER_PORT" >>bin/services.env.tmp
 	mv bin/services.env.tmp bin/services.env
 }
 
@@ -193,6 +220,11 @@ start)
 	fetch
 	start_namesrv
 	start_broker broker-a "$BROKER_PORT"
+	# The demo's topic, once per store (autoCreateTopicEnable is off).
+	if [ ! -f "$DIR/broker-a/store/.topics" ]; then
+		create_topics orders
+		touch "$DIR/broker-a/store/.topics"
+	fi
 	record_env
 	echo "ROCKETMQ_NAMESRV=$NS_ADDR"
 	;;
@@ -208,6 +240,13 @@ broker-stop)
 	[ $# -eq 2 ] || die "usage: $0 broker-stop NAME"
 	stop_pid "$DIR/$2/pid"
 	;;
+broker-kill)
+	[ $# -eq 2 ] || die "usage: $0 broker-kill NAME"
+	if alive "$DIR/$2/pid"; then
+		kill -9 "$(cat "$DIR/$2/pid")"
+		while alive "$DIR/$2/pid"; do sleep 0.05; done
+	fi
+	;;
 stop)
 	for f in "$DIR"/*/pid; do
 		[ -f "$f" ] || continue
@@ -216,7 +255,7 @@ stop)
 	done
 	stop_pid "$DIR/namesrv/pid" && log "stopped the name server"
 	if [ -f bin/services.env ]; then
-		grep -v '^OUTBOX_TEST_ROCKETMQ_NAMESRV=' bin/services.env >bin/services.env.tmp || true
+		grep -v '^OUTBOX_TEST_ROCKETMQ_' bin/services.env >bin/services.env.tmp || true
 		mv bin/services.env.tmp bin/services.env
 	fi
 	;;
@@ -231,11 +270,15 @@ status)
 	[ $rc = 0 ] && echo "ROCKETMQ_NAMESRV=$NS_ADDR"
 	exit $rc
 	;;
+topic)
+	shift
+	create_topics "$@"
+	;;
 admin)
 	shift
 	admin "$@"
 	;;
 *)
-	die "usage: $0 start|stop|status|broker-start NAME PORT|broker-stop NAME|admin ARGS..."
+	die "usage: $0 start|stop|status|topic NAME...|broker-start NAME PORT|broker-stop NAME|broker-kill NAME|admin ARGS..."
 	;;
 esac
