@@ -101,6 +101,8 @@ func TestBrokerKill9AndRestart(t *testing.T) {
 		if n := e.count(t, "status = 3"); n != 0 {
 			t.Errorf("%d rows went dead through a broker restart", n)
 		}
+		// A consumer of a new group reads the topic from its first offset on the restarted broker.
+		b.waitSendable(t, topic)
 		in := b.consume(t, topic)
 		got := in.wait(t, before+during, 120*time.Second)
 		if len(got) != before+during {

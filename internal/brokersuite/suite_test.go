@@ -182,7 +182,7 @@ func faultTarget(t *testing.T) *target {
 }
 
 // topic creates a topic of 4 queues with a name unique to the test.
-func (b *target) topic(t *testing.T, prefix string) string {
+func (b *target) topic(t testing.TB, prefix string) string {
 	t.Helper()
 	name := prefix + "_" + testenv.RandomSuffix(8)
 	adm, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver([]string{b.nameServer})))
@@ -204,7 +204,7 @@ func (b *target) topic(t *testing.T, prefix string) string {
 
 // waitSendable polls until a fresh producer can send to topic; the probe message carries no
 // OUTBOX_MSG_ID, so readers ignore it.
-func (b *target) waitSendable(t *testing.T, topic string) {
+func (b *target) waitSendable(t testing.TB, topic string) {
 	t.Helper()
 	var last error
 	testenv.Eventually(t, 30*time.Second, "a route to "+topic, func() bool {
@@ -242,7 +242,7 @@ type env struct {
 	writer *outbox.Writer
 }
 
-func newEnv(t *testing.T, b *target) *env {
+func newEnv(t testing.TB, b *target) *env {
 	t.Helper()
 	db := testenv.MySQL(t)
 	if err := schema.Migrate(context.Background(), db.DB, "local_message"); err != nil {
@@ -256,14 +256,14 @@ func newEnv(t *testing.T, b *target) *env {
 	return &env{b: b, db: db, prefix: prefix, writer: w}
 }
 
-func (e *env) insert(t *testing.T, msgs ...outbox.Message) {
+func (e *env) insert(t testing.TB, msgs ...outbox.Message) {
 	t.Helper()
 	if err := e.writer.Insert(context.Background(), e.db.DB, msgs...); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func (e *env) count(t *testing.T, where string, args ...any) int {
+func (e *env) count(t testing.TB, where string, args ...any) int {
 	t.Helper()
 	var n int
 	if err := e.db.QueryRow("SELECT COUNT(*) FROM local_message WHERE "+where, args...).Scan(&n); err != nil {
@@ -281,7 +281,7 @@ type proc struct {
 
 // startRelay starts `outbox-relay run` on the test's database and broker, with extra OUTBOX_
 // variables.
-func (e *env) startRelay(t *testing.T, extra ...string) *proc {
+func (e *env) startRelay(t testing.TB, extra ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(binary, "run")
 	cmd.Env = append(os.Environ(),
@@ -322,7 +322,7 @@ func tail(s string, n int) string {
 	return s
 }
 
-func (p *proc) kill9(t *testing.T) {
+func (p *proc) kill9(t testing.TB) {
 	t.Helper()
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -339,7 +339,7 @@ type inbox struct {
 }
 
 // consume subscribes a push consumer (a new group, from the first offset) to topic.
-func (b *target) consume(t *testing.T, topic string) *inbox {
+func (b *target) consume(t testing.TB, topic string) *inbox {
 	t.Helper()
 	in := &inbox{byID: map[string][]*primitive.MessageExt{}}
 	b.pushConsumer(t, topic, func(_ context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
@@ -357,7 +357,7 @@ func (b *target) consume(t *testing.T, topic string) *inbox {
 }
 
 // pushConsumer starts a push consumer of a new group on topic, reading from the first offset.
-func (b *target) pushConsumer(t *testing.T, topic string, fn func(context.Context, ...*primitive.MessageExt) (consumer.ConsumeResult, error), opts ...consumer.Option) {
+func (b *target) pushConsumer(t testing.TB, topic string, fn func(context.Context, ...*primitive.MessageExt) (consumer.ConsumeResult, error), opts ...consumer.Option) {
 	t.Helper()
 	group := "suite_" + testenv.RandomSuffix(8)
 	c, err := rocketmq.NewPushConsumer(append([]consumer.Option{
@@ -379,7 +379,7 @@ func (b *target) pushConsumer(t *testing.T, topic string, fn func(context.Contex
 }
 
 // wait polls until n distinct messages arrived and returns them, one per id (the first).
-func (in *inbox) wait(t *testing.T, n int, within time.Duration) map[string]*primitive.MessageExt {
+func (in *inbox) wait(t testing.TB, n int, within time.Duration) map[string]*primitive.MessageExt {
 	t.Helper()
 	testenv.Eventually(t, within, fmt.Sprintf("%d distinct messages consumed", n), func() bool {
 		in.mu.Lock()
