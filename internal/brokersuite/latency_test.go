@@ -60,6 +60,9 @@ func BenchmarkCommitToConsume(b *testing.B) {
 			b.ReportMetric(q(0.95), "p95-ms")
 			b.ReportMetric(q(0.99), "p99-ms")
 			b.ReportMetric(q(1), "max-ms")
+			if b.N == 1 {
+				return // the framework's first probe run
+			}
 			fmt.Fprintf(os.Stderr, "%s: commit to consume over %d messages: p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms\n",
 				name, len(lat), q(0.5), q(0.95), q(0.99), q(1))
 		})
