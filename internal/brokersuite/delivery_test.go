@@ -237,7 +237,7 @@ func TestIdempotentPushConsumer(t *testing.T) {
 		relay := []string{"OUTBOX_RELAY_BATCH_SIZE=20", "OUTBOX_RELAY_BATCH_SEND=false"}
 		first := e.startRelay(t, relay...)
 		testenv.Eventually(t, 60*time.Second, "some rows sent", func() bool { return e.count(t, "status = 2") >= 20 })
-		first.kill9(t)
+		first.Kill9(t)
 		e.startRelay(t, relay...)
 		testenv.Eventually(t, 90*time.Second, "every row sent", func() bool { return e.count(t, "status = 2") == len(msgs) })
 		testenv.Eventually(t, 90*time.Second, "every message handled", func() bool {

@@ -54,7 +54,7 @@ func TestRelayKill9MidStream(t *testing.T) {
 		relay := []string{"OUTBOX_RELAY_BATCH_SIZE=200", "OUTBOX_RELAY_BATCH_SEND=false"}
 		p := e.startRelay(t, relay...)
 		testenv.Eventually(t, 60*time.Second, "a part of the backlog sent", func() bool { return e.count(t, "status = 2") >= 600 })
-		p.kill9(t)
+		p.Kill9(t)
 		sentAtKill := e.msgIDs(t, "status = 2")
 		if len(sentAtKill) == total {
 			t.Fatal("the relay finished before the kill; the test proves nothing")
@@ -86,13 +86,13 @@ func TestBrokerKill9AndRestart(t *testing.T) {
 		p := e.startRelay(t, "OUTBOX_RELAY_BATCH_SIZE=100", "OUTBOX_RELAY_BATCH_SEND=false")
 		testenv.Eventually(t, 60*time.Second, "a part of the backlog sent", func() bool { return e.count(t, "status = 2") >= 300 })
 		b.kill(t)
-		logAtKill := len(p.out.String())
+		logAtKill := len(p.Out.String())
 		sentAtKill := e.count(t, "status = 2")
 		e.insert(t, rows("bk-down", topic, during)...)
 		// The relay meets the dead broker: wait until it has finished a batch (one log line
 		// each) after the kill.
 		testenv.Eventually(t, 30*time.Second, "the relay to meet the dead broker", func() bool {
-			return strings.Contains(p.out.String()[logAtKill:], "\n")
+			return strings.Contains(p.Out.String()[logAtKill:], "\n")
 		})
 		b.start(t)
 		testenv.Eventually(t, 180*time.Second, "every row sent after the broker restart", func() bool {
@@ -156,7 +156,7 @@ func TestMissingTopic(t *testing.T) {
 		if !ok() {
 			t.Errorf("rows of the missing topic %s are not all failed or dead with a reason naming it; they are:\n%s", missing, last)
 			t.Logf("the client's error for a missing topic: %v", b.probe(missing))
-			t.Logf("relay output:\n%s", tail(p.out.String(), 4<<10))
+			t.Logf("relay output:\n%s", tail(p.Out.String(), 4<<10))
 		}
 		if n := e.count(t, "topic = ? AND status = 2", missing); n != 0 {
 			t.Errorf("%d rows of the missing topic marked sent", n)
@@ -243,7 +243,7 @@ func TestBrokerRefusesWrites(t *testing.T) {
 		}
 		if !visible() {
 			t.Errorf("while the broker refuses writes, every row should be unsent with a reason; they are:\n%s\nrelay output:\n%s",
-				last, tail(p.out.String(), 4<<10))
+				last, tail(p.Out.String(), 4<<10))
 		}
 		if n := e.count(t, "status = 3"); n != 0 {
 			t.Errorf("%d rows went dead while the broker refused writes", n)

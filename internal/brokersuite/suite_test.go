@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -32,23 +31,17 @@ var script = filepath.Join("..", "..", "scripts", "rocketmq.sh")
 
 func TestMain(m *testing.M) {
 	rlog.SetLogLevel("error")
-	dir, err := os.MkdirTemp("", "outbox-brokersuite")
+	bin, cleanup, err := testenv.BuildRelay()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "outbox-relay")
-	build := exec.Command("go", "build", "-o", binary, "github.com/outbox-relay/outbox-relay/cmd/outbox-relay")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build outbox-relay:", err)
-		os.Exit(1)
-	}
+	binary = bin
 	code := m.Run()
 	if faultStarted {
 		_ = exec.Command("bash", script, "broker-stop", faultBrokerName).Run()
 	}
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 
@@ -272,19 +265,11 @@ func (e *env) count(t testing.TB, where string, args ...any) int {
 	return n
 }
 
-// proc is a running relay process.
-type proc struct {
-	cmd  *exec.Cmd
-	out  *testenv.SyncBuffer
-	done chan error
-}
-
 // startRelay starts `outbox-relay run` on the test's database and broker, with extra OUTBOX_
 // variables.
-func (e *env) startRelay(t testing.TB, extra ...string) *proc {
+func (e *env) startRelay(t testing.TB, extra ...string) *testenv.Proc {
 	t.Helper()
-	cmd := exec.Command(binary, "run")
-	cmd.Env = append(os.Environ(),
+	env := append(os.Environ(),
 		"OUTBOX_MYSQL_DSN="+e.db.DSN,
 		"OUTBOX_REDIS_ADDR="+testenv.RedisAddr(),
 		"OUTBOX_ROCKETMQ_NAMESERVERS="+e.b.nameServer,
@@ -298,37 +283,15 @@ func (e *env) startRelay(t testing.TB, extra ...string) *proc {
 		"OUTBOX_LOG_FORMAT=json",
 		"OUTBOX_LOG_LEVEL=info",
 	)
-	cmd.Env = append(cmd.Env, extra...)
-	p := &proc{cmd: cmd, out: &testenv.SyncBuffer{}, done: make(chan error, 1)}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("relay pid %d output (last 8 KiB):\n%s", cmd.Process.Pid, tail(p.out.String(), 8<<10))
-		}
-	})
-	return p
+	return testenv.StartProc(t, append(env, extra...), binary, "run")
 }
 
+// tail returns the last n bytes of s.
 func tail(s string, n int) string {
 	if len(s) > n {
 		return s[len(s)-n:]
 	}
 	return s
-}
-
-func (p *proc) kill9(t testing.TB) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-p.done
-	p.done <- nil // for the cleanup
 }
 
 // inbox collects what a push consumer of its own group receives, by OUTBOX_MSG_ID.
