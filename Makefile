@@ -100,7 +100,7 @@ demo: services build
 	  $(WITH_SERVICES) echo "demo: broker: Apache RocketMQ, name server $$OUTBOX_TEST_ROCKETMQ_NAMESRV" && \
 	  $(WITH_SERVICES) $(GO) run ./examples/orders $(DEMO_ARGS) -nameservers "$$OUTBOX_TEST_ROCKETMQ_NAMESRV"; \
 	else \
-	  echo "demo: broker: rmqtest, the in-process test broker (no Java for Apache RocketMQ)" && \
+	  echo "demo: broker: rmqtest, the in-process test broker (no java, or scripts/rocketmq.sh start failed)" && \
 	  $(WITH_SERVICES) $(GO) run ./examples/orders $(DEMO_ARGS); \
 	fi
 
