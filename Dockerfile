@@ -26,11 +26,13 @@ FROM gcr.io/distroless/static-debian12:nonroot AS relay
 COPY --from=build /out/outbox-relay /usr/local/bin/outbox-relay
 COPY config.example.yaml /etc/outbox-relay/config.example.yaml
 USER nonroot:nonroot
-ENV OUTBOX_HTTP_ADDR=:9464 \
-    OUTBOX_LOG_FORMAT=json
+# No OUTBOX_* ENV here: the environment beats the config file, so a baked-in variable would
+# silently override a mounted --config. The defaults (http.addr :9464, JSON logs without a
+# terminal) need none.
 EXPOSE 9464
-# The image has no shell or curl: the binary checks its own /healthz.
+# The image has no shell or curl: the binary checks its own /healthz, at the address the
+# relay (process 1) was configured with: its --config file, flags and environment.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
-  CMD ["/usr/local/bin/outbox-relay", "healthcheck"]
+  CMD ["/usr/local/bin/outbox-relay", "healthcheck", "--pid=1"]
 ENTRYPOINT ["/usr/local/bin/outbox-relay"]
 CMD ["run"]

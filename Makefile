@@ -15,13 +15,14 @@ BENCHTIME ?= 1s
 # BENCH_ROWS is the backlog drained by the relay's benchmarks and by `outbox-relay bench`.
 BENCH_ROWS ?= 100000
 
-.PHONY: help build check-build services services-stop rocketmq rocketmq-stop sql-recipes-deps test test-race test-short bench lint vet demo clean
+.PHONY: help build check-build services services-stop rocketmq rocketmq-stop sql-recipes-deps test test-race test-short test-alerts bench lint vet demo clean
 
 help:
 	@echo "make demo        run the order service example end to end (starts MariaDB and Redis)"
 	@echo "make test        start the servers, go vet, every test, and check the release build"
 	@echo "make test-race   every test under the race detector"
 	@echo "make test-short  go test -short: packages skip their slow tests"
+	@echo "make test-alerts promtool check rules and test rules of deploy/prometheus (fetches promtool)"
 	@echo "make bench       the benchmarks (BENCHTIME=$(BENCHTIME))"
 	@echo "make lint        gofmt and go vet"
 	@echo "make build       static binary $(BIN) (CGO_ENABLED=0, -trimpath, version stamps)"
@@ -75,6 +76,12 @@ test: services rocketmq sql-recipes-deps vet
 
 test-race: services rocketmq
 	$(WITH_SERVICES) $(GO) test -race -count=1 -timeout 25m ./...
+
+# test-alerts checks the shipped Prometheus rules and runs their promtool unit tests;
+# scripts/promtool.sh fetches promtool from Debian's prometheus package when it is missing.
+test-alerts:
+	bash scripts/promtool.sh check rules deploy/prometheus/alerts.yml
+	bash scripts/promtool.sh test rules deploy/prometheus/alerts_test.yml
 
 test-short:
 	$(GO) test -short -count=1 -timeout 5m ./...

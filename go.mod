@@ -1,6 +1,6 @@
 module github.com/outbox-relay/outbox-relay
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/apache/rocketmq-client-go/v2 v2.1.2

@@ -4,11 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"runtime"
 	"sync/atomic"
 	"testing"
 
 	"github.com/outbox-relay/outbox-relay/idempotency"
+	"github.com/outbox-relay/outbox-relay/idempotency/internal/idemtest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 )
 
@@ -18,49 +18,11 @@ import (
 // new key: the price of a first delivery, the common case. "serial" is one consumer
 // goroutine; "parallel8" runs 8 (the push consumer runs 20 by default).
 
-const benchRows = 1000
-
-func setupBenchStock(b *testing.B) *testenv.DB {
-	db := testenv.MySQL(b)
-	if _, err := db.Exec("CREATE TABLE stock (id int NOT NULL PRIMARY KEY, qty bigint NOT NULL) ENGINE=InnoDB"); err != nil {
-		b.Fatal(err)
-	}
-	for i := range benchRows {
-		if _, err := db.Exec("INSERT INTO stock VALUES (?, 1000000000)", i); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return db
-}
-
-func reduceStock(ctx context.Context, db idempotency.Execer, n int64) error {
-	_, err := db.ExecContext(ctx, "UPDATE stock SET qty = qty - 1 WHERE id = ? AND qty > 0", n%benchRows)
-	return err
-}
-
-// runBoth runs one message per iteration, serially and from 8 goroutines; seq numbers the
-// messages across every run so that keys never repeat.
-func runBoth(b *testing.B, seq *atomic.Int64, one func(ctx context.Context, n int64) error) {
-	ctx := context.Background()
-	b.Run("serial", func(b *testing.B) {
-		for b.Loop() {
-			if err := one(ctx, seq.Add(1)); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("parallel8", func(b *testing.B) {
-		b.SetParallelism(max(1, 8/testingProcs()))
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if err := one(ctx, seq.Add(1)); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	})
-}
+var (
+	setupBenchStock = idemtest.BenchStock
+	reduceStock     = idemtest.ReduceStock
+	runBoth         = idemtest.RunBoth
+)
 
 func BenchmarkRedisGuard(b *testing.B) {
 	db := setupBenchStock(b)
@@ -79,9 +41,9 @@ func BenchmarkRedisGuard(b *testing.B) {
 	})
 	b.Run("guarded", func(b *testing.B) {
 		runBoth(b, &seq, func(ctx context.Context, n int64) error {
-			out, err := g.Do(ctx, fmt.Sprintf("SN%d", n), func(ctx context.Context) error { return reduceStock(ctx, db, n) })
-			if out != idempotency.Applied {
-				return fmt.Errorf("%v: %w", out, err)
+			res, err := g.Do(ctx, fmt.Sprintf("SN%d", n), func(ctx context.Context) error { return reduceStock(ctx, db, n) })
+			if err == nil && res.Outcome != idempotency.Applied {
+				return fmt.Errorf("outcome %v, want applied", res.Outcome)
 			}
 			return err
 		})
@@ -122,13 +84,11 @@ func BenchmarkSQLGuard(b *testing.B) {
 	})
 	b.Run("guarded", func(b *testing.B) {
 		runBoth(b, &seq, func(ctx context.Context, n int64) error {
-			out, err := g.Do(ctx, db, fmt.Sprintf("SN%d", n), func(ctx context.Context, tx *sql.Tx) error { return reduceStock(ctx, tx, n) })
-			if out != idempotency.Applied {
-				return fmt.Errorf("%v: %w", out, err)
+			res, err := g.Do(ctx, db, fmt.Sprintf("SN%d", n), func(ctx context.Context, tx *sql.Tx) error { return reduceStock(ctx, tx, n) })
+			if err == nil && res.Outcome != idempotency.Applied {
+				return fmt.Errorf("outcome %v, want applied", res.Outcome)
 			}
 			return err
 		})
 	})
 }
-
-func testingProcs() int { return runtime.GOMAXPROCS(0) }

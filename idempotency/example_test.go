@@ -3,67 +3,101 @@ package idempotency_test
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log"
 	"time"
 
-	"github.com/apache/rocketmq-client-go/v2"
-	"github.com/apache/rocketmq-client-go/v2/consumer"
-	"github.com/apache/rocketmq-client-go/v2/primitive"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/outbox-relay/outbox-relay/idempotency"
 )
 
-// The stock consumer of seed 002: reduce the stock of a time period once per order. The
-// dedupe row and the UPDATE commit together, in the consumer's database.
-func ExampleWrapRocketMQTx() {
-	db, err := sql.Open("mysql", "app:secret@tcp(127.0.0.1:3306)/venue?interpolateParams=true")
-	if err != nil {
+// The stock consumer of seed 002 with the SQL store: the dedupe row and the stock
+// decrement commit together, so a redelivery of the same event is skipped.
+func ExampleSQLGuard_Do() {
+	ctx := context.Background()
+	db, done := exampleDB() // the consumer's own database: sql.Open("mysql", dsn)
+	defer done()
+	if _, err := db.Exec("CREATE TABLE time_period (id int PRIMARY KEY, stock int NOT NULL)"); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := db.Exec("INSERT INTO time_period VALUES (7, 10)"); err != nil {
 		log.Fatal(err)
 	}
 	guard, err := idempotency.NewSQLGuard(idempotency.SQLConfig{Group: "venue-stock-reduce"})
 	if err != nil {
 		log.Fatal(err)
 	}
-	consume, err := idempotency.WrapRocketMQTx(guard, db, idempotency.RocketMQConfig{
-		Key: idempotency.KeyFromJSONField("orderSn"),
-	}, func(ctx context.Context, tx *sql.Tx, msg *primitive.MessageExt) error {
-		var body struct {
-			TimePeriodID int64 `json:"timePeriodId"`
+	if err := guard.CreateTable(ctx, db); err != nil { // or a migration of schema.DedupeDDL
+		log.Fatal(err)
+	}
+	// The event's identity: what makes it this event of this order (see the package doc).
+	const event = "venue_topic:stock_reduce:SN202409200001"
+	for range 2 { // a delivery and its redelivery
+		res, err := guard.Do(ctx, db, event, func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "UPDATE time_period SET stock = stock - 1 WHERE id = ? AND stock > 0", 7)
+			return err
+		})
+		if err != nil {
+			log.Printf("redeliver later: %v", err)
+			continue
 		}
-		if err := json.Unmarshal(msg.Body, &body); err != nil {
-			return fmt.Errorf("decode stock reduction: %w", err)
-		}
-		_, err := tx.ExecContext(ctx, "UPDATE time_period SET stock = stock - 1 WHERE id = ? AND stock > 0", body.TimePeriodID)
-		return err
-	})
-	if err != nil {
-		log.Fatal(err)
+		fmt.Println(res.Outcome)
 	}
-
-	c, err := rocketmq.NewPushConsumer(
-		consumer.WithGroupName("venue-stock-reduce"),
-		consumer.WithNameServer([]string{"127.0.0.1:9876"}),
-	)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := c.Subscribe("venue_topic", consumer.MessageSelector{Type: consumer.TAG, Expression: "time_period_stock_reduce"}, consume); err != nil {
-		log.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		log.Fatal(err)
-	}
+	var stock int
+	_ = db.QueryRow("SELECT stock FROM time_period WHERE id = 7").Scan(&stock)
+	fmt.Println("stock", stock)
+	// Output:
+	// applied
+	// duplicate
+	// stock 9
 }
 
-// An effect outside a database transaction, guarded by Redis.
+// DoTx joins a transaction the caller already has: the dedupe row, the effect and the
+// caller's other writes (here an outbox row for the next step) commit together.
+func ExampleSQLGuard_DoTx() {
+	ctx := context.Background()
+	db, done := exampleDB()
+	defer done()
+	if _, err := db.Exec("CREATE TABLE payments (order_sn varchar(32) PRIMARY KEY, amount int)"); err != nil {
+		log.Fatal(err)
+	}
+	guard, err := idempotency.NewSQLGuard(idempotency.SQLConfig{Group: "payments"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := guard.CreateTable(ctx, db); err != nil {
+		log.Fatal(err)
+	}
+	for range 2 {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			log.Fatal(err)
+		}
+		res, err := guard.DoTx(ctx, tx, "orders:paid:SN-7001", func(ctx context.Context) error {
+			_, err := tx.ExecContext(ctx, "INSERT INTO payments VALUES (?, ?)", "SN-7001", 99)
+			return err
+		})
+		if err != nil {
+			_ = tx.Rollback() // the dedupe row may be in tx: never commit after an error
+			log.Printf("redeliver later: %v", err)
+			continue
+		}
+		if err := tx.Commit(); err != nil {
+			log.Printf("redeliver later: %v", err)
+			continue
+		}
+		fmt.Println(res.Outcome)
+	}
+	// Output:
+	// applied
+	// duplicate
+}
+
+// An effect outside a database transaction (an SMS), guarded by Redis.
 func ExampleGuard_Do() {
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-	store, err := idempotency.NewRedisStore(rdb, idempotency.RedisConfig{KeyPrefix: "venue:idem:"})
+	rdb, prefix, done := exampleRedis() // redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer done()
+	store, err := idempotency.NewRedisStore(rdb, idempotency.RedisConfig{KeyPrefix: prefix})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -75,32 +109,24 @@ func ExampleGuard_Do() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	out, err := guard.Do(ctx, "SN202409200001", func(ctx context.Context) error {
-		return nil // send the SMS
-	})
-	switch {
-	case out == idempotency.Applied && err != nil:
-		log.Printf("sent, but not recorded: %v", err) // acknowledge anyway
-	case out.Ack():
-		// acknowledge
-	default:
-		// InProgress or Failed: ask the broker to redeliver later
+	for range 2 {
+		res, err := guard.Do(ctx, "orders:paid:SN202409200001", func(ctx context.Context) error {
+			fmt.Println("SMS sent")
+			return nil
+		})
+		if err != nil { // Failed or InProgress: ask the broker to redeliver later
+			log.Printf("redeliver later: %v", err)
+			continue
+		}
+		if res.NotRecorded != nil { // sent, but a duplicate may send it again: tell someone
+			log.Printf("sent, not recorded: %v", res.NotRecorded)
+		}
+		fmt.Println(res.Outcome)
 	}
-}
-
-// Keys can come from the body: seed 002 wraps its payload in a MessageWrapper.
-func ExampleKeyFromJSONField() {
-	msg := &primitive.MessageExt{}
-	msg.Body = []byte(`{"message":{"orderSn":"SN202409200001","timePeriodId":7},"uuid":"9f1c"}`)
-	key, err := idempotency.KeyFromJSONField("message.orderSn")(msg)
-	fmt.Println(key, err)
-
-	msg.Body = []byte(`{"message":{"timePeriodId":7}}`)
-	_, err = idempotency.KeyFromJSONField("message.orderSn")(msg)
-	fmt.Println(errors.Is(err, idempotency.ErrNoKey))
 	// Output:
-	// SN202409200001 <nil>
-	// true
+	// SMS sent
+	// applied
+	// duplicate
 }
 
 // What to tell the broker for each outcome.

@@ -87,38 +87,40 @@ func NewGuard(store Store, cfg Config) (*Guard, error) {
 //
 // It claims key for the claim TTL; if the claim succeeds it runs fn, then marks the key
 // consumed (fn returned nil: Applied) or releases it so that a redelivery can run fn again
-// (fn returned an error: Failed, with that error). A consumed key gives Duplicate and a key
-// held by another consumer gives InProgress, both without calling fn and with a nil error.
-// A store error before fn runs gives Failed.
+// (fn returned an error: Failed, with that error). A consumed key gives Duplicate with a
+// nil error, a key held by another consumer InProgress with ErrInProgress, both without
+// calling fn. A store error before fn runs gives Failed.
 //
-// If fn succeeds but the key cannot be marked consumed, Do returns Applied with the error:
-// the effect happened and must not be retried. ErrClaimLost there means fn ran longer than
-// the claim TTL and another consumer may have run it too; raise Config.ClaimTTL.
+// The error is nil exactly when the message must not be redelivered. If fn succeeds but
+// the key cannot be marked consumed, Do returns Applied, a nil error and the reason in
+// Result.NotRecorded: the effect happened and must not be retried. ErrClaimLost there
+// means fn ran longer than the claim TTL and another consumer may have run it too; raise
+// Config.ClaimTTL.
 //
 // The marking and releasing after fn ignore the cancellation of ctx (they keep its values),
 // so that a consumer shutting down still records what it did. If fn panics the claim is
 // released and the panic goes on.
-func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context) error) (Outcome, error) {
+func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context) error) (Result, error) {
 	if key == "" {
-		return Failed, ErrNoKey
+		return Result{Outcome: Failed}, ErrNoKey
 	}
 	storeKey := g.cfg.Group + ":" + key
 	token, err := newToken()
 	if err != nil {
-		return Failed, err
+		return Result{Outcome: Failed}, err
 	}
 	res, err := g.store.Claim(ctx, storeKey, token, g.cfg.ClaimTTL)
 	if err != nil {
-		return Failed, err
+		return Result{Outcome: Failed}, err
 	}
 	switch res {
 	case ClaimConsumed:
-		return Duplicate, nil
+		return Result{Outcome: Duplicate}, nil
 	case ClaimHeld:
-		return InProgress, nil
+		return Result{Outcome: InProgress}, ErrInProgress
 	case ClaimAcquired:
 	default:
-		return Failed, fmt.Errorf("idempotency: store returned unknown claim result %d for %q", int(res), key)
+		return Result{Outcome: Failed}, fmt.Errorf("idempotency: store returned unknown claim result %d for %q", int(res), key)
 	}
 
 	after := context.WithoutCancel(ctx)
@@ -133,14 +135,14 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context)
 	finished = true
 	if fnErr != nil {
 		if err := g.store.Release(after, storeKey, token); err != nil {
-			return Failed, fmt.Errorf("idempotency: handler for %q: %w (and releasing the claim: %w)", key, fnErr, err)
+			return Result{Outcome: Failed}, fmt.Errorf("idempotency: handler for %q: %w (and releasing the claim: %w)", key, fnErr, err)
 		}
-		return Failed, fmt.Errorf("idempotency: handler for %q: %w", key, fnErr)
+		return Result{Outcome: Failed}, fmt.Errorf("idempotency: handler for %q: %w", key, fnErr)
 	}
 	if err := g.store.Finish(after, storeKey, token, g.cfg.Retention); err != nil {
-		return Applied, fmt.Errorf("idempotency: %q applied but not recorded: %w", key, err)
+		return Result{Outcome: Applied, NotRecorded: fmt.Errorf("idempotency: %q applied but not recorded: %w", key, err)}, nil
 	}
-	return Applied, nil
+	return Result{Outcome: Applied}, nil
 }
 
 func newToken() (string, error) {

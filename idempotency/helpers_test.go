@@ -3,7 +3,6 @@ package idempotency_test
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -11,121 +10,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
-
 	"github.com/outbox-relay/outbox-relay/idempotency"
+	"github.com/outbox-relay/outbox-relay/idempotency/internal/idemtest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 )
 
-// appliedDDL is the business table of the tests: one row per order, n counting how many
-// times the effect ran. Exactly once means n = 1 on every row.
-const appliedDDL = `CREATE TABLE applied (
-  order_sn varchar(64) NOT NULL PRIMARY KEY,
-  n int NOT NULL
-) ENGINE=InnoDB`
-
-// applyOrder is the business effect: count one application of order sn.
-func applyOrder(ctx context.Context, db idempotency.Execer, sn string) error {
-	_, err := db.ExecContext(ctx, "INSERT INTO applied (order_sn, n) VALUES (?, 1) ON DUPLICATE KEY UPDATE n = n + 1", sn)
-	return err
-}
-
-// appliedCount returns how many times the effect ran for sn.
-func appliedCount(t testing.TB, db *sql.DB, sn string) int {
-	t.Helper()
-	var n int
-	err := db.QueryRow("SELECT n FROM applied WHERE order_sn = ?", sn).Scan(&n)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0
-	}
-	if err != nil {
-		t.Fatalf("read applied %s: %v", sn, err)
-	}
-	return n
-}
-
-// assertEachAppliedOnce checks the business table: orders rows, each applied exactly once.
-func assertEachAppliedOnce(t testing.TB, db *sql.DB, orders int) {
-	t.Helper()
-	var rows, total, maxN int
-	if err := db.QueryRow("SELECT COUNT(*), COALESCE(SUM(n), 0), COALESCE(MAX(n), 0) FROM applied").Scan(&rows, &total, &maxN); err != nil {
-		t.Fatalf("read applied: %v", err)
-	}
-	if rows != orders || total != orders || maxN != 1 {
-		t.Fatalf("business table: %d orders applied %d times in all (max %d per order), want %d orders applied once each", rows, total, maxN, orders)
-	}
-}
-
-type redisBundle struct {
-	db     *testenv.DB
-	rdb    *redis.Client
-	prefix string
-	store  *idempotency.RedisStore
-}
-
-// setupRedis gives a fresh database with the applied table, and a RedisStore under a key
-// prefix of the test's own.
-func setupRedis(t testing.TB) *redisBundle {
-	t.Helper()
-	db := testenv.MySQL(t)
-	if _, err := db.Exec(appliedDDL); err != nil {
-		t.Fatalf("create applied: %v", err)
-	}
-	rdb, prefix := testenv.Redis(t)
-	store, err := idempotency.NewRedisStore(rdb, idempotency.RedisConfig{KeyPrefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &redisBundle{db: db, rdb: rdb, prefix: prefix, store: store}
-}
-
-func (b *redisBundle) guard(t testing.TB, cfg idempotency.Config) *idempotency.Guard {
-	t.Helper()
-	if cfg.Group == "" {
-		cfg.Group = "stock"
-	}
-	g, err := idempotency.NewGuard(b.store, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
-
-// value returns what Redis holds for key of group, "" if nothing.
-func (b *redisBundle) value(t testing.TB, group, key string) string {
-	t.Helper()
-	v, err := b.rdb.Get(context.Background(), b.store.Key(group+":"+key)).Result()
-	if errors.Is(err, redis.Nil) {
-		return ""
-	}
-	if err != nil {
-		t.Fatalf("GET: %v", err)
-	}
-	return v
-}
-
-type sqlBundle struct {
-	db    *testenv.DB
-	guard *idempotency.SQLGuard
-}
-
-// setupSQL gives a fresh database with the applied table and a dedupe table.
-func setupSQL(t testing.TB) *sqlBundle {
-	t.Helper()
-	db := testenv.MySQL(t)
-	if _, err := db.Exec(appliedDDL); err != nil {
-		t.Fatalf("create applied: %v", err)
-	}
-	g, err := idempotency.NewSQLGuard(idempotency.SQLConfig{Group: "stock"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.CreateTable(context.Background(), db); err != nil {
-		t.Fatal(err)
-	}
-	return &sqlBundle{db: db, guard: g}
-}
+var (
+	exampleDB             = idemtest.ExampleDB
+	exampleRedis          = idemtest.ExampleRedis
+	applyOrder            = idemtest.ApplyOrder
+	appliedCount          = idemtest.AppliedCount
+	assertEachAppliedOnce = idemtest.AssertEachAppliedOnce
+	setupRedis            = idemtest.SetupRedis
+	setupSQL              = idemtest.SetupSQL
+)
 
 func dedupeRows(t testing.TB, db *sql.DB, key string) int {
 	t.Helper()
@@ -141,7 +39,7 @@ func dedupeRows(t testing.TB, db *sql.DB, key string) int {
 // time. A delivery that is InProgress or Failed with a retryable error is redelivered (at
 // once, as the next thing that worker does) until it is acknowledged. It returns how many
 // deliveries ended in each outcome.
-func deliverAll(t *testing.T, orders, copies, workers int, do func(ctx context.Context, sn string) (idempotency.Outcome, error), retryable func(error) bool) map[idempotency.Outcome]int {
+func deliverAll(t *testing.T, orders, copies, workers int, do func(ctx context.Context, sn string) (idempotency.Result, error), retryable func(error) bool) map[idempotency.Outcome]int {
 	t.Helper()
 	rnd := rand.New(rand.NewPCG(1, 2))
 	perm := rnd.Perm(orders)
@@ -164,18 +62,23 @@ func deliverAll(t *testing.T, orders, copies, workers int, do func(ctx context.C
 			defer wg.Done()
 			for sn := range stream {
 				for {
-					out, err := do(ctx, sn)
+					res, err := do(ctx, sn)
+					out := res.Outcome
 					mu.Lock()
 					counts[out]++
 					mu.Unlock()
-					if out == idempotency.Applied || out == idempotency.Duplicate {
-						if err != nil {
-							errs <- fmt.Errorf("%s: %v: %w", sn, out, err)
+					if err == nil {
+						if !out.Ack() || res.NotRecorded != nil {
+							errs <- fmt.Errorf("%s: %v with a nil error (not recorded: %v)", sn, out, res.NotRecorded)
 							return
 						}
 						break
 					}
-					if err != nil && !retryable(err) {
+					if out == idempotency.Applied || out == idempotency.Duplicate {
+						errs <- fmt.Errorf("%s: %v with error %w", sn, out, err)
+						return
+					}
+					if out != idempotency.InProgress && !retryable(err) {
 						errs <- fmt.Errorf("%s: %v: %w", sn, out, err)
 						return
 					}
@@ -192,22 +95,11 @@ func deliverAll(t *testing.T, orders, copies, workers int, do func(ctx context.C
 	return counts
 }
 
-func testLogger(t testing.TB) *zerolog.Logger {
-	l := zerolog.New(zerolog.NewTestWriter(t))
-	return &l
-}
-
-// waitFor polls cond every few milliseconds until it is true, failing the test after a
-// generous deadline. It waits for a state, not for a duration.
+// waitFor polls cond until it is true, failing the test after a generous deadline.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
+	testenv.Eventually(t, 20*time.Second, what, cond)
 }
+
+// oc keeps a Do's outcome and error, for tests that assert on both.
+func oc(r idempotency.Result, err error) (idempotency.Outcome, error) { return r.Outcome, err }

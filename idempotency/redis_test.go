@@ -12,20 +12,20 @@ import (
 func TestRedisGuardEachOrderAppliedOnce(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{})
+	g := b.Guard(t, idempotency.Config{})
 	const orders, copies, workers = 1000, 3, 8
 
-	counts := deliverAll(t, orders, copies, workers, func(ctx context.Context, sn string) (idempotency.Outcome, error) {
+	counts := deliverAll(t, orders, copies, workers, func(ctx context.Context, sn string) (idempotency.Result, error) {
 		// The effect is a plain autocommit UPDATE in MariaDB, outside any transaction.
-		return g.Do(ctx, sn, func(ctx context.Context) error { return applyOrder(ctx, b.db, sn) })
+		return g.Do(ctx, sn, func(ctx context.Context) error { return applyOrder(ctx, b.DB, sn) })
 	}, func(error) bool { return false })
 
-	assertEachAppliedOnce(t, b.db.DB, orders)
+	assertEachAppliedOnce(t, b.DB.DB, orders)
 	if counts[idempotency.Applied] != orders || counts[idempotency.Duplicate] != orders*(copies-1) {
 		t.Errorf("outcomes %v, want %d applied and %d duplicates", counts, orders, orders*(copies-1))
 	}
 	t.Logf("outcomes: %v", counts)
-	if v := b.value(t, "stock", "SN000000"); v != "consumed" {
+	if v := b.Value(t, "stock", "SN000000"); v != "consumed" {
 		t.Errorf("stored value %q, want consumed", v)
 	}
 }
@@ -33,28 +33,28 @@ func TestRedisGuardEachOrderAppliedOnce(t *testing.T) {
 func TestRedisGuardHandlerFailureReleasesClaim(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{})
+	g := b.Guard(t, idempotency.Config{})
 	ctx := context.Background()
 	boom := errors.New("stock service down")
 
-	out, err := g.Do(ctx, "SN1", func(context.Context) error { return boom })
+	out, err := oc(g.Do(ctx, "SN1", func(context.Context) error { return boom }))
 	if out != idempotency.Failed || !errors.Is(err, boom) {
 		t.Fatalf("failing handler: %v, %v; want failed wrapping the handler's error", out, err)
 	}
-	if v := b.value(t, "stock", "SN1"); v != "" {
+	if v := b.Value(t, "stock", "SN1"); v != "" {
 		t.Fatalf("after a failure the key holds %q, want it released", v)
 	}
-	if n := appliedCount(t, b.db.DB, "SN1"); n != 0 {
+	if n := appliedCount(t, b.DB.DB, "SN1"); n != 0 {
 		t.Fatalf("applied %d times after a failure", n)
 	}
 
 	for i, want := range []idempotency.Outcome{idempotency.Applied, idempotency.Duplicate} {
-		out, err := g.Do(ctx, "SN1", func(ctx context.Context) error { return applyOrder(ctx, b.db, "SN1") })
+		out, err := oc(g.Do(ctx, "SN1", func(ctx context.Context) error { return applyOrder(ctx, b.DB, "SN1") }))
 		if out != want || err != nil {
 			t.Fatalf("redelivery %d: %v, %v; want %v", i+1, out, err, want)
 		}
 	}
-	if n := appliedCount(t, b.db.DB, "SN1"); n != 1 {
+	if n := appliedCount(t, b.DB.DB, "SN1"); n != 1 {
 		t.Fatalf("applied %d times, want 1", n)
 	}
 }
@@ -62,16 +62,16 @@ func TestRedisGuardHandlerFailureReleasesClaim(t *testing.T) {
 func TestRedisGuardPanicReleasesClaim(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{})
+	g := b.Guard(t, idempotency.Config{})
 	func() {
 		defer func() {
 			if recover() == nil {
 				t.Fatal("panic swallowed")
 			}
 		}()
-		_, _ = g.Do(context.Background(), "SN1", func(context.Context) error { panic("handler bug") })
+		_, _ = oc(g.Do(context.Background(), "SN1", func(context.Context) error { panic("handler bug") }))
 	}()
-	if v := b.value(t, "stock", "SN1"); v != "" {
+	if v := b.Value(t, "stock", "SN1"); v != "" {
 		t.Fatalf("after a panic the key holds %q, want it released", v)
 	}
 }
@@ -82,7 +82,7 @@ func TestRedisGuardPanicReleasesClaim(t *testing.T) {
 func TestRedisGuardExpiredClaimIsTakenOver(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{ClaimTTL: 300 * time.Millisecond})
+	g := b.Guard(t, idempotency.Config{ClaimTTL: 300 * time.Millisecond})
 	ctx := context.Background()
 
 	for _, tc := range []struct {
@@ -97,43 +97,52 @@ func TestRedisGuardExpiredClaimIsTakenOver(t *testing.T) {
 			sn := "SN-" + tc.name
 			started, wake := make(chan struct{}), make(chan struct{})
 			type result struct {
-				out idempotency.Outcome
+				res idempotency.Result
 				err error
 			}
 			slow := make(chan result, 1)
 			go func() {
-				out, err := g.Do(ctx, sn, func(context.Context) error {
+				res, err := g.Do(ctx, sn, func(context.Context) error {
 					close(started)
 					<-wake
 					return tc.wakeErr // it never got to apply the effect
 				})
-				slow <- result{out, err}
+				slow <- result{res, err}
 			}()
 			<-started
-			if out, err := g.Do(ctx, sn, func(context.Context) error { return nil }); out != idempotency.InProgress || err != nil {
-				t.Fatalf("while claimed: %v, %v; want in progress", out, err)
+			if out, err := oc(g.Do(ctx, sn, func(context.Context) error { return nil })); out != idempotency.InProgress || !errors.Is(err, idempotency.ErrInProgress) {
+				t.Fatalf("while claimed: %v, %v; want in progress with ErrInProgress", out, err)
 			}
-			waitFor(t, "the claim to expire", func() bool { return b.value(t, "stock", sn) == "" })
+			waitFor(t, "the claim to expire", func() bool { return b.Value(t, "stock", sn) == "" })
 
-			out, err := g.Do(ctx, sn, func(ctx context.Context) error { return applyOrder(ctx, b.db, sn) })
+			out, err := oc(g.Do(ctx, sn, func(ctx context.Context) error { return applyOrder(ctx, b.DB, sn) }))
 			if out != idempotency.Applied || err != nil {
 				t.Fatalf("takeover: %v, %v; want applied", out, err)
 			}
 			close(wake)
 			r := <-slow
-			if r.out != tc.wantOut || !errors.Is(r.err, idempotency.ErrClaimLost) {
-				t.Fatalf("stalled consumer: %v, %v; want %v with ErrClaimLost", r.out, r.err, tc.wantOut)
+			// A success is Applied with a nil error (do not redeliver) and the lost claim in
+			// NotRecorded; a failure is Failed with the error (redeliver).
+			lost := r.err
+			if tc.wantOut == idempotency.Applied {
+				if r.err != nil {
+					t.Fatalf("stalled consumer succeeded: error %v, want nil (the effect happened)", r.err)
+				}
+				lost = r.res.NotRecorded
+			}
+			if r.res.Outcome != tc.wantOut || !errors.Is(lost, idempotency.ErrClaimLost) {
+				t.Fatalf("stalled consumer: %v, %v (not recorded: %v); want %v with ErrClaimLost", r.res.Outcome, r.err, r.res.NotRecorded, tc.wantOut)
 			}
 			if tc.wakeErr != nil && !errors.Is(r.err, tc.wakeErr) {
 				t.Errorf("stalled consumer's error %v lost the handler's error", r.err)
 			}
-			if v := b.value(t, "stock", sn); v != "consumed" {
+			if v := b.Value(t, "stock", sn); v != "consumed" {
 				t.Fatalf("stored value %q after the stalled consumer woke, want consumed", v)
 			}
-			if n := appliedCount(t, b.db.DB, sn); n != 1 {
+			if n := appliedCount(t, b.DB.DB, sn); n != 1 {
 				t.Fatalf("applied %d times, want 1", n)
 			}
-			if out, _ := g.Do(ctx, sn, func(context.Context) error { return nil }); out != idempotency.Duplicate {
+			if out, _ := oc(g.Do(ctx, sn, func(context.Context) error { return nil })); out != idempotency.Duplicate {
 				t.Fatalf("redelivery after takeover: %v, want duplicate", out)
 			}
 		})
@@ -144,10 +153,10 @@ func TestRedisGuardExpiredClaimIsTakenOver(t *testing.T) {
 func TestRedisStoreContract(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	s := b.store
+	s := b.Store
 	ctx := context.Background()
 	pttl := func(key string) time.Duration {
-		d, err := b.rdb.PTTL(ctx, s.Key(key)).Result()
+		d, err := b.RDB.PTTL(ctx, s.Key(key)).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +166,7 @@ func TestRedisStoreContract(t *testing.T) {
 	if r, err := s.Claim(ctx, "k", "tokA", time.Minute); r != idempotency.ClaimAcquired || err != nil {
 		t.Fatalf("first claim: %v, %v", r, err)
 	}
-	if v, _ := b.rdb.Get(ctx, s.Key("k")).Result(); v != "consuming:tokA" {
+	if v, _ := b.RDB.Get(ctx, s.Key("k")).Result(); v != "consuming:tokA" {
 		t.Fatalf("claimed value %q, want consuming:tokA", v)
 	}
 	if d := pttl("k"); d <= 0 || d > time.Minute {
@@ -175,7 +184,7 @@ func TestRedisStoreContract(t *testing.T) {
 	if err := s.Finish(ctx, "k", "tokA", time.Hour); err != nil {
 		t.Fatalf("finish: %v", err)
 	}
-	if v, _ := b.rdb.Get(ctx, s.Key("k")).Result(); v != "consumed" {
+	if v, _ := b.RDB.Get(ctx, s.Key("k")).Result(); v != "consumed" {
 		t.Fatalf("finished value %q, want consumed", v)
 	}
 	if d := pttl("k"); d <= time.Minute || d > time.Hour {
@@ -191,7 +200,7 @@ func TestRedisStoreContract(t *testing.T) {
 	if err := s.Finish(ctx, "absent", "tokA", time.Hour); !errors.Is(err, idempotency.ErrClaimLost) {
 		t.Fatalf("finish of an absent key: %v, want ErrClaimLost", err)
 	}
-	if n, _ := b.rdb.Exists(ctx, s.Key("absent")).Result(); n != 0 {
+	if n, _ := b.RDB.Exists(ctx, s.Key("absent")).Result(); n != 0 {
 		t.Fatal("finish of an absent key created it")
 	}
 }
@@ -199,10 +208,10 @@ func TestRedisStoreContract(t *testing.T) {
 func TestRedisGuardTwoGroupsEachApply(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	stock, points := b.guard(t, idempotency.Config{Group: "stock"}), b.guard(t, idempotency.Config{Group: "points"})
+	stock, points := b.Guard(t, idempotency.Config{Group: "stock"}), b.Guard(t, idempotency.Config{Group: "points"})
 	ctx := context.Background()
 	for _, g := range []*idempotency.Guard{stock, points} {
-		if out, err := g.Do(ctx, "SN1", func(context.Context) error { return nil }); out != idempotency.Applied || err != nil {
+		if out, err := oc(g.Do(ctx, "SN1", func(context.Context) error { return nil })); out != idempotency.Applied || err != nil {
 			t.Fatalf("%v, %v; want each group to apply", out, err)
 		}
 	}
@@ -211,9 +220,9 @@ func TestRedisGuardTwoGroupsEachApply(t *testing.T) {
 func TestRedisGuardEmptyKey(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{})
+	g := b.Guard(t, idempotency.Config{})
 	called := false
-	out, err := g.Do(context.Background(), "", func(context.Context) error { called = true; return nil })
+	out, err := oc(g.Do(context.Background(), "", func(context.Context) error { called = true; return nil }))
 	if out != idempotency.Failed || !errors.Is(err, idempotency.ErrNoKey) || called {
 		t.Fatalf("empty key: %v, %v, called %v; want failed with ErrNoKey, handler not called", out, err, called)
 	}
@@ -222,11 +231,11 @@ func TestRedisGuardEmptyKey(t *testing.T) {
 func TestRedisStoreUnreachable(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{})
+	g := b.Guard(t, idempotency.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	called := false
-	out, err := g.Do(ctx, "SN1", func(context.Context) error { called = true; return nil })
+	out, err := oc(g.Do(ctx, "SN1", func(context.Context) error { called = true; return nil }))
 	if out != idempotency.Failed || err == nil || called {
 		t.Fatalf("store unreachable: %v, %v, called %v; want failed, handler not called", out, err, called)
 	}

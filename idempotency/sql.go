@@ -82,8 +82,8 @@ func NewSQLGuard(cfg SQLConfig) (*SQLGuard, error) {
 	}
 	return &SQLGuard{
 		cfg:       cfg,
-		insertSQL: "INSERT INTO `" + cfg.Table + "` (consumer_group, dedupe_key) VALUES (?, ?)",
-		purgeSQL:  "DELETE FROM `" + cfg.Table + "` WHERE consumer_group = ? AND created_at < NOW(6) - INTERVAL ? MICROSECOND LIMIT ?",
+		insertSQL: "INSERT INTO " + schema.QuoteIdent(cfg.Table) + " (consumer_group, dedupe_key) VALUES (?, ?)",
+		purgeSQL:  "DELETE FROM " + schema.QuoteIdent(cfg.Table) + " WHERE consumer_group = ? AND created_at < NOW(6) - INTERVAL ? MICROSECOND LIMIT ?",
 	}, nil
 }
 
@@ -113,39 +113,67 @@ func (g *SQLGuard) CreateTable(ctx context.Context, db Execer) error {
 // finds the row (Duplicate) or applies the effect. fn must do all its writes through tx
 // and must not commit or roll it back. InProgress is never returned: a concurrent duplicate
 // waits instead. An empty key gives ErrNoKey, a key longer than MaxSQLKeyLen bytes
-// ErrInvalidKey.
-func (g *SQLGuard) Do(ctx context.Context, db Beginner, key string, fn func(ctx context.Context, tx *sql.Tx) error) (out Outcome, err error) {
-	if key == "" {
-		return Failed, ErrNoKey
-	}
-	if len(key) > MaxSQLKeyLen {
-		return Failed, fmt.Errorf("%w: key of %d bytes, the dedupe table holds %d", ErrInvalidKey, len(key), MaxSQLKeyLen)
+// ErrInvalidKey. The error is nil exactly when the message must not be redelivered.
+func (g *SQLGuard) Do(ctx context.Context, db Beginner, key string, fn func(ctx context.Context, tx *sql.Tx) error) (Result, error) {
+	if err := checkSQLKey(key); err != nil {
+		return Result{Outcome: Failed}, err
 	}
 	tx, err := db.BeginTx(ctx, g.cfg.TxOptions)
 	if err != nil {
-		return Failed, fmt.Errorf("idempotency: begin transaction for %q: %w", key, err)
+		return Result{Outcome: Failed}, fmt.Errorf("idempotency: begin transaction for %q: %w", key, err)
 	}
 	committed := false
 	defer func() {
 		if !committed {
-			_ = tx.Rollback() // also on panic in fn
+			_ = tx.Rollback() // also on a duplicate, a failure and a panic in fn
 		}
 	}()
-
-	if _, err := tx.ExecContext(ctx, g.insertSQL, g.cfg.Group, key); err != nil {
-		if mysqlerr.Number(err) == mysqlerr.DuplicateEntry {
-			return Duplicate, nil
-		}
-		return Failed, fmt.Errorf("idempotency: insert dedupe row for %q: %w", key, err)
-	}
-	if err := fn(ctx, tx); err != nil {
-		return Failed, fmt.Errorf("idempotency: handler for %q: %w", key, err)
+	res, err := g.DoTx(ctx, tx, key, func(ctx context.Context) error { return fn(ctx, tx) })
+	if err != nil || res.Outcome != Applied {
+		return res, err
 	}
 	committed = true // a failed Commit has rolled back already
 	if err := tx.Commit(); err != nil {
-		return Failed, fmt.Errorf("idempotency: commit %q: %w", key, err)
+		return Result{Outcome: Failed}, fmt.Errorf("idempotency: commit %q: %w", key, err)
 	}
-	return Applied, nil
+	return res, nil
+}
+
+// DoTx is Do inside the caller's transaction: it inserts key's dedupe row through tx, then
+// runs fn, so that the dedupe row, the effect and whatever else the caller writes in tx
+// commit together. The caller commits; Applied means "applied in tx", final once tx
+// commits.
+//
+// Duplicate (nil error) means the key was consumed before: fn was not called, and the
+// failed insert left tx usable with nothing written by DoTx; commit or roll back as the
+// other writes require. On a non-nil error (fn failed, or the insert failed) the caller
+// must roll tx back, since the dedupe row or part of fn's writes may be in it; committing
+// anyway would record the message as consumed without its effect. Keys are checked as in
+// Do.
+func (g *SQLGuard) DoTx(ctx context.Context, tx *sql.Tx, key string, fn func(ctx context.Context) error) (Result, error) {
+	if err := checkSQLKey(key); err != nil {
+		return Result{Outcome: Failed}, err
+	}
+	if _, err := tx.ExecContext(ctx, g.insertSQL, g.cfg.Group, key); err != nil {
+		if mysqlerr.Number(err) == mysqlerr.DuplicateEntry {
+			return Result{Outcome: Duplicate}, nil
+		}
+		return Result{Outcome: Failed}, fmt.Errorf("idempotency: insert dedupe row for %q: %w", key, err)
+	}
+	if err := fn(ctx); err != nil {
+		return Result{Outcome: Failed}, fmt.Errorf("idempotency: handler for %q: %w", key, err)
+	}
+	return Result{Outcome: Applied}, nil
+}
+
+func checkSQLKey(key string) error {
+	if key == "" {
+		return ErrNoKey
+	}
+	if len(key) > MaxSQLKeyLen {
+		return fmt.Errorf("%w: key of %d bytes, the dedupe table holds %d", ErrInvalidKey, len(key), MaxSQLKeyLen)
+	}
+	return nil
 }
 
 // Purge deletes up to limit dedupe rows of the guard's group older than olderThan, and

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/rocketmq-client-go/v2/primitive"
-
 	"github.com/outbox-relay/outbox-relay/idempotency"
 )
 
@@ -18,17 +16,17 @@ func TestSQLGuardEachOrderAppliedOnce(t *testing.T) {
 	b := setupSQL(t)
 	const orders, copies, workers = 1000, 3, 8
 
-	counts := deliverAll(t, orders, copies, workers, func(ctx context.Context, sn string) (idempotency.Outcome, error) {
-		return b.guard.Do(ctx, b.db, sn, func(ctx context.Context, tx *sql.Tx) error { return applyOrder(ctx, tx, sn) })
+	counts := deliverAll(t, orders, copies, workers, func(ctx context.Context, sn string) (idempotency.Result, error) {
+		return b.Guard.Do(ctx, b.DB, sn, func(ctx context.Context, tx *sql.Tx) error { return applyOrder(ctx, tx, sn) })
 	}, idempotency.IsRetryable) // a deadlock or lock wait timeout is redelivered
 
-	assertEachAppliedOnce(t, b.db.DB, orders)
+	assertEachAppliedOnce(t, b.DB.DB, orders)
 	if counts[idempotency.Applied] != orders || counts[idempotency.Duplicate] != orders*(copies-1) {
 		t.Errorf("outcomes %v, want %d applied and %d duplicates", counts, orders, orders*(copies-1))
 	}
 	t.Logf("outcomes: %v", counts)
 	var rows int
-	if err := b.db.QueryRow("SELECT COUNT(*) FROM outbox_dedupe WHERE consumer_group = 'stock'").Scan(&rows); err != nil || rows != orders {
+	if err := b.DB.QueryRow("SELECT COUNT(*) FROM outbox_dedupe WHERE consumer_group = 'stock'").Scan(&rows); err != nil || rows != orders {
 		t.Fatalf("dedupe rows %d (%v), want %d", rows, err, orders)
 	}
 }
@@ -39,28 +37,28 @@ func TestSQLGuardHandlerFailureRollsBack(t *testing.T) {
 	ctx := context.Background()
 	boom := errors.New("insufficient stock")
 
-	out, err := b.guard.Do(ctx, b.db, "SN1", func(ctx context.Context, tx *sql.Tx) error {
+	out, err := oc(b.Guard.Do(ctx, b.DB, "SN1", func(ctx context.Context, tx *sql.Tx) error {
 		if err := applyOrder(ctx, tx, "SN1"); err != nil {
 			return err
 		}
 		return boom // after a write: the write must be rolled back with the dedupe row
-	})
+	}))
 	if out != idempotency.Failed || !errors.Is(err, boom) {
 		t.Fatalf("failing handler: %v, %v; want failed wrapping the handler's error", out, err)
 	}
-	if n := appliedCount(t, b.db.DB, "SN1"); n != 0 {
+	if n := appliedCount(t, b.DB.DB, "SN1"); n != 0 {
 		t.Fatalf("business write survived the failure (%d)", n)
 	}
-	if n := dedupeRows(t, b.db.DB, "SN1"); n != 0 {
+	if n := dedupeRows(t, b.DB.DB, "SN1"); n != 0 {
 		t.Fatalf("dedupe row survived the failure")
 	}
 	for i, want := range []idempotency.Outcome{idempotency.Applied, idempotency.Duplicate} {
-		out, err := b.guard.Do(ctx, b.db, "SN1", func(ctx context.Context, tx *sql.Tx) error { return applyOrder(ctx, tx, "SN1") })
+		out, err := oc(b.Guard.Do(ctx, b.DB, "SN1", func(ctx context.Context, tx *sql.Tx) error { return applyOrder(ctx, tx, "SN1") }))
 		if out != want || err != nil {
 			t.Fatalf("redelivery %d: %v, %v; want %v", i+1, out, err, want)
 		}
 	}
-	if n := appliedCount(t, b.db.DB, "SN1"); n != 1 {
+	if n := appliedCount(t, b.DB.DB, "SN1"); n != 1 {
 		t.Fatalf("applied %d times, want 1", n)
 	}
 }
@@ -78,7 +76,7 @@ func TestSQLGuardConsumerDiesMidTransaction(t *testing.T) {
 	killed := make(chan struct{})
 	first := make(chan error, 1)
 	go func() {
-		out, err := b.guard.Do(ctx, b.db, sn, func(ctx context.Context, tx *sql.Tx) error {
+		out, err := oc(b.Guard.Do(ctx, b.DB, sn, func(ctx context.Context, tx *sql.Tx) error {
 			if err := applyOrder(ctx, tx, sn); err != nil {
 				return err
 			}
@@ -89,7 +87,7 @@ func TestSQLGuardConsumerDiesMidTransaction(t *testing.T) {
 			connID <- id
 			<-killed
 			return nil // wakes up believing it succeeded
-		})
+		}))
 		if out != idempotency.Failed {
 			err = errors.Join(err, errors.New("dead consumer's outcome is "+out.String()+", want failed"))
 		} else {
@@ -101,13 +99,13 @@ func TestSQLGuardConsumerDiesMidTransaction(t *testing.T) {
 	id := <-connID
 	second := make(chan error, 1)
 	go func() { // a duplicate that blocks on the dedupe row's lock, or arrives after the kill
-		out, err := b.guard.Do(ctx, b.db, sn, func(ctx context.Context, tx *sql.Tx) error { return applyOrder(ctx, tx, sn) })
+		out, err := oc(b.Guard.Do(ctx, b.DB, sn, func(ctx context.Context, tx *sql.Tx) error { return applyOrder(ctx, tx, sn) }))
 		if out != idempotency.Applied || err != nil {
 			err = errors.Join(err, errors.New("takeover outcome is "+out.String()+", want applied"))
 		}
 		second <- err
 	}()
-	if _, err := b.db.ExecContext(ctx, "KILL CONNECTION ?", id); err != nil {
+	if _, err := b.DB.ExecContext(ctx, "KILL CONNECTION ?", id); err != nil {
 		t.Fatalf("kill consumer's connection: %v", err)
 	}
 	close(killed)
@@ -117,7 +115,7 @@ func TestSQLGuardConsumerDiesMidTransaction(t *testing.T) {
 	if err := <-second; err != nil {
 		t.Fatal(err)
 	}
-	if n := appliedCount(t, b.db.DB, sn); n != 1 {
+	if n := appliedCount(t, b.DB.DB, sn); n != 1 {
 		t.Fatalf("applied %d times, want 1", n)
 	}
 }
@@ -129,11 +127,11 @@ func TestSQLGuardBadKeys(t *testing.T) {
 	called := false
 	fn := func(context.Context, *sql.Tx) error { called = true; return nil }
 
-	if out, err := b.guard.Do(ctx, b.db, "", fn); out != idempotency.Failed || !errors.Is(err, idempotency.ErrNoKey) {
+	if out, err := oc(b.Guard.Do(ctx, b.DB, "", fn)); out != idempotency.Failed || !errors.Is(err, idempotency.ErrNoKey) {
 		t.Errorf("empty key: %v, %v; want ErrNoKey", out, err)
 	}
 	long := strings.Repeat("x", idempotency.MaxSQLKeyLen+1)
-	if out, err := b.guard.Do(ctx, b.db, long, fn); out != idempotency.Failed || !errors.Is(err, idempotency.ErrInvalidKey) {
+	if out, err := oc(b.Guard.Do(ctx, b.DB, long, fn)); out != idempotency.Failed || !errors.Is(err, idempotency.ErrInvalidKey) {
 		t.Errorf("long key: %v, %v; want ErrInvalidKey", out, err)
 	}
 	if called {
@@ -141,7 +139,7 @@ func TestSQLGuardBadKeys(t *testing.T) {
 	}
 	// Keys compare byte for byte: case, trailing spaces and lookalikes are distinct orders.
 	for _, key := range []string{"sn-a", "SN-A", "SN-A ", "SN-Ä", strings.Repeat("y", idempotency.MaxSQLKeyLen)} {
-		if out, err := b.guard.Do(ctx, b.db, key, fn); out != idempotency.Applied || err != nil {
+		if out, err := oc(b.Guard.Do(ctx, b.DB, key, fn)); out != idempotency.Applied || err != nil {
 			t.Errorf("key %q: %v, %v; want applied", key, out, err)
 		}
 	}
@@ -156,21 +154,21 @@ func TestSQLGuardGroupsAndPurge(t *testing.T) {
 		t.Fatal(err)
 	}
 	nop := func(context.Context, *sql.Tx) error { return nil }
-	for _, g := range []*idempotency.SQLGuard{b.guard, points} {
-		if out, err := g.Do(ctx, b.db, "SN1", nop); out != idempotency.Applied || err != nil {
+	for _, g := range []*idempotency.SQLGuard{b.Guard, points} {
+		if out, err := oc(g.Do(ctx, b.DB, "SN1", nop)); out != idempotency.Applied || err != nil {
 			t.Fatalf("%v, %v; want each group to apply", out, err)
 		}
 	}
-	if _, err := b.db.Exec("UPDATE outbox_dedupe SET created_at = NOW(6) - INTERVAL 10 DAY WHERE consumer_group = 'stock'"); err != nil {
+	if _, err := b.DB.Exec("UPDATE outbox_dedupe SET created_at = NOW(6) - INTERVAL 10 DAY WHERE consumer_group = 'stock'"); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := b.guard.Purge(ctx, b.db, 7*24*time.Hour, 100); n != 1 || err != nil {
+	if n, err := b.Guard.Purge(ctx, b.DB, 7*24*time.Hour, 100); n != 1 || err != nil {
 		t.Fatalf("purge: %d, %v; want 1 row", n, err)
 	}
-	if out, _ := points.Do(ctx, b.db, "SN1", nop); out != idempotency.Duplicate {
+	if out, _ := oc(points.Do(ctx, b.DB, "SN1", nop)); out != idempotency.Duplicate {
 		t.Fatalf("purge of group stock touched group points: %v", out)
 	}
-	if err := b.guard.CreateTable(ctx, b.db); err != nil {
+	if err := b.Guard.CreateTable(ctx, b.DB); err != nil {
 		t.Fatalf("CreateTable on an existing table: %v", err)
 	}
 }
@@ -206,10 +204,6 @@ func TestConfigValidation(t *testing.T) {
 			_, err := idempotency.NewSQLGuard(idempotency.SQLConfig{Group: "g", Table: strings.Repeat("t", 65)})
 			return err
 		}()},
-		{"middleware policy", "MissingKey", func() error {
-			_, err := idempotency.WrapRocketMQ(&idempotency.Guard{}, idempotency.RocketMQConfig{MissingKey: 7}, func(context.Context, *primitive.MessageExt) error { return nil })
-			return err
-		}()},
 	} {
 		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.field) {
 			t.Errorf("%s: error %v, want one naming %s", tc.name, tc.err, tc.field)
@@ -217,5 +211,78 @@ func TestConfigValidation(t *testing.T) {
 	}
 	if _, err := idempotency.NewSQLGuard(idempotency.SQLConfig{Group: "g", Table: strings.Repeat("t", 64)}); err != nil {
 		t.Errorf("64-character table name rejected: %v", err)
+	}
+}
+
+// DoTx joins the caller's transaction: the dedupe row, the effect and the caller's own
+// writes commit or roll back together, and a duplicate leaves the transaction usable.
+func TestSQLGuardDoTxJoinsCallersTransaction(t *testing.T) {
+	t.Parallel()
+	b := setupSQL(t)
+	ctx := context.Background()
+	if _, err := b.DB.Exec("CREATE TABLE audit (id int AUTO_INCREMENT PRIMARY KEY, note varchar(64))"); err != nil {
+		t.Fatal(err)
+	}
+	attempt := func(commit bool) idempotency.Result {
+		t.Helper()
+		tx, err := b.DB.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, "INSERT INTO audit (note) VALUES ('delivery')"); err != nil {
+			t.Fatal(err)
+		}
+		res, err := b.Guard.DoTx(ctx, tx, "orders:paid:SN1", func(ctx context.Context) error { return applyOrder(ctx, tx, "SN1") })
+		if err != nil {
+			t.Fatalf("DoTx: %v", err)
+		}
+		if commit {
+			if err := tx.Commit(); err != nil {
+				t.Fatalf("commit after %v: %v", res.Outcome, err)
+			}
+		}
+		return res
+	}
+	count := func(q string) int {
+		t.Helper()
+		var n int
+		if err := b.DB.QueryRow(q).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	if res := attempt(false); res.Outcome != idempotency.Applied { // the caller rolls back
+		t.Fatalf("first attempt: %v, want applied (in the transaction)", res.Outcome)
+	}
+	if n := appliedCount(t, b.DB.DB, "SN1"); n != 0 || dedupeRows(t, b.DB.DB, "orders:paid:SN1") != 0 || count("SELECT COUNT(*) FROM audit") != 0 {
+		t.Fatal("a rolled-back transaction kept the effect, the dedupe row or the caller's write")
+	}
+	for i, want := range []idempotency.Outcome{idempotency.Applied, idempotency.Duplicate} {
+		if res := attempt(true); res.Outcome != want {
+			t.Fatalf("delivery %d: %v, want %v", i+1, res.Outcome, want)
+		}
+	}
+	if n := appliedCount(t, b.DB.DB, "SN1"); n != 1 {
+		t.Fatalf("applied %d times, want 1", n)
+	}
+	if n := count("SELECT COUNT(*) FROM audit"); n != 2 {
+		t.Fatalf("%d audit rows, want 2: the duplicate's transaction must stay usable and commit", n)
+	}
+
+	// A failing effect: the error says redeliver, and the caller's rollback removes the row.
+	tx, err := b.DB.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("refund service down")
+	res, err := b.Guard.DoTx(ctx, tx, "orders:refunded:SN1", func(context.Context) error { return boom })
+	if res.Outcome != idempotency.Failed || !errors.Is(err, boom) {
+		t.Fatalf("failing effect: %v, %v; want failed with the error", res.Outcome, err)
+	}
+	_ = tx.Rollback()
+	if n := dedupeRows(t, b.DB.DB, "orders:refunded:SN1"); n != 0 {
+		t.Fatal("dedupe row of a failed effect survived the rollback")
 	}
 }

@@ -28,7 +28,7 @@ func ExampleWriter_Insert() {
 	if _, err := tx.ExecContext(ctx, "INSERT INTO orders (order_sn, amount) VALUES (?, ?)", "SN-1001", 99); err != nil {
 		panic(err)
 	}
-	err = w.Insert(ctx, tx, outbox.Message{
+	err = w.Insert(ctx, tx, &outbox.Message{
 		Topic: "orders",
 		Tag:   "created",
 		Keys:  []string{"SN-1001"}, // consumers dedupe by the order number

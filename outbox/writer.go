@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/outbox-relay/outbox-relay/internal/mysqlerr"
 	"github.com/outbox-relay/outbox-relay/schema"
@@ -20,7 +19,8 @@ import (
 // Message is one outbox message as a service writes it.
 type Message struct {
 	// MsgID is the unique id of the message; a second insert of the same id fails with
-	// *DuplicateError. Empty: Insert generates a time-sortable id (NewID) and sets it here.
+	// *DuplicateError. Empty: the writer generates a time-sortable id (NewID) and sets it
+	// here, on the caller's message.
 	MsgID string
 	// Topic is the RocketMQ topic.
 	Topic string
@@ -47,11 +47,35 @@ type Message struct {
 // NoRetries as Message.MaxRetries allows a single attempt and no retry.
 const NoRetries = -1
 
-// Execer is the smallest interface Insert needs; *sql.Tx, *sql.DB and *sql.Conn have it.
-// Pass the transaction that writes the business rows, or the message is not atomic with them.
+// Tx is the transaction Insert and InsertMany write through: *sql.Tx has these methods,
+// and so do wrappers that keep them (sqlx.Tx). Commit and Rollback are not called by the
+// writer; they are in the interface so that a *sql.DB, which would write the message
+// outside the business transaction, does not compile. InsertNoTx is the explicit
+// non-transactional variant.
+type Tx interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	Commit() error
+	Rollback() error
+}
+
+// Execer runs a statement outside any transaction the writer knows of: *sql.DB, *sql.Conn
+// and *sql.Tx have it. Only InsertNoTx takes it.
 type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
+
+// Nudger wakes the relay of table after a commit. A Nudger is a hint: an error only delays
+// delivery to the relay's next poll. outbox/redisnudge publishes on the relay's Redis
+// channel (NudgeChannel); NudgeFunc adapts a function.
+type Nudger interface {
+	Nudge(ctx context.Context, table string) error
+}
+
+// NudgeFunc is a function that is a Nudger.
+type NudgeFunc func(ctx context.Context, table string) error
+
+// Nudge calls f.
+func (f NudgeFunc) Nudge(ctx context.Context, table string) error { return f(ctx, table) }
 
 // Config configures a Writer.
 type Config struct {
@@ -62,16 +86,18 @@ type Config struct {
 	MaxBodyBytes int
 	// DefaultMaxRetries is used for messages with MaxRetries 0. Defaults to 3.
 	DefaultMaxRetries int
-	// Redis, when set, lets Nudge wake the relay right after a commit.
-	Redis redis.UniversalClient
+	// Nudger, when set, lets Writer.Nudge wake the relay right after a commit (for example
+	// redisnudge.New(rdb)). Defaults to nil: no nudge, the relay finds rows at its next poll.
+	Nudger Nudger
 }
 
 // Writer inserts outbox messages into one table. It is safe for concurrent use.
 type Writer struct {
 	table      string
+	insertSQL  string // "INSERT INTO `table` (columns) VALUES "
 	maxBody    int
 	maxRetries int
-	rdb        redis.UniversalClient
+	nudger     Nudger
 }
 
 // NewWriter checks cfg and returns a Writer; an invalid table name is refused here, before it
@@ -95,7 +121,13 @@ func NewWriter(cfg Config) (*Writer, error) {
 	if cfg.DefaultMaxRetries < 0 {
 		return nil, fmt.Errorf("outbox: DefaultMaxRetries: must be positive, got %d", cfg.DefaultMaxRetries)
 	}
-	return &Writer{table: cfg.Table, maxBody: cfg.MaxBodyBytes, maxRetries: cfg.DefaultMaxRetries, rdb: cfg.Redis}, nil
+	return &Writer{
+		table:      cfg.Table,
+		insertSQL:  "INSERT INTO " + schema.QuoteIdent(cfg.Table) + " (" + insertColumns + ") VALUES ",
+		maxBody:    cfg.MaxBodyBytes,
+		maxRetries: cfg.DefaultMaxRetries,
+		nudger:     cfg.Nudger,
+	}, nil
 }
 
 // Table returns the table the writer inserts into.
@@ -107,11 +139,36 @@ const insertColumns = "msg_id, topic, tag, content, msg_keys, sharding_key, prop
 // rowsPerStatement keeps one INSERT well under MySQL's 65,535 placeholders.
 const rowsPerStatement = 1000
 
-// Insert validates msgs and writes them with one multi-row INSERT (per 1,000 messages)
-// through exec, normally the caller's transaction. Empty MsgIDs are generated and written
-// back into msgs. Nothing is written when any message is invalid; the error names the
-// message by index and the field at fault. A msg_id that exists already gives *DuplicateError.
-func (w *Writer) Insert(ctx context.Context, exec Execer, msgs ...Message) error {
+// Insert validates m and writes it through tx, the transaction that writes the business
+// rows, so that the message exists if and only if they commit. An empty m.MsgID is
+// generated and set on m. An invalid message is refused before anything is written, with
+// an error naming the field at fault; a msg_id that exists already gives *DuplicateError.
+func (w *Writer) Insert(ctx context.Context, tx Tx, m *Message) error {
+	if m == nil {
+		return errors.New("outbox: Insert: nil message")
+	}
+	if m.MsgID == "" {
+		m.MsgID = NewID()
+	}
+	return w.insert(ctx, tx, []Message{*m})
+}
+
+// InsertMany is Insert for several messages, written with one multi-row INSERT per 1,000
+// messages through tx. Empty MsgIDs are generated and set in msgs (the caller's slice).
+// Nothing is written when any message is invalid; the error names the message by index.
+func (w *Writer) InsertMany(ctx context.Context, tx Tx, msgs []Message) error {
+	return w.insert(ctx, tx, msgs)
+}
+
+// InsertNoTx is InsertMany outside a transaction: each statement of up to 1,000 messages
+// commits on its own through db. It is for backfills, tools and tests; a service writing
+// business rows must use Insert or InsertMany with its transaction, or a message can be
+// published for a change that was rolled back.
+func (w *Writer) InsertNoTx(ctx context.Context, db Execer, msgs []Message) error {
+	return w.insert(ctx, db, msgs)
+}
+
+func (w *Writer) insert(ctx context.Context, exec Execer, msgs []Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -134,9 +191,7 @@ func (w *Writer) Insert(ctx context.Context, exec Execer, msgs ...Message) error
 
 func (w *Writer) insertChunk(ctx context.Context, exec Execer, msgs []Message) error {
 	var b strings.Builder
-	b.WriteString("INSERT INTO ")
-	b.WriteString(w.table)
-	b.WriteString(" (" + insertColumns + ") VALUES ")
+	b.WriteString(w.insertSQL)
 	args := make([]any, 0, len(msgs)*9)
 	for i, m := range msgs {
 		if i > 0 {
@@ -231,17 +286,19 @@ func asDuplicate(err error) *DuplicateError {
 	return &DuplicateError{MsgID: m[1], err: err}
 }
 
-// NudgeChannel is the Redis pub/sub channel on which the relay of table listens for nudges.
+// NudgeChannel is the Redis pub/sub channel on which the relay of table listens for nudges
+// (see outbox/redisnudge).
 func NudgeChannel(table string) string { return "outbox-relay:nudge:" + table }
 
-// Nudge tells the relay of the writer's table that new rows are committed, so it publishes
-// now rather than at its next poll. Call it after Commit, never inside the transaction. It is
-// a hint: an error or a missing Redis only delays delivery to the next poll.
+// Nudge tells the relay of the writer's table, through Config.Nudger, that new rows are
+// committed, so it publishes now rather than at its next poll. Call it after Commit, never
+// inside the transaction. It is a hint: an error or no Nudger only delays delivery to the
+// next poll.
 func (w *Writer) Nudge(ctx context.Context) error {
-	if w.rdb == nil {
+	if w.nudger == nil {
 		return nil
 	}
-	if err := w.rdb.Publish(ctx, NudgeChannel(w.table), "1").Err(); err != nil {
+	if err := w.nudger.Nudge(ctx, w.table); err != nil {
 		return fmt.Errorf("outbox: nudge %s: %w", w.table, err)
 	}
 	return nil

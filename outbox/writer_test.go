@@ -11,6 +11,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/outbox/redisnudge"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -57,7 +58,7 @@ func TestInsertCommitsWithTheBusinessRows(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, "INSERT INTO orders VALUES ('SN1')"); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Insert(ctx, tx, msgs...); err != nil {
+	if err := w.InsertMany(ctx, tx, msgs); err != nil {
 		t.Fatalf("Insert: %v", err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -104,7 +105,7 @@ func TestInsertInRolledBackTransactionLeavesNoRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Insert(ctx, tx, outbox.Message{MsgID: "rolled-back", Topic: "orders", Body: []byte("x")}); err != nil {
+	if err := w.Insert(ctx, tx, &outbox.Message{MsgID: "rolled-back", Topic: "orders", Body: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Rollback(); err != nil {
@@ -122,7 +123,7 @@ func TestInsertManyIsChunked(t *testing.T) {
 	for i := range msgs {
 		msgs[i] = outbox.Message{Topic: "bulk", Body: []byte("b")}
 	}
-	if err := w.Insert(context.Background(), db.DB, msgs...); err != nil {
+	if err := w.InsertNoTx(context.Background(), db.DB, msgs); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(t, db.DB, "topic = 'bulk'"); n != 2500 {
@@ -134,11 +135,11 @@ func TestDuplicateMsgIDGivesTypedError(t *testing.T) {
 	t.Parallel()
 	db, w := setup(t)
 	ctx := context.Background()
-	if err := w.Insert(ctx, db.DB, outbox.Message{MsgID: "order-42", Topic: "orders", Body: []byte("1")}); err != nil {
+	if err := w.InsertNoTx(ctx, db.DB, []outbox.Message{{MsgID: "order-42", Topic: "orders", Body: []byte("1")}}); err != nil {
 		t.Fatal(err)
 	}
-	err := w.Insert(ctx, db.DB, outbox.Message{MsgID: "other", Topic: "orders", Body: []byte("2")},
-		outbox.Message{MsgID: "order-42", Topic: "orders", Body: []byte("3")})
+	err := w.InsertNoTx(ctx, db.DB, []outbox.Message{{MsgID: "other", Topic: "orders", Body: []byte("2")},
+		{MsgID: "order-42", Topic: "orders", Body: []byte("3")}})
 	var dup *outbox.DuplicateError
 	if !errors.As(err, &dup) || !errors.Is(err, outbox.ErrDuplicate) {
 		t.Fatalf("second insert = %v, want *DuplicateError", err)
@@ -183,7 +184,7 @@ func TestInvalidMessagesAreRefusedWithTheReason(t *testing.T) {
 		{"long msg id", w, outbox.Message{MsgID: strings.Repeat("m", 65), Topic: "t", Body: []byte("x")}, "msg_id is 65 characters"},
 	}
 	for _, c := range cases {
-		err := c.w.Insert(context.Background(), db.DB, ok, c.msg)
+		err := c.w.InsertNoTx(context.Background(), db.DB, []outbox.Message{ok, c.msg})
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "message 1") {
 			t.Errorf("%s: err = %v, want it to name message 1 and say %q", c.name, err, c.want)
 		}
@@ -200,7 +201,7 @@ func TestNudgeReachesTheRelayChannel(t *testing.T) {
 	t.Parallel()
 	rdb, _ := testenv.Redis(t)
 	table := "nudge_" + testenv.RandomSuffix(8)
-	w, err := outbox.NewWriter(outbox.Config{Table: table, Redis: rdb})
+	w, err := outbox.NewWriter(outbox.Config{Table: table, Nudger: redisnudge.New(rdb)})
 	if err != nil {
 		t.Fatal(err)
 	}

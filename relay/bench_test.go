@@ -35,6 +35,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/outbox/redisnudge"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -365,12 +366,12 @@ func BenchmarkScanTick(b *testing.B) {
 
 			tick := func(b *testing.B, nowMs int64) int {
 				read := 0
-				buf := make([]row, 0, 500)
+				var buf []row
 				for _, status := range []int{int(outbox.StatusFailed), int(outbox.StatusPending)} {
 					c := cursor{next: -1 << 62}
 					for {
 						var err error
-						buf, err = r.store.page(context.Background(), status, nowMs, c, 500, buf[:0])
+						buf, _, _, err = r.readPage(context.Background(), status, nowMs, c, 500)
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -427,7 +428,7 @@ func BenchmarkScanTick(b *testing.B) {
 // logPlan logs EXPLAIN and ANALYZE of the page query as DrainOnce first runs it.
 func logPlan(b *testing.B, db *sql.DB, r *Relay) {
 	b.Helper()
-	q, args := r.store.pageQuery(int(outbox.StatusPending), time.Now().UnixMilli(), cursor{next: -1 << 62}, 500)
+	q, args := r.store.pageQuery(int(outbox.StatusPending), time.Now().UnixMilli(), cursor{next: -1 << 62}, 500, r.cfg.MaxBodyBytes)
 	for _, prefix := range []string{"EXPLAIN ", "ANALYZE "} {
 		rows, err := db.Query(prefix+q, args...)
 		if err != nil {
@@ -476,7 +477,7 @@ func BenchmarkCommitToAck(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			w, err := outbox.NewWriter(outbox.Config{Redis: rdb})
+			w, err := outbox.NewWriter(outbox.Config{Nudger: redisnudge.New(rdb)})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -495,7 +496,7 @@ func BenchmarkCommitToAck(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := w.Insert(ctx, tx, outbox.Message{MsgID: msgID, Topic: benchTopic, Tag: "created", Body: []byte(benchBody)}); err != nil {
+				if err := w.Insert(ctx, tx, &outbox.Message{MsgID: msgID, Topic: benchTopic, Tag: "created", Body: []byte(benchBody)}); err != nil {
 					b.Fatal(err)
 				}
 				if err := tx.Commit(); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/outbox/redisnudge"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
@@ -59,7 +60,7 @@ func setupWith(t testing.TB, opts rmqtest.Options) *bundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pub.Close() })
-	w, err := outbox.NewWriter(outbox.Config{Redis: rdb})
+	w, err := outbox.NewWriter(outbox.Config{Nudger: redisnudge.New(rdb)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func run(t testing.TB, r *relay.Relay) (stop func()) {
 
 func (b *bundle) insert(t testing.TB, msgs ...outbox.Message) {
 	t.Helper()
-	if err := b.writer.Insert(context.Background(), b.db.DB, msgs...); err != nil {
+	if err := b.writer.InsertNoTx(context.Background(), b.db.DB, msgs); err != nil {
 		t.Fatal(err)
 	}
 }

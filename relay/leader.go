@@ -8,20 +8,28 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 
+	"github.com/outbox-relay/outbox-relay/internal/ops"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 var (
 	errLockLost = errors.New("leader lock lost")
+	errStalled  = errors.New("no answer from the database")
 	errShutdown = errors.New("shutdown timeout: abandoning sends in flight")
 )
 
+// lockDrift is taken off the lock's TTL when computing how long it is certainly ours:
+// clock drift between us and Redis, and the time an extension's answer took to arrive.
+func lockDrift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
 // Run relays the table until ctx ends: it waits for the table's lock, then drains due rows
-// whenever the poll interval passes or a writer nudges, extending the lock every third of its
-// TTL. When an extension fails it stops publishing at once: sends in flight are abandoned,
-// their rows stay due, and it goes back to waiting for the lock. When ctx ends it takes no
-// new batch, waits up to ShutdownTimeout for the batch in flight, releases the lock and
-// returns nil. Any other return is an error of configuration.
+// whenever a writer nudges or the adaptive poll comes round, extending the lock every
+// quarter of its TTL. It stops publishing at once when the lock is lost or its validity runs
+// out before an extension succeeds (a frozen process), and gives the lock up when the
+// database has not answered for StallTimeout; then it goes back to waiting for the lock.
+// When ctx ends it takes no new page, waits up to ShutdownTimeout for the sends in flight,
+// writes their results back, releases the lock and returns nil. Any other return is an
+// error of configuration.
 func (r *Relay) Run(ctx context.Context) error {
 	if r.rdb == nil {
 		return errors.New("relay: Run needs a Redis client for the lock")
@@ -33,17 +41,41 @@ func (r *Relay) Run(ctx context.Context) error {
 		redsync.WithSetNXOnExtend(), // an expired lock may be re-taken by its owner if free
 	)
 	nudges := r.listen(ctx)
-	retry := time.NewTicker(r.cfg.LockTTL / 3)
-	defer retry.Stop()
+	go r.sampleBacklogEvery(ctx, 5*time.Second)
+	tick := time.NewTicker(r.cfg.LockTTL / 4)
+	defer tick.Stop()
+	r.startWaiting()
+	var nextWaitLog time.Duration = 3 * r.cfg.LockTTL
 	for {
-		err := mutex.TryLockContext(ctx)
+		start := time.Now()
+		actx, cancel := context.WithTimeout(ctx, r.cfg.LockTTL/2)
+		err := mutex.TryLockContext(actx)
+		cancel()
 		if err == nil {
-			r.lead(ctx, mutex, nudges)
+			r.setValidity(start)
+			r.waitingSince.Store(0)
+			r.metrics.SetLockWait(0)
+			cause := r.lead(ctx, mutex, nudges)
+			r.startWaiting()
+			nextWaitLog = 3 * r.cfg.LockTTL
+			if errors.Is(cause, errStalled) {
+				// Let a standby whose path to the database works take over first.
+				select {
+				case <-ctx.Done():
+				case <-time.After(2 * r.cfg.LockTTL):
+				}
+			}
 		} else if ctx.Err() == nil {
 			var taken *redsync.ErrTaken
 			if !errors.As(err, &taken) && !errors.Is(err, redsync.ErrFailed) {
 				r.log.Warn().Err(err).Msg("lock: cannot reach Redis")
 			}
+			if w := r.Health().LockWait; w >= nextWaitLog {
+				r.log.Warn().Str("lock", r.cfg.LockKey).Float64("waited_s", w.Seconds()).
+					Msg("standby: still waiting for the table's lock, held by another relay; if no other relay serves this table, another process is using the same lock key (lock.key)")
+				nextWaitLog = 2 * nextWaitLog
+			}
+			r.metrics.SetLockWait(r.Health().LockWait)
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -51,18 +83,41 @@ func (r *Relay) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-retry.C:
+		case <-tick.C:
 		}
 	}
 }
 
-// lead publishes while the lock is held.
-func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan struct{}) {
-	r.log.Info().Str("lock", r.cfg.LockKey).Msg("leader: publishing")
-	r.cfg.Metrics.setLeader(r.cfg.Table, true)
-	defer r.cfg.Metrics.setLeader(r.cfg.Table, false)
+func (r *Relay) startWaiting() {
+	r.waitingSince.Store(max(1, int64(time.Since(r.progress.start))))
+}
 
-	// abort ends sends in flight: at once when the lock is lost, or ShutdownTimeout after ctx.
+// setValidity records that the lock is ours until TTL after start, the moment the
+// acquisition or extension that succeeded was sent.
+func (r *Relay) setValidity(start time.Time) {
+	until := start.Add(r.cfg.LockTTL - lockDrift(r.cfg.LockTTL))
+	r.validUntil.Store(int64(until.Sub(r.progress.start)))
+}
+
+// lockValid reports whether the lock is still certainly ours. The clock is monotonic, so a
+// process frozen past the TTL finds it false as soon as it runs again.
+func (r *Relay) lockValid() bool {
+	return int64(time.Since(r.progress.start)) < r.validUntil.Load()
+}
+
+// lead publishes while the lock is held and returns why it stopped.
+func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan struct{}) error {
+	r.log.Info().Str("lock", r.cfg.LockKey).Msg("leader: publishing")
+	r.leading.Store(true)
+	r.metrics.SetLeader(true)
+	defer func() {
+		r.leading.Store(false)
+		r.metrics.SetLeader(false)
+	}()
+	r.progress.mark() // the stall clock starts now
+
+	// abort ends sends in flight: at once when the lock is lost or the database stalls,
+	// ShutdownTimeout after ctx.
 	abort, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancel(nil)
 	done := make(chan struct{})
@@ -82,59 +137,75 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 		}
 	}()
 	go r.keepLock(abort, mutex, cancel)
-	go r.sampleBacklogEvery(abort, 5*time.Second)
 
-	poll := time.NewTicker(r.cfg.PollInterval)
-	defer poll.Stop()
-	failures := 0
+	empty, failures := 0, 0
 	for ctx.Err() == nil && abort.Err() == nil {
-		st, err := r.DrainOnce(ctx, abort)
-		if err != nil {
-			failures++
-			if errors.Is(err, ErrBrokerUnreachable) {
-				r.log.Warn().Err(err).Msg("broker unreachable: backing off")
-			} else {
-				r.log.Error().Err(err).Msg("drain failed")
+		var st Stats
+		var err error
+		if empty > 0 && failures == 0 {
+			// Idle: one cheap probe instead of a pass's two page reads.
+			var due bool
+			if due, err = r.store.anyDue(abort, time.Now().UnixMilli()); err == nil {
+				r.progress.mark()
+			}
+			if err == nil && due {
+				st, err = r.drain(ctx, abort, r.lockValid)
 			}
 		} else {
-			failures = 0
+			st, err = r.drain(ctx, abort, r.lockValid)
 		}
-		if err == nil && st.Changed() > 0 {
+		var wait time.Duration
+		switch {
+		case err != nil && abort.Err() == nil:
+			failures++
+			r.log.Error().Err(err).Int("consecutive", failures).Msg("pass failed")
+			wait = min(r.cfg.PollInterval<<min(failures-1, 5), 30*time.Second)
+		case st.Changed() > 0:
+			failures, empty = 0, 0
 			continue // more may have been committed meanwhile
-		}
-		wait := r.cfg.PollInterval
-		if failures > 0 {
-			wait = min(r.cfg.PollInterval*time.Duration(1<<min(failures, 5)), 30*time.Second)
+		default:
+			failures = 0
+			// Nothing changed: look again soon, then less and less often up to PollInterval.
+			wait = min(r.cfg.MinPollInterval<<min(empty, 20), r.cfg.PollInterval)
+			empty++
 		}
 		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 		case <-abort.Done():
 		case <-nudges:
-		case <-poll.C:
+			empty = 0
 		case <-timer.C:
 		}
 		timer.Stop()
 	}
 
-	if errors.Is(context.Cause(abort), errLockLost) {
+	cause := context.Cause(abort)
+	switch {
+	case errors.Is(cause, errLockLost):
 		r.log.Error().Str("lock", r.cfg.LockKey).Msg("leader lock lost: stopped publishing")
-		return
+		return cause
+	case errors.Is(cause, errStalled):
+		r.log.Error().Str("lock", r.cfg.LockKey).Float64("no_answer_s", r.progress.since().Seconds()).
+			Msg("no answer from the database: gave the lock up for a standby")
 	}
 	cancel(nil)
-	uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+	uctx, ucancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer ucancel()
 	if ok, err := mutex.UnlockContext(uctx); !ok || err != nil {
 		r.log.Warn().Err(err).Msg("lock release failed; it expires after lock.ttl")
 	} else {
 		r.log.Info().Msg("lock released")
 	}
+	return cause
 }
 
-// keepLock extends the lock every third of its TTL until abort is done; a failed extension
-// cancels abort with errLockLost.
+// keepLock extends the lock every quarter of its TTL until abort is done. An extension that
+// fails for want of an answer is tried again until the lock's validity runs out; one that
+// finds the lock taken, or validity run out, cancels abort with errLockLost. A leader the
+// database has not answered for StallTimeout cancels abort with errStalled.
 func (r *Relay) keepLock(abort context.Context, mutex *redsync.Mutex, cancel context.CancelCauseFunc) {
-	t := time.NewTicker(r.cfg.LockTTL / 3)
+	t := time.NewTicker(r.cfg.LockTTL / 4)
 	defer t.Stop()
 	for {
 		select {
@@ -142,19 +213,41 @@ func (r *Relay) keepLock(abort context.Context, mutex *redsync.Mutex, cancel con
 			return
 		case <-t.C:
 		}
-		ctx, c := context.WithTimeout(abort, r.cfg.LockTTL/3)
+		if since := r.progress.since(); since > r.cfg.StallTimeout {
+			cancel(errStalled)
+			return
+		}
+		start := time.Now()
+		ctx, c := context.WithTimeout(abort, r.cfg.LockTTL/4)
 		ok, err := mutex.ExtendContext(ctx)
 		c()
 		if abort.Err() != nil {
 			return
 		}
-		if !ok || err != nil {
-			r.cfg.Metrics.lockLost(r.cfg.Table)
-			r.log.Warn().Err(err).Msg("lock extension failed")
+		switch {
+		case ok && err == nil:
+			r.setValidity(start)
+		case !r.lockValid():
+			r.metrics.LockLost()
+			r.log.Warn().Err(err).Msg("lock validity ran out before an extension succeeded")
 			cancel(errLockLost)
 			return
+		case isLockTaken(err):
+			r.metrics.LockLost()
+			r.log.Warn().Err(err).Msg("lock extension refused: another relay holds the lock")
+			cancel(errLockLost)
+			return
+		default:
+			r.log.Debug().Err(err).Msg("lock extension failed; trying again while the lock is valid")
 		}
 	}
+}
+
+// isLockTaken reports whether an extension failed because the lock is no longer ours, as
+// opposed to Redis not answering.
+func isLockTaken(err error) bool {
+	var taken *redsync.ErrTaken
+	return errors.Is(err, redsync.ErrExtendFailed) || errors.Is(err, redsync.ErrLockAlreadyExpired) || errors.As(err, &taken)
 }
 
 // listen forwards writers' nudges for the table into a channel that holds at most one.
@@ -185,10 +278,11 @@ func (r *Relay) listen(ctx context.Context) <-chan struct{} {
 	return out
 }
 
-// sampleBacklogEvery updates the backlog gauges until ctx is done, beside the drain loop so
-// that a long drain neither delays the samples nor is delayed by them.
+// sampleBacklogEvery updates the backlog and dead-row gauges until ctx is done, beside the
+// drain loop so that a long drain neither delays the samples nor is delayed by them. Leader
+// and standbys alike sample, so every relay of a table exports its true backlog.
 func (r *Relay) sampleBacklogEvery(ctx context.Context, every time.Duration) {
-	if r.cfg.Metrics == nil {
+	if r.metrics == nil {
 		return
 	}
 	t := time.NewTicker(every)
@@ -204,12 +298,18 @@ func (r *Relay) sampleBacklogEvery(ctx context.Context, every time.Duration) {
 }
 
 func (r *Relay) sampleBacklog(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	pending, oldest, err := r.store.backlog(ctx, time.Now())
 	if err != nil {
 		r.log.Warn().Err(err).Msg("backlog sample failed")
 		return
 	}
-	r.cfg.Metrics.setBacklog(r.cfg.Table, pending, oldest.Seconds())
+	r.metrics.SetBacklog(pending, oldest.Seconds())
+	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+	defer cancel()
+	deadRows, err := ops.CountDead(qctx, r.db, r.cfg.Table, ops.Filter{})
+	if err != nil {
+		r.log.Warn().Err(err).Msg("dead rows sample failed")
+		return
+	}
+	r.metrics.SetDeadRows(deadRows)
 }

@@ -37,11 +37,23 @@ type Message struct {
 // follows may duplicate the message, which consumers dedupe. Send must honour ctx: once it
 // is done, return promptly. It is called from many goroutines at once.
 //
-// Send marks what its errors mean, and the relay acts on the marks: Permanent (dead at once,
-// no retry), Refused (the broker answered and refused: in a batch one message may be at fault,
-// so the relay sends them one by one), ErrBrokerUnreachable wrapped (the broker could not be
-// reached at all and nothing was stored: no retry is spent). An unmarked error (a timeout, a
-// dropped connection) is retried and counts as an attempt.
+// Send marks what its errors mean, and the relay acts on the marks (docs/decisions.md,
+// "Failure accounting"):
+//   - Permanent: the message can never be sent as it is; it goes dead at once.
+//   - Refused: the broker read the request and refused this message; the attempt counts
+//     against max_retry_count, and a refused batch is retried one message at a time so that
+//     one bad message cannot fail its neighbours.
+//   - ErrTopicNotFound wrapped: the name servers answered that the topic has no route; the
+//     attempt counts (it is the topic's problem, not an outage).
+//   - ErrBrokerUnreachable wrapped: nothing reached a broker (connection refused, no route to
+//     it, name servers down); the attempt never counts, the row waits out the broker's backoff.
+//   - anything else (a timeout, a dropped or reset connection, the broker busy): a transient
+//     failure. It counts only when it singles the message out: when it is the only transient
+//     failure of its broker within the incident window. Failures that come together are an
+//     incident of the broker and count for none of their messages.
+//
+// AtBroker attributes an error to the broker address it came from, so that incidents are
+// judged per broker.
 type Publisher interface {
 	Send(ctx context.Context, route Route, msgs ...*Message) error
 	// Close releases the publisher's connections; Send must not be called after it.
@@ -65,12 +77,48 @@ func Permanent(err error) error {
 	return &PermanentError{Err: err}
 }
 
-// ErrBrokerUnreachable marks, wrapped by a Publisher, a send that could not reach the broker
-// at all (connection refused, no route), so the message was certainly not stored. When no
-// message of a batch reached the broker, DrainOnce returns it: the batch's rows are left due
-// with their retry counts untouched, since an outage is not the messages' fault and counting it
-// would park every due row as dead during a broker restart.
+// ErrBrokerUnreachable marks, wrapped by a Publisher, a send that could not reach a broker at
+// all (connection refused, no route to it, no name server answering), so the message was
+// certainly not stored. Its row keeps its retry count and waits out the broker's backoff:
+// an outage is not the message's fault, and counting it would park every due row as dead
+// during a broker restart.
 var ErrBrokerUnreachable = errors.New("broker unreachable")
+
+// ErrTopicNotFound marks, wrapped by a Publisher, a send whose topic has no route although
+// the name servers answered: a misspelt topic, or one not created on a cluster with
+// autoCreateTopicEnable=false. The attempt counts, so such rows end dead with the reason after
+// their retries instead of waiting forever; the other rows of the table are not held up.
+var ErrTopicNotFound = errors.New("topic has no route on the name servers")
+
+// BrokerError attributes a send's error to the broker it was sent to.
+type BrokerError struct {
+	// Broker is the broker's address (host:port).
+	Broker string
+	// Err is the send's error.
+	Err error
+}
+
+func (e *BrokerError) Error() string { return e.Err.Error() + " (broker " + e.Broker + ")" }
+
+// Unwrap returns the send's error.
+func (e *BrokerError) Unwrap() error { return e.Err }
+
+// AtBroker attributes err to the broker at addr; it returns err itself when either is empty.
+func AtBroker(addr string, err error) error {
+	if err == nil || addr == "" {
+		return err
+	}
+	return &BrokerError{Broker: addr, Err: err}
+}
+
+// BrokerOf returns the broker address err is attributed to, or "" when none is.
+func BrokerOf(err error) string {
+	var b *BrokerError
+	if errors.As(err, &b) {
+		return b.Broker
+	}
+	return ""
+}
 
 // RefusedError marks an answer of the broker refusing a send: it read the request, so when a
 // batch is refused one message of it may be at fault.

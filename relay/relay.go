@@ -1,14 +1,12 @@
 package relay
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,13 +31,29 @@ const (
 type Config struct {
 	// Table is the outbox table. Defaults to "local_message".
 	Table string
+	// Database names the database in metrics and logs (server/schema, no credentials).
+	// Defaults to empty.
+	Database string
 	// BatchSize is the number of rows read, published and written back together.
 	// Defaults to 500.
 	BatchSize int
 	// Concurrency bounds the broker sends in flight at once. Defaults to 16.
 	Concurrency int
-	// PollInterval is the wait between scans when there is nothing to do. Defaults to 1s.
+	// PollInterval is the longest wait between scans when there is nothing to do. Defaults
+	// to 1s. After a scan that found work the relay looks again at once, and after empty
+	// scans it waits MinPollInterval, doubling up to PollInterval: rows written by plain-SQL
+	// writers that cannot nudge are picked up within milliseconds under load, while an idle
+	// table costs about one query per PollInterval.
 	PollInterval time.Duration
+	// MinPollInterval is the first wait after a scan that found nothing. Defaults to 10ms
+	// (or PollInterval when that is shorter).
+	MinPollInterval time.Duration
+	// QueryTimeout bounds every statement the relay runs. Defaults to 5s.
+	QueryTimeout time.Duration
+	// MaxPageBytes bounds the message bodies one page holds in memory: a page ends early
+	// when its bodies reach it. Bodies over MaxBodyBytes are recognised by their length and
+	// never loaded. Defaults to 8 MiB.
+	MaxPageBytes int
 	// DisableBatchSend sends every message in a request of its own. By default messages of
 	// one topic on an unordered route without delay level or sharding key go in batch
 	// requests of up to MaxBatchMessages messages and MaxBatchBytes bytes.
@@ -61,11 +75,18 @@ type Config struct {
 	// Unrouted applies when Router has no route. Defaults to UnroutedDefault.
 	Unrouted UnroutedPolicy
 	// LockKey is the Redis key of the table's leader lock. Defaults to
+	// "outbox-relay:lock:" + Database + ":" + Table when Database is set, else
 	// "outbox-relay:lock:" + Table.
 	LockKey string
-	// LockTTL is the lock's expiry; it is extended every third of it, and a standby takes
-	// over about one TTL after a leader dies. Defaults to 10s.
+	// LockTTL is the lock's expiry. The leader extends it every quarter of it and a standby
+	// tries to take it as often, so a standby takes over within about one TTL of a leader's
+	// death. A leader that has not heard from the database for StallTimeout gives the lock
+	// up. Defaults to 2s.
 	LockTTL time.Duration
+	// StallTimeout is how long a leader may go without any answer from the database before
+	// it releases the lock for a standby whose path may be healthy. Defaults to 3 × LockTTL
+	// or 2 × QueryTimeout, whichever is longer.
+	StallTimeout time.Duration
 	// ShutdownTimeout bounds the wait for the in-flight batch when Run's context ends;
 	// sends still running then are abandoned (their rows stay due). Defaults to 15s.
 	ShutdownTimeout time.Duration
@@ -96,6 +117,15 @@ func (c *Config) setDefaults() {
 	if c.PollInterval == 0 {
 		c.PollInterval = time.Second
 	}
+	if c.MinPollInterval == 0 {
+		c.MinPollInterval = min(10*time.Millisecond, c.PollInterval)
+	}
+	if c.QueryTimeout == 0 {
+		c.QueryTimeout = 5 * time.Second
+	}
+	if c.MaxPageBytes == 0 {
+		c.MaxPageBytes = 8 << 20
+	}
 	if c.MaxBatchMessages == 0 {
 		c.MaxBatchMessages = 128
 	}
@@ -111,9 +141,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.LockKey == "" {
 		c.LockKey = "outbox-relay:lock:" + c.Table
+		if c.Database != "" {
+			c.LockKey = "outbox-relay:lock:" + c.Database + ":" + c.Table
+		}
 	}
 	if c.LockTTL == 0 {
-		c.LockTTL = 10 * time.Second
+		c.LockTTL = 2 * time.Second
+	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = max(3*c.LockTTL, 2*c.QueryTimeout)
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 15 * time.Second
@@ -135,6 +171,12 @@ func (c *Config) validate() error {
 		return fmt.Errorf("relay: Concurrency: must be at least 1, got %d", c.Concurrency)
 	case c.PollInterval < 0:
 		return fmt.Errorf("relay: PollInterval: must be positive, got %s", c.PollInterval)
+	case c.MinPollInterval < 0 || c.MinPollInterval > c.PollInterval:
+		return fmt.Errorf("relay: MinPollInterval: must be between 0 and PollInterval (%s), got %s", c.PollInterval, c.MinPollInterval)
+	case c.QueryTimeout < 0 || c.StallTimeout < 0:
+		return fmt.Errorf("relay: QueryTimeout and StallTimeout must be positive")
+	case c.MaxPageBytes < 1:
+		return fmt.Errorf("relay: MaxPageBytes: must be positive, got %d", c.MaxPageBytes)
 	case c.MaxBatchMessages < 1:
 		return fmt.Errorf("relay: MaxBatchMessages: must be at least 1, got %d", c.MaxBatchMessages)
 	case c.MaxBatchBytes < 1 || c.MaxBodyBytes < 1:
@@ -155,12 +197,20 @@ func (c *Config) validate() error {
 // Relay delivers the rows of one outbox table. Run it with Run; DrainOnce is the single pass
 // Run repeats, for tools and tests that already hold the lock or need none.
 type Relay struct {
-	cfg   Config
-	db    *sql.DB
-	rdb   redis.UniversalClient
-	pub   Publisher
-	store store
-	log   zerolog.Logger
+	cfg       Config
+	db        *sql.DB
+	rdb       redis.UniversalClient
+	pub       Publisher
+	store     store
+	log       zerolog.Logger
+	incidents *incidents
+	progress  progress
+
+	leading      atomic.Bool
+	validUntil   atomic.Int64 // the lock's validity, nanoseconds after progress.start
+	waitingSince atomic.Int64 // when a standby began to wait, nanoseconds after progress.start; 0 when not waiting
+
+	metrics *TableMetrics // nil without cfg.Metrics
 }
 
 // New checks cfg and returns a relay of cfg.Table. rdb holds the lock and carries nudges;
@@ -173,12 +223,22 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Rel
 	if db == nil || pub == nil {
 		return nil, errors.New("relay: New needs a database and a publisher")
 	}
-	return &Relay{
-		cfg: cfg, db: db, rdb: rdb, pub: pub,
-		store: store{db: db, table: cfg.Table},
-		log:   cfg.Logger.With().Str("table", cfg.Table).Logger(),
-	}, nil
+	log := cfg.Logger.With().Str("table", cfg.Table).Logger()
+	if cfg.Database != "" {
+		log = log.With().Str("database", cfg.Database).Logger()
+	}
+	r := &Relay{
+		cfg: cfg, db: db, rdb: rdb, pub: pub, metrics: cfg.Metrics.Table(cfg.Database, cfg.Table),
+		store:     store{db: db, table: schema.QuoteIdent(cfg.Table), name: cfg.Table, timeout: cfg.QueryTimeout},
+		log:       log,
+		incidents: newIncidents(log),
+	}
+	r.progress.mark()
+	return r, nil
 }
+
+// Table returns the table the relay serves.
+func (r *Relay) Table() string { return r.cfg.Table }
 
 // Stats counts what one DrainOnce did.
 type Stats struct {
@@ -186,6 +246,9 @@ type Stats struct {
 	Read int
 	// Sent, Retried and Dead count the rows whose status this relay changed.
 	Sent, Retried, Dead int
+	// Deferred counts rows whose attempt failed in a broker incident: they wait out the
+	// broker's backoff with their retry count untouched.
+	Deferred int
 	// Held is the number of due rows left for later: held back behind an earlier message of
 	// their ordered key, or abandoned when the context ended.
 	Held int
@@ -199,91 +262,54 @@ func (s *Stats) add(o Stats) {
 	s.Sent += o.Sent
 	s.Retried += o.Retried
 	s.Dead += o.Dead
+	s.Deferred += o.Deferred
 	s.Held += o.Held
 }
 
-// DrainOnce makes one pass over the rows due now, failed ones first, batch by batch. It
-// stops taking new batches when stop is done, and abandons sends in flight when ctx is done
+// DrainOnce makes one pass over the rows due now, failed ones first. The stages overlap:
+// the next page is read while the current one is published, and results are written back
+// while later pages are published; the pass returns when every result is written back. It
+// stops taking new pages when stop is done, and abandons sends in flight when ctx is done
 // (their rows stay due). Results already acknowledged are always written back.
 func (r *Relay) DrainOnce(stop, ctx context.Context) (Stats, error) {
-	var total Stats
+	return r.drain(stop, ctx, nil)
+}
+
+// drain is DrainOnce with a fence: when fence is set and returns false (the lock's validity
+// has run out), nothing more is published.
+func (r *Relay) drain(stop, ctx context.Context, fence func() bool) (Stats, error) {
 	nowMs := time.Now().UnixMilli()
-	buf := make([]row, 0, r.cfg.BatchSize)
-	for _, status := range []int{int(outbox.StatusFailed), int(outbox.StatusPending)} {
-		c := cursor{next: -1 << 62}
-		for {
-			if stop.Err() != nil || ctx.Err() != nil {
-				return total, nil
-			}
-			var err error
-			buf, err = r.store.page(ctx, status, nowMs, c, r.cfg.BatchSize, buf[:0])
-			if err != nil {
-				if ctx.Err() != nil {
-					return total, nil
-				}
-				return total, err
-			}
-			if len(buf) == 0 {
-				break
-			}
-			last := buf[len(buf)-1]
-			c = cursor{next: last.nextRetry, id: last.id}
-			st, err := r.processBatch(ctx, buf)
-			total.add(st)
-			if err != nil {
-				return total, err
-			}
-			if len(buf) < r.cfg.BatchSize {
-				break
-			}
+	scanCtx, cancelScan := context.WithCancel(ctx)
+	defer cancelScan()
+	pages := make(chan *page, 1)
+	var scanErr error
+	go func() {
+		defer close(pages)
+		scanErr = r.scan(stop, scanCtx, nowMs, pages)
+	}()
+	comp := r.newCompleter(ctx)
+	go comp.run()
+	defer context.AfterFunc(stop, comp.wake)()
+
+	for pg := range pages {
+		if !comp.waitHealthy(stop, ctx) || stop.Err() != nil || ctx.Err() != nil || (fence != nil && !fence()) {
+			cancelScan()
+			continue // drain the channel; these rows stay due
 		}
+		results := r.processPage(ctx, pg, fence)
+		comp.submit(pg.rows, results)
 	}
-	return total, nil
-}
-
-// outcome kinds of one row in a batch.
-const (
-	held = iota
-	sent
-	retry
-	dead
-)
-
-type result struct {
-	kind   int
-	reason string
-	err    error // the publisher's error of a retry
-}
-
-// brokerOutage returns an ErrBrokerUnreachable error when the batch sent nothing and every
-// failure was a failure to reach the broker.
-func brokerOutage(results []result) error {
-	var outage error
-	for _, res := range results {
-		switch {
-		case res.kind == sent:
-			return nil
-		case res.kind == retry && !errors.Is(res.err, ErrBrokerUnreachable):
-			return nil
-		case res.kind == retry:
-			outage = res.err
-		}
+	st, err := comp.close()
+	if scanErr != nil && ctx.Err() == nil && stop.Err() == nil && !errors.Is(scanErr, context.Canceled) {
+		err = errors.Join(scanErr, err)
 	}
-	if outage == nil {
-		return nil
-	}
-	return fmt.Errorf("%w; rows left due, retry counts untouched", outage)
+	return st, err
 }
 
-// item is one row of a batch, prepared for publishing.
-type item struct {
-	row   *row
-	msg   *Message
-	route Route
-}
-
-func (r *Relay) processBatch(ctx context.Context, rows []row) (Stats, error) {
+// processPage plans and publishes one page and returns each row's result.
+func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool) []result {
 	start := time.Now()
+	rows := pg.rows
 	results := make([]result, len(rows))
 	items := make([]item, len(rows))
 	var orderedKeys []string
@@ -304,30 +330,21 @@ func (r *Relay) processBatch(ctx context.Context, rows []row) (Stats, error) {
 			maxOrderedID = max(maxOrderedID, rows[i].id)
 		}
 	}
-
 	units, err := r.plan(ctx, items, orderedKeys, maxOrderedID)
 	if err != nil {
-		return Stats{}, err
+		// The ordered-key check could not run: hold the page's ordered rows, send the rest.
+		r.log.Warn().Err(err).Msg("ordered-key check failed; ordered rows of this page wait for the next pass")
+		units = r.unorderedUnits(items)
+	} else {
+		r.progress.mark()
 	}
-	r.publish(ctx, units, items, results)
-	outage := brokerOutage(results)
-	if outage != nil {
-		// Nothing reached the broker and nothing is wrong with the messages: spend none of
-		// their retries. They stay due; the caller backs off and tries again.
-		for i := range results {
-			if results[i].kind == retry {
-				results[i] = result{kind: held}
-			}
-		}
+	r.publish(ctx, units, items, results, fence)
+	r.incidents.judge(items, results)
+	for i := range rows {
+		rows[i].content = nil // published: the completer needs ids and counts only
 	}
-	st, err := r.writeBack(ctx, rows, results)
-	err = errors.Join(err, outage)
-	r.cfg.Metrics.observeBatch(r.cfg.Table, time.Since(start))
-	if st.Changed() > 0 || st.Held > 0 {
-		r.log.Info().Int("read", len(rows)).Int("sent", st.Sent).Int("retried", st.Retried).Int("dead", st.Dead).
-			Int("held", st.Held).Dur("took", time.Since(start)).Msg("batch")
-	}
-	return st, err
+	r.metrics.ObserveBatch(time.Since(start))
+	return results
 }
 
 // prepare turns a row into a message and finds its route; an error is permanent: the row
@@ -339,8 +356,8 @@ func (r *Relay) prepare(rw *row) (*Message, Route, error) {
 	if err := outbox.ValidateTag(rw.tag); err != nil {
 		return nil, Route{}, fmt.Errorf("invalid tag: %w", err)
 	}
-	if len(rw.content) > r.cfg.MaxBodyBytes {
-		return nil, Route{}, fmt.Errorf("body is %d bytes, over the limit of %d (relay.max_body_bytes)", len(rw.content), r.cfg.MaxBodyBytes)
+	if rw.contentLen > int64(r.cfg.MaxBodyBytes) {
+		return nil, Route{}, fmt.Errorf("body is %d bytes, over the limit of %d (relay.max_body_bytes)", rw.contentLen, r.cfg.MaxBodyBytes)
 	}
 	props, err := outbox.ParseProperties(rw.properties.String)
 	if err != nil {
@@ -358,279 +375,4 @@ func (r *Relay) prepare(rw *row) (*Message, Route, error) {
 		Keys: strings.Fields(rw.keys), ShardingKey: rw.shardingKey, Body: rw.content,
 		Properties: props, RetryCount: rw.retryCount, MaxRetries: rw.maxRetries,
 	}, route, nil
-}
-
-// unit is the work of one goroutine: a batch request, a single message, or the chain of an
-// ordered key, published one after the other.
-type unit struct {
-	idx   []int
-	batch bool
-	chain bool
-}
-
-// plan groups the prepared items into units. An ordered key's rows may go only as the prefix
-// of its unsent rows that is present in this batch: a row behind an earlier unsent row
-// (failed and waiting, or not yet due) is held back.
-func (r *Relay) plan(ctx context.Context, items []item, orderedKeys []string, maxOrderedID int64) ([]unit, error) {
-	var unsent map[orderKey][]int64
-	if len(orderedKeys) > 0 {
-		var err error
-		if unsent, err = r.store.unsentUpTo(ctx, orderedKeys, maxOrderedID); err != nil {
-			return nil, err
-		}
-	}
-	chains := map[orderKey][]int{}
-	var chainOrder []orderKey
-	type batchKey struct {
-		group, topic string
-		timeout      time.Duration
-	}
-	batches := map[batchKey][]int{}
-	var batchOrder []batchKey
-	var units []unit
-	for i, it := range items {
-		if it.msg == nil {
-			continue
-		}
-		switch {
-		case it.route.Ordered && it.msg.ShardingKey != "":
-			k := orderKey{it.msg.Topic, it.msg.ShardingKey}
-			if _, ok := chains[k]; !ok {
-				chainOrder = append(chainOrder, k)
-			}
-			chains[k] = append(chains[k], i)
-		case !r.cfg.DisableBatchSend && it.route.DelayLevel == 0 && it.msg.ShardingKey == "":
-			k := batchKey{it.route.Group, it.msg.Topic, it.route.SendTimeout}
-			if _, ok := batches[k]; !ok {
-				batchOrder = append(batchOrder, k)
-			}
-			batches[k] = append(batches[k], i)
-		default:
-			units = append(units, unit{idx: []int{i}})
-		}
-	}
-	for _, k := range chainOrder {
-		idx := chains[k]
-		slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(items[a].row.id, items[b].row.id) })
-		ids := unsent[k]
-		var ok []int
-		for n, i := range idx {
-			if n >= len(ids) || ids[n] != items[i].row.id {
-				break // an earlier unsent row of this key is not in the batch
-			}
-			ok = append(ok, i)
-		}
-		if len(ok) > 0 {
-			units = append(units, unit{idx: ok, chain: true})
-		}
-	}
-	for _, k := range batchOrder {
-		idx := batches[k]
-		var cur []int
-		size := 0
-		for _, i := range idx {
-			n := len(items[i].msg.Body)
-			if len(cur) > 0 && (len(cur) >= r.cfg.MaxBatchMessages || size+n > r.cfg.MaxBatchBytes) {
-				units = append(units, unit{idx: cur, batch: len(cur) > 1})
-				cur, size = nil, 0
-			}
-			cur = append(cur, i)
-			size += n
-		}
-		if len(cur) > 0 {
-			units = append(units, unit{idx: cur, batch: len(cur) > 1})
-		}
-	}
-	return units, nil
-}
-
-// publish runs the units on at most Concurrency goroutines. Each unit writes only its own
-// rows' results, so no lock is needed.
-func (r *Relay) publish(ctx context.Context, units []unit, items []item, results []result) {
-	work := make(chan unit)
-	var wg sync.WaitGroup
-	for w := 0; w < min(r.cfg.Concurrency, len(units)); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for u := range work {
-				r.runUnit(ctx, u, items, results)
-			}
-		}()
-	}
-	for _, u := range units {
-		if ctx.Err() != nil {
-			break // the rest stay due
-		}
-		work <- u
-	}
-	close(work)
-	wg.Wait()
-}
-
-func (r *Relay) runUnit(ctx context.Context, u unit, items []item, results []result) {
-	switch {
-	case u.batch:
-		msgs := make([]*Message, len(u.idx))
-		for n, i := range u.idx {
-			msgs[n] = items[i].msg
-		}
-		err := r.send(ctx, items[u.idx[0]].route, msgs...)
-		if err == nil {
-			for _, i := range u.idx {
-				results[i] = result{kind: sent}
-			}
-			return
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if !IsRefused(err) {
-			// The broker did not answer (unreachable, timeout, dropped connection): every
-			// message would fail alike.
-			for _, i := range u.idx {
-				results[i] = failResult(err)
-			}
-			return
-		}
-		// The broker refused the batch: find out which message it refuses.
-		r.log.Debug().Err(err).Int("messages", len(u.idx)).Msg("batch send refused, sending one by one")
-		for _, i := range u.idx {
-			r.sendOne(ctx, items[i], &results[i])
-		}
-	case u.chain:
-		for _, i := range u.idx {
-			r.sendOne(ctx, items[i], &results[i])
-			if results[i].kind != sent && results[i].kind != dead {
-				return // a failed or abandoned message holds back the rest of its key
-			}
-		}
-	default:
-		r.sendOne(ctx, items[u.idx[0]], &results[u.idx[0]])
-	}
-}
-
-func (r *Relay) sendOne(ctx context.Context, it item, res *result) {
-	if ctx.Err() != nil {
-		return // abandoned: the row stays due
-	}
-	err := r.send(ctx, it.route, it.msg)
-	switch {
-	case err == nil:
-		*res = result{kind: sent}
-	case ctx.Err() != nil:
-		// Abandoned mid-send: whether the broker stored it is unknown, and the row stays due.
-	default:
-		*res = failResult(err)
-	}
-	r.log.Debug().Str("msg_id", it.msg.MsgID).Int64("id", it.msg.ID).Err(err).Msg("send")
-}
-
-func failResult(err error) result {
-	if IsPermanent(err) {
-		return result{kind: dead, reason: "refused by the broker: " + err.Error()}
-	}
-	return result{kind: retry, reason: err.Error(), err: err}
-}
-
-func (r *Relay) send(ctx context.Context, route Route, msgs ...*Message) error {
-	start := time.Now()
-	err := r.pub.Send(ctx, route, msgs...)
-	r.cfg.Metrics.observePublish(r.cfg.Table, time.Since(start))
-	return err
-}
-
-// writeBack records the batch's results with a few set-based UPDATEs: one for the sent rows,
-// one per previous retry count for the failed ones (their next time depends on it), one for
-// the dead. It runs even when ctx is done, so an acknowledged message is not sent again.
-func (r *Relay) writeBack(ctx context.Context, rows []row, results []result) (Stats, error) {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	nowMs := time.Now().UnixMilli()
-	var st Stats
-	st.Read = len(rows)
-	var sentIDs []int64
-	var deadRows []failure
-	retries := map[int][]failure{}
-	var retryOrder []int
-	for i, res := range results {
-		rw := &rows[i]
-		switch res.kind {
-		case sent:
-			sentIDs = append(sentIDs, rw.id)
-		case dead:
-			deadRows = append(deadRows, failure{rw.id, res.reason})
-		case retry:
-			if _, ok := retries[rw.retryCount]; !ok {
-				retryOrder = append(retryOrder, rw.retryCount)
-			}
-			retries[rw.retryCount] = append(retries[rw.retryCount], failure{rw.id, res.reason})
-		default:
-			st.Held++
-		}
-	}
-	var errs []error
-	if len(sentIDs) > 0 {
-		markSent := r.store.markSent
-		if r.cfg.perRowWriteBack {
-			markSent = r.store.markSentPerRow
-		}
-		n, err := markSent(wctx, sentIDs, nowMs)
-		st.Sent = int(n)
-		errs = append(errs, err)
-		r.warnRaced("sent", len(sentIDs), n)
-	}
-	for _, rc := range retryOrder {
-		fails := retries[rc]
-		next := nowMs + r.cfg.Backoff.Delay(rc, r.cfg.Rand).Milliseconds()
-		markRetry := r.store.markRetry
-		if r.cfg.perRowWriteBack {
-			markRetry = r.store.markRetryPerRow
-		}
-		n, err := markRetry(wctx, rc, fails, next)
-		st.Retried += int(n)
-		errs = append(errs, err)
-		r.warnRaced("retry", len(fails), n)
-	}
-	if len(deadRows) > 0 {
-		n, err := r.store.markDead(wctx, deadRows)
-		st.Dead = int(n)
-		errs = append(errs, err)
-		r.warnRaced("dead", len(deadRows), n)
-		for _, d := range deadRows {
-			r.log.Warn().Int64("id", d.id).Str("reason", d.reason).Msg("message dead")
-		}
-	}
-	r.countResults(rows, results)
-	return st, errors.Join(errs...)
-}
-
-// warnRaced notes rows that another relay changed between our read and our write: harmless
-// (the guard kept the newer state), but a sign that two relays ran at once.
-func (r *Relay) warnRaced(what string, want int, got int64) {
-	if int64(want) != got {
-		r.log.Warn().Str("update", what).Int("rows", want).Int64("changed", got).
-			Msg("rows changed by another relay meanwhile; kept their newer state")
-	}
-}
-
-func (r *Relay) countResults(rows []row, results []result) {
-	m := r.cfg.Metrics
-	if m == nil {
-		return
-	}
-	for i, res := range results {
-		rw := &rows[i]
-		switch res.kind {
-		case sent:
-			m.published.WithLabelValues(r.cfg.Table, rw.topic, rw.tag).Inc()
-		case retry:
-			m.failed.WithLabelValues(r.cfg.Table, rw.topic, rw.tag).Inc()
-			if rw.retryCount+1 > rw.maxRetries {
-				m.dead.WithLabelValues(r.cfg.Table, rw.topic, rw.tag).Inc()
-			}
-		case dead:
-			m.dead.WithLabelValues(r.cfg.Table, rw.topic, rw.tag).Inc()
-		}
-	}
 }

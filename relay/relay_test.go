@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"maps"
 	"slices"
 	"strconv"
@@ -128,7 +129,7 @@ func writeOrder(ctx context.Context, b *bundle, sn string, msg outbox.Message, r
 	if _, err := tx.ExecContext(ctx, "INSERT INTO orders VALUES (?)", sn); err != nil {
 		return err
 	}
-	if err := b.writer.Insert(ctx, tx, msg); err != nil {
+	if err := b.writer.Insert(ctx, tx, &msg); err != nil {
 		return err
 	}
 	if rollback {
@@ -143,54 +144,56 @@ func writeOrder(ctx context.Context, b *bundle, sn string, msg outbox.Message, r
 // TestBrokerErrorsAndOutageAreRetriedThenDelivered: failures are recorded with their reason
 // and a next attempt on the backoff schedule, and everything is delivered once the broker
 // recovers.
-func TestBrokerErrorsAndOutageAreRetriedThenDelivered(t *testing.T) {
+func TestBrokerIncidentsSpendNoRetriesThenDeliver(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	cfg := b.config()
-	cfg.Backoff.Base = 200 * time.Millisecond
 	cfg.DisableNudge = true
+	logs := &testenv.SyncBuffer{}
+	logger := zerolog.New(logs)
+	cfg.Logger = &logger
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = relay.NewMetrics(reg)
 	r := b.newRelay(t, cfg)
-	b.broker.SetFaults(rmqtest.Faults{ErrorRate: 1})
+	b.broker.SetFaults(rmqtest.Faults{ErrorRate: 1}) // SYSTEM_ERROR to every send
 	for i := 0; i < 50; i++ {
-		b.insert(t, outbox.Message{MsgID: fmt.Sprintf("e%02d", i), Topic: "orders", Body: []byte("x"), MaxRetries: 10})
+		b.insert(t, outbox.Message{MsgID: fmt.Sprintf("e%02d", i), Topic: "orders", Body: []byte("x")})
 	}
 	ctx := context.Background()
 
-	// One pass while every send is refused: each row records one failure and its next attempt.
+	// One pass while the broker fails every send: an incident of the broker, which costs the
+	// messages nothing; each row says why it waits and waits out the broker's backoff.
 	before := time.Now().UnixMilli()
 	st, err := r.DrainOnce(ctx, ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Retried != 50 || st.Sent != 0 {
-		t.Fatalf("first pass: %+v, want 50 retried", st)
+	if st.Deferred != 50 || st.Sent != 0 || st.Retried != 0 || st.Dead != 0 {
+		t.Fatalf("first pass: %+v, want 50 deferred", st)
 	}
-	if n := countWhere(t, b.db.DB, "status = 1 AND retry_count = 1 AND fail_reason LIKE '%CODE: 1%' AND next_retry_time >= ?",
-		before+200); n != 50 {
-		t.Fatalf("%d rows failed once with the broker's reason and a next attempt >= 200ms later, want 50 (%s)", n, statusCounts(t, b.db.DB))
+	if n := countWhere(t, b.db.DB, "status = 1 AND retry_count = 0 AND fail_reason LIKE '%CODE: 1%not counted%' AND next_retry_time > ?",
+		before); n != 50 {
+		t.Fatalf("%d rows deferred with the broker's reason, untouched retry counts and a later attempt, want 50 (%s)", n, statusCounts(t, b.db.DB))
 	}
 	// Not due yet: an immediate pass reads nothing.
 	if st, _ := r.DrainOnce(ctx, ctx); st.Read != 0 {
 		t.Fatalf("a pass before the backoff elapsed read %d rows", st.Read)
 	}
 
-	// Now the broker is down altogether: the relay keeps trying, but an outage is not the
-	// messages' fault and spends none of their retries.
+	// Now the broker is down altogether, through several attempts of every row: no retry is
+	// spent, and the incident is logged once, not once per attempt.
 	b.broker.ClearFaults()
 	b.broker.StopBroker()
-	logs := &testenv.SyncBuffer{}
-	logger := zerolog.New(logs)
-	cfg.Logger = &logger
-	r = b.newRelay(t, cfg)
-	eventually(t, 5*time.Second, "the failed rows to be due again", func() bool {
-		return countWhere(t, b.db.DB, "next_retry_time <= ?", time.Now().UnixMilli()) == 50
-	})
 	run(t, r)
-	eventually(t, 30*time.Second, "the relay to find the broker unreachable twice", func() bool {
-		return strings.Count(logs.String(), "broker unreachable: backing off") >= 2
+	eventually(t, 30*time.Second, "three deferred attempts of every row", func() bool {
+		return countWhere(t, b.db.DB, "fail_reason LIKE '%unreachable%'") == 50 &&
+			metric(t, reg, "outbox_relay_failed_total", map[string]string{"topic": "orders"}) >= 50*3
 	})
-	if n := countWhere(t, b.db.DB, "status = 1 AND retry_count = 1"); n != 50 {
-		t.Fatalf("%d rows still failed once, want 50: the outage spent retries (%s)", n, statusCounts(t, b.db.DB))
+	if n := countWhere(t, b.db.DB, "status = 1 AND retry_count = 0"); n != 50 {
+		t.Fatalf("%d rows still failed with no retry spent, want 50: the outage spent retries (%s)", n, statusCounts(t, b.db.DB))
+	}
+	if n := strings.Count(logs.String(), "broker failing"); n > 2 {
+		t.Fatalf("the outage was logged %d times; want one line per state change:\n%s", n, logs.String())
 	}
 	if err := b.broker.StartBroker(); err != nil {
 		t.Fatal(err)
@@ -198,6 +201,9 @@ func TestBrokerErrorsAndOutageAreRetriedThenDelivered(t *testing.T) {
 	eventually(t, 60*time.Second, "delivery after recovery", func() bool {
 		return countWhere(t, b.db.DB, "status = 2") == 50
 	})
+	if !strings.Contains(logs.String(), "broker recovered") {
+		t.Fatalf("no recovery line in the log:\n%s", logs.String())
+	}
 	msgs := b.broker.Messages("orders")
 	ids := map[string]bool{}
 	for _, m := range msgs {
@@ -206,8 +212,8 @@ func TestBrokerErrorsAndOutageAreRetriedThenDelivered(t *testing.T) {
 	if len(ids) != 50 {
 		t.Fatalf("broker has %d distinct messages, want 50", len(ids))
 	}
-	if n := countWhere(t, b.db.DB, "status = 2 AND sent_time > 0"); n != 50 {
-		t.Fatalf("%d sent rows with sent_time, want 50", n)
+	if n := countWhere(t, b.db.DB, "status = 2 AND sent_time > 0 AND retry_count = 0"); n != 50 {
+		t.Fatalf("%d sent rows with sent_time and no retry spent, want 50", n)
 	}
 }
 
@@ -220,7 +226,8 @@ func TestRetriesExhaustedGoDead(t *testing.T) {
 	cfg.Backoff.Base = 20 * time.Millisecond
 	cfg.Backoff.Max = 40 * time.Millisecond
 	r := b.newRelay(t, cfg)
-	b.broker.SetTopicFaults("broken", rmqtest.Faults{ErrorRate: 1, ErrorCode: 2})
+	// 25 is a refusal of the request itself, not a state of the broker: it counts.
+	b.broker.SetTopicFaults("broken", rmqtest.Faults{ErrorRate: 1, ErrorCode: 25})
 	for i := 0; i < 5; i++ {
 		b.insert(t, outbox.Message{MsgID: fmt.Sprintf("dead-%d", i), Topic: "broken", Body: []byte("x"), MaxRetries: 2})
 		b.insert(t, outbox.Message{MsgID: fmt.Sprintf("ok-%d", i), Topic: "healthy", Body: []byte("y")})
@@ -229,7 +236,7 @@ func TestRetriesExhaustedGoDead(t *testing.T) {
 	eventually(t, 30*time.Second, "broken rows dead", func() bool {
 		return countWhere(t, b.db.DB, "status = 3") == 5
 	})
-	if n := countWhere(t, b.db.DB, "topic = 'broken' AND status = 3 AND retry_count = 3 AND fail_reason LIKE '%CODE: 2%'"); n != 5 {
+	if n := countWhere(t, b.db.DB, "topic = 'broken' AND status = 3 AND retry_count = 3 AND fail_reason LIKE '%CODE: 25%'"); n != 5 {
 		t.Fatalf("%d dead rows with retry_count 3 and the broker's reason, want 5 (%s)", n, statusCounts(t, b.db.DB))
 	}
 	eventually(t, 10*time.Second, "healthy rows sent", func() bool {
@@ -318,7 +325,7 @@ func TestOrderedRoutePreservesPerKeyOrderUnderFailures(t *testing.T) {
 	eventually(t, 90*time.Second, "all ordered rows sent", func() bool {
 		return countWhere(t, b.db.DB, "status = 2") == keys*perKey
 	})
-	if n := countWhere(t, b.db.DB, "retry_count > 0"); n == 0 {
+	if n := countWhere(t, b.db.DB, "fail_reason IS NOT NULL"); n == 0 {
 		t.Fatal("no failure was injected; the test proves nothing")
 	}
 	queueOf := map[string]int{}

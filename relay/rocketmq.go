@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -43,6 +45,10 @@ type RocketMQPublisher struct {
 	mu        sync.Mutex
 	producers map[string]rocketmq.Producer
 	closed    bool
+
+	probeMu   sync.Mutex
+	probedAt  time.Time
+	nsReached bool
 }
 
 // NewRocketMQPublisher checks cfg and returns a publisher; no connection is made until the
@@ -85,6 +91,7 @@ func (p *RocketMQPublisher) producer(group string) (rocketmq.Producer, error) {
 		producer.WithRetry(0),
 		producer.WithSendMsgTimeout(p.cfg.SendTimeout),
 		producer.WithQueueSelector(producer.NewHashQueueSelector()),
+		producer.WithInterceptor(attributeBroker),
 	}
 	if p.cfg.AccessKey != "" {
 		opts = append(opts, producer.WithCredentials(primitive.Credentials{AccessKey: p.cfg.AccessKey, SecretKey: p.cfg.SecretKey}))
@@ -121,13 +128,25 @@ func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Mess
 	}
 	res, err := prod.SendSync(ctx, out...)
 	if err != nil {
-		return classify(err)
+		return p.classify(err)
 	}
 	if res.Status != primitive.SendOK {
 		// Stored but not flushed or replicated as the broker was asked to: not an ack.
 		return fmt.Errorf("broker answered send status %d", res.Status)
 	}
 	return nil
+}
+
+// attributeBroker is a producer interceptor that attributes a failed send to the broker
+// address the client chose, so that the relay judges incidents per broker.
+func attributeBroker(ctx context.Context, req, reply any, next primitive.Invoker) error {
+	err := next(ctx, req, reply)
+	if err != nil {
+		if pc, ok := primitive.GetProducerCtx(ctx); ok {
+			return AtBroker(pc.BrokerAddr, err)
+		}
+	}
+	return err
 }
 
 func toPrimitive(m *Message, route Route) *primitive.Message {
@@ -153,26 +172,94 @@ func toPrimitive(m *Message, route Route) *primitive.Message {
 	return pm
 }
 
-// classify marks the client's errors for the relay (see Publisher). rocketmq-client-go v2.1.2
-// reports a broker's answer as "CODE: n, DESC: ..." and a failure to connect with the dialer's
-// or the name server's own words.
-func classify(err error) error {
+// Response codes of RocketMQ's remoting protocol that classify needs.
+const (
+	codeSystemError        = 1
+	codeSystemBusy         = 2
+	codeMessageIllegal     = 13
+	codeServiceUnavailable = 14
+	codeNoPermission       = 16
+	codeTopicNotExist      = 17
+)
+
+// brokerCode returns the response code of a broker's answer as rocketmq-client-go v2.1.2
+// reports it ("CODE: n, DESC: ..."), or -1.
+func brokerCode(msg string) int {
+	rest, ok := strings.CutPrefix(msg, "CODE: ")
+	if !ok {
+		return -1
+	}
+	end := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
+	if end <= 0 {
+		return -1
+	}
+	n, err := strconv.Atoi(rest[:end])
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// classify marks the client's errors for the relay (see Publisher). A broker's answer is
+// classified by its code; "route info not found" is a missing topic when a name server
+// answers and an unreachable cluster when none does; connection failures are unreachable;
+// everything else (timeouts, dropped connections) is left unmarked: transient.
+func (p *RocketMQPublisher) classify(err error) error {
+	broker := BrokerOf(err)
 	msg := err.Error()
-	switch {
-	case strings.HasPrefix(msg, "CODE: 13,"): // MESSAGE_ILLEGAL: size or properties
+	var be *BrokerError
+	if errors.As(err, &be) {
+		msg = be.Err.Error()
+	}
+	switch code := brokerCode(msg); code {
+	case -1:
+	case codeMessageIllegal: // size or properties: no retry can cure it
 		return Permanent(Refused(err))
-	case strings.HasPrefix(msg, "CODE: "):
+	case codeTopicNotExist:
+		return fmt.Errorf("%w: %w", ErrTopicNotFound, err)
+	case codeSystemError, codeSystemBusy, codeServiceUnavailable, codeNoPermission:
+		// The broker's state, not the message's: busy, flow control, disk full, read-only.
+		return err
+	default:
 		return Refused(err)
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return fmt.Errorf("%w: %w", ErrBrokerUnreachable, err)
 	}
 	lower := strings.ToLower(msg)
-	for _, w := range []string{"connection refused", "route info not found", "no route to host", "network is unreachable"} {
+	if strings.Contains(lower, "route info not found") {
+		if p.nameServerAnswers() {
+			return fmt.Errorf("%w: %w (does the topic exist? with autoCreateTopicEnable=false it must be created first)", ErrTopicNotFound, err)
+		}
+		return fmt.Errorf("%w: no name server answers at %s: %w", ErrBrokerUnreachable, strings.Join(p.cfg.NameServers, ","), err)
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
+		return AtBroker(broker, fmt.Errorf("%w: %w", ErrBrokerUnreachable, err))
+	}
+	for _, w := range []string{"connection refused", "no route to host", "network is unreachable"} {
 		if strings.Contains(lower, w) {
 			return fmt.Errorf("%w: %w", ErrBrokerUnreachable, err)
 		}
 	}
 	return err
+}
+
+// nameServerAnswers reports whether any name server accepts a TCP connection, checked at
+// most once a second: it tells a topic without a route from a cluster out of reach.
+func (p *RocketMQPublisher) nameServerAnswers() bool {
+	p.probeMu.Lock()
+	defer p.probeMu.Unlock()
+	if time.Since(p.probedAt) < time.Second {
+		return p.nsReached
+	}
+	p.nsReached = false
+	for _, addr := range p.cfg.NameServers {
+		c, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
+		if err == nil {
+			c.Close()
+			p.nsReached = true
+			break
+		}
+	}
+	p.probedAt = time.Now()
+	return p.nsReached
 }
 
 // Close shuts every producer down.

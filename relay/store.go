@@ -15,8 +15,11 @@ import (
 // store holds every statement the relay runs against one table. The table name was
 // validated when the relay was built; values always go through placeholders.
 type store struct {
-	db    *sql.DB
-	table string
+	db *sql.DB
+	// table is the quoted table name for SQL; name is the plain one for messages.
+	table, name string
+	// timeout bounds each statement.
+	timeout time.Duration
 }
 
 // row is one due outbox row as read by a page.
@@ -25,6 +28,7 @@ type row struct {
 	msgID       string
 	topic, tag  string
 	content     []byte
+	contentLen  int64 // content's length in bytes, known even when content is not loaded
 	keys        string
 	shardingKey string
 	properties  sql.NullString
@@ -39,44 +43,39 @@ type cursor struct {
 	id   int64
 }
 
-// page reads up to limit due rows of one status after c, in (next_retry_time, id) order.
+// pageQuery returns the page statement and arguments (the benchmarks EXPLAIN it). Bodies
+// longer than maxBody are not sent over the wire: their length is enough to mark them dead.
+//
 // The order is that of the (status, next_retry_time) index, whose entries carry the primary
 // key, so MySQL reads the due rows only: it neither walks the primary key over the sent
 // history nor sorts (see FACTS.md's ORDER BY id trap and docs/performance.md's EXPLAIN).
-func (s *store) page(ctx context.Context, status int, nowMs int64, c cursor, limit int, out []row) ([]row, error) {
-	q, args := s.pageQuery(status, nowMs, c, limit)
-	rows, err := s.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return out, fmt.Errorf("read due rows of %s: %w", s.table, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var r row
-		if err := rows.Scan(&r.id, &r.msgID, &r.topic, &r.tag, &r.content, &r.keys, &r.shardingKey, &r.properties,
-			&r.retryCount, &r.maxRetries, &r.nextRetry); err != nil {
-			return out, fmt.Errorf("read due rows of %s: %w", s.table, err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return out, fmt.Errorf("read due rows of %s: %w", s.table, err)
-	}
-	return out, nil
-}
-
-// pageQuery returns page's statement and arguments (the benchmarks EXPLAIN it).
-//
 // The keyset condition is written as two ranges, (status, next, id > c.id) and
 // (status, next > c.next), so that MySQL and MariaDB bound the index range by id as well
 // (secondary index entries end with the primary key: "extended keys"). The equivalent
 // "next >= c.next AND (next > c.next OR id > c.id)" bounds it by next only and re-examines
 // every row held back earlier in the pass on each page: 99,504 index entries read for a
 // page of 500 behind 99,000 held rows, against 500 for this form (Handler_icp_attempts).
-func (s *store) pageQuery(status int, nowMs int64, c cursor, limit int) (string, []any) {
-	return `SELECT id, msg_id, topic, tag, content, msg_keys, sharding_key, properties, retry_count, max_retry_count, next_retry_time
+func (s *store) pageQuery(status int, nowMs int64, c cursor, limit, maxBody int) (string, []any) {
+	return `SELECT id, msg_id, topic, tag, IF(LENGTH(content) <= ?, content, NULL), COALESCE(LENGTH(content), 0), msg_keys, sharding_key,
+			properties, retry_count, max_retry_count, next_retry_time
 		FROM ` + s.table + `
 		WHERE status = ? AND next_retry_time <= ? AND ((next_retry_time = ? AND id > ?) OR next_retry_time > ?) AND is_deleted = 0
-		ORDER BY next_retry_time, id LIMIT ?`, []any{status, nowMs, c.next, c.id, c.next, limit}
+		ORDER BY next_retry_time, id LIMIT ?`, []any{maxBody, status, nowMs, c.next, c.id, c.next, limit}
+}
+
+// anyDue reports whether a row may be due at nowMs: one statement of two index range seeks
+// that the idle relay runs instead of a pass (soft-deleted rows may make it say yes; the
+// pass then finds nothing, as it would have anyway).
+func (s *store) anyDue(ctx context.Context, nowMs int64) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM `+s.table+`
+		WHERE status IN (0, 1) AND next_retry_time <= ? LIMIT 1) due`, nowMs).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("probe due rows of %s: %w", s.name, err)
+	}
+	return n > 0, nil
 }
 
 // orderKey identifies one ordered stream: a sharding key within a topic.
@@ -86,6 +85,8 @@ type orderKey struct{ topic, key string }
 // failed (due or not) up to maxID, ascending. A row may go only when every earlier unsent row
 // of its stream goes before it in the same batch.
 func (s *store) unsentUpTo(ctx context.Context, keys []string, maxID int64) (map[orderKey][]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	out := map[orderKey][]int64{}
 	for start := 0; start < len(keys); start += maxIDsPerStatement {
 		chunk := keys[start:min(start+maxIDsPerStatement, len(keys))]
@@ -98,21 +99,21 @@ func (s *store) unsentUpTo(ctx context.Context, keys []string, maxID int64) (map
 		args = append(args, maxID)
 		rows, err := s.db.QueryContext(ctx, q, args...)
 		if err != nil {
-			return nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.table, err)
+			return nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.name, err)
 		}
 		for rows.Next() {
 			var id int64
 			var k orderKey
 			if err := rows.Scan(&id, &k.topic, &k.key); err != nil {
 				rows.Close()
-				return nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.table, err)
+				return nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.name, err)
 			}
 			out[k] = append(out[k], id)
 		}
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
-			return nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.table, err)
+			return nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.name, err)
 		}
 	}
 	for _, ids := range out {
@@ -127,6 +128,34 @@ const maxIDsPerStatement = 1000
 // maxReasonChars is the width of fail_reason.
 const maxReasonChars = 1000
 
+// Every status change runs in its own READ COMMITTED transaction and reaches its rows
+// through the primary key (FORCE INDEX (PRIMARY)), so that it never waits for a writer's
+// uncommitted rows nor takes gap locks that block writers' INSERTs, whatever the optimizer's
+// statistics say: planned on the (status, ...) indexes under REPEATABLE READ, a guarded
+// UPDATE waited 5-6.7 s behind writers holding transactions open (FACTS.md). The status
+// guard keeps a newer state written by another relay or an operator.
+
+// exec runs one status change in a READ COMMITTED transaction of its own and returns the
+// rows it changed.
+func (s *store) exec(ctx context.Context, q string, args ...any) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return 0, err
+	}
+	res, err := tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		_ = tx.Rollback()
+		return 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	return n, nil
+}
+
 // markSent sets the acknowledged rows sent. Rows another relay finished meanwhile are left
 // alone; the number changed is returned.
 func (s *store) markSent(ctx context.Context, ids []int64, nowMs int64) (int64, error) {
@@ -134,13 +163,12 @@ func (s *store) markSent(ctx context.Context, ids []int64, nowMs int64) (int64, 
 	for start := 0; start < len(ids); start += maxIDsPerStatement {
 		chunk := ids[start:min(start+maxIDsPerStatement, len(ids))]
 		args := append([]any{nowMs}, int64Args(chunk)...)
-		res, err := s.db.ExecContext(ctx, `UPDATE `+s.table+` SET status = 2, sent_time = ?
+		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET status = 2, sent_time = ?
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1)`, args...)
-		if err != nil {
-			return total, fmt.Errorf("mark %d rows of %s sent: %w", len(chunk), s.table, err)
-		}
-		n, _ := res.RowsAffected()
 		total += n
+		if err != nil {
+			return total, fmt.Errorf("mark %d rows of %s sent: %w", len(chunk), s.name, err)
+		}
 	}
 	return total, nil
 }
@@ -163,14 +191,55 @@ func (s *store) markRetry(ctx context.Context, retryCount int, fails []failure, 
 		args = append(args, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
 		args = append(args, retryCount)
-		res, err := s.db.ExecContext(ctx, `UPDATE `+s.table+` SET retry_count = ?,
+		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET retry_count = ?,
 			status = CASE WHEN ? > max_retry_count THEN 3 ELSE 1 END, next_retry_time = ?, fail_reason = `+reasonSQL+`
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND retry_count = ?`, args...)
-		if err != nil {
-			return total, fmt.Errorf("record %d failed attempts in %s: %w", len(chunk), s.table, err)
-		}
-		n, _ := res.RowsAffected()
 		total += n
+		if err != nil {
+			return total, fmt.Errorf("record %d failed attempts in %s: %w", len(chunk), s.name, err)
+		}
+	}
+	return total, nil
+}
+
+// markTransientRetry records a transient failure that singled its rows out: the count goes
+// up by one but never past max_retry_count, and the rows stay failed: a timeout or a
+// dropped connection never makes a message dead.
+func (s *store) markTransientRetry(ctx context.Context, retryCount int, fails []failure, nextMs int64) (int64, error) {
+	var total int64
+	for start := 0; start < len(fails); start += maxIDsPerStatement {
+		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
+		reasonSQL, reasonArgs := reasonCase(chunk)
+		args := []any{retryCount + 1, nextMs}
+		args = append(args, reasonArgs...)
+		args = append(args, failureIDs(chunk)...)
+		args = append(args, retryCount)
+		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET retry_count = LEAST(?, max_retry_count),
+			status = 1, next_retry_time = ?, fail_reason = `+reasonSQL+`
+			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND retry_count = ?`, args...)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("record %d failed attempts in %s: %w", len(chunk), s.name, err)
+		}
+	}
+	return total, nil
+}
+
+// markDeferred records an attempt that failed in a broker incident: the rows wait until
+// nextMs with their retry counts untouched, and say why in fail_reason.
+func (s *store) markDeferred(ctx context.Context, fails []failure, nextMs int64) (int64, error) {
+	var total int64
+	for start := 0; start < len(fails); start += maxIDsPerStatement {
+		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
+		reasonSQL, reasonArgs := reasonCase(chunk)
+		args := append([]any{nextMs}, reasonArgs...)
+		args = append(args, failureIDs(chunk)...)
+		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET status = 1, next_retry_time = ?, fail_reason = `+reasonSQL+`
+			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1)`, args...)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("defer %d rows of %s: %w", len(chunk), s.name, err)
+		}
 	}
 	return total, nil
 }
@@ -184,7 +253,7 @@ func (s *store) markSentPerRow(ctx context.Context, ids []int64, nowMs int64) (i
 		res, err := s.db.ExecContext(ctx, `UPDATE `+s.table+` SET status = 2, sent_time = ?
 			WHERE id = ? AND status IN (0, 1)`, nowMs, id)
 		if err != nil {
-			return total, fmt.Errorf("mark row %d of %s sent: %w", id, s.table, err)
+			return total, fmt.Errorf("mark row %d of %s sent: %w", id, s.name, err)
 		}
 		n, _ := res.RowsAffected()
 		total += n
@@ -202,7 +271,7 @@ func (s *store) markRetryPerRow(ctx context.Context, retryCount int, fails []fai
 			WHERE id = ? AND status IN (0, 1) AND retry_count = ?`,
 			retryCount+1, retryCount+1, nextMs, truncateReason(f.reason), f.id, retryCount)
 		if err != nil {
-			return total, fmt.Errorf("record failed attempt of row %d in %s: %w", f.id, s.table, err)
+			return total, fmt.Errorf("record failed attempt of row %d in %s: %w", f.id, s.name, err)
 		}
 		n, _ := res.RowsAffected()
 		total += n
@@ -217,13 +286,12 @@ func (s *store) markDead(ctx context.Context, fails []failure) (int64, error) {
 		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
 		reasonSQL, args := reasonCase(chunk)
 		args = append(args, failureIDs(chunk)...)
-		res, err := s.db.ExecContext(ctx, `UPDATE `+s.table+` SET status = 3, fail_reason = `+reasonSQL+`
+		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET status = 3, fail_reason = `+reasonSQL+`
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1)`, args...)
-		if err != nil {
-			return total, fmt.Errorf("mark %d rows of %s dead: %w", len(chunk), s.table, err)
-		}
-		n, _ := res.RowsAffected()
 		total += n
+		if err != nil {
+			return total, fmt.Errorf("mark %d rows of %s dead: %w", len(chunk), s.name, err)
+		}
 	}
 	return total, nil
 }
@@ -232,11 +300,13 @@ func (s *store) markDead(ctx context.Context, fails []failure) (int64, error) {
 // is answered from the (status, next_retry_time) index alone) and how long the oldest due row
 // has been due (ops.OldestDue, as the status command reports it).
 func (s *store) backlog(ctx context.Context, now time.Time) (pending int64, oldestDue time.Duration, err error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	err = s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+s.table+` WHERE status IN (0, 1)`).Scan(&pending)
 	if err != nil {
-		return 0, 0, fmt.Errorf("count backlog of %s: %w", s.table, err)
+		return 0, 0, fmt.Errorf("count backlog of %s: %w", s.name, err)
 	}
-	oldestDue, err = ops.OldestDue(ctx, s.db, s.table, now)
+	oldestDue, err = ops.OldestDue(ctx, s.db, s.name, now)
 	return pending, oldestDue, err
 }
 

@@ -35,11 +35,14 @@ func TestPageExaminesOnlyItsOwnRows(t *testing.T) {
 		}
 	}
 	db.SetMaxOpenConns(1) // session counters below belong to the one connection
-	s := store{db: db.DB, table: "local_message"}
+	r, err := New(db.DB, nil, nopPublisher{}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := db.Exec("FLUSH STATUS"); err != nil {
 		t.Fatal(err)
 	}
-	page, err := s.page(ctx, 0, 1<<62, cursor{next: 0, id: held}, limit, nil)
+	page, _, _, err := r.readPage(ctx, 0, 1<<62, cursor{next: 0, id: held}, limit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,5 +59,62 @@ func TestPageExaminesOnlyItsOwnRows(t *testing.T) {
 	}
 	if examined := max(icp, next); examined > 2*limit {
 		t.Fatalf("one page of %d examined %d index entries: it re-reads the %d rows before the cursor", limit, examined, held)
+	}
+}
+
+// nopPublisher is a Publisher for tests that only read pages.
+type nopPublisher struct{}
+
+func (nopPublisher) Send(context.Context, Route, ...*Message) error { return nil }
+func (nopPublisher) Close() error                                   { return nil }
+
+// TestPageStaysWithinItsByteBudget: a page of large bodies stops at MaxPageBytes, and a body
+// over MaxBodyBytes is recognised by its length without being loaded, then marked dead while
+// the rest are sent.
+func TestPageStaysWithinItsByteBudget(t *testing.T) {
+	t.Parallel()
+	db := testenv.MySQL(t)
+	ctx := context.Background()
+	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
+		t.Fatal(err)
+	}
+	const mib = 1 << 20
+	big := strings.Repeat("b", mib)
+	if _, err := db.Exec("INSERT INTO local_message (msg_id, topic, content) VALUES ('huge', 'orders', REPEAT('h', ?))", 5*mib); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 12; i++ {
+		if _, err := db.Exec("INSERT INTO local_message (msg_id, topic, content) VALUES (?, 'orders', ?)", fmt.Sprintf("big-%d", i), big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := New(db.DB, nil, nopPublisher{}, Config{MaxPageBytes: 3 * mib, MaxBodyBytes: 4 * mib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, full, cut, err := r.readPage(ctx, 0, 1<<62, cursor{next: -1 << 62}, 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded := 0
+	for _, rw := range rows {
+		loaded += len(rw.content)
+	}
+	if !cut || full || loaded > 3*mib || len(rows) != 4 {
+		t.Fatalf("page of %d rows holding %d body bytes (cut %v), want 4 rows (the huge one unloaded, then 3 of 1 MiB) within 3 MiB", len(rows), loaded, cut)
+	}
+	if rows[0].msgID != "huge" || rows[0].content != nil || rows[0].contentLen != 5*mib {
+		t.Fatalf("the oversized row: msg_id %s, %d bytes loaded, length %d; want its length known and its body not loaded", rows[0].msgID, len(rows[0].content), rows[0].contentLen)
+	}
+	st, err := r.DrainOnce(ctx, ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Sent != 12 || st.Dead != 1 {
+		t.Fatalf("drain: %+v, want 12 sent and the oversized one dead", st)
+	}
+	var reason string
+	if err := db.QueryRow("SELECT fail_reason FROM local_message WHERE msg_id = 'huge' AND status = 3").Scan(&reason); err != nil || !strings.Contains(reason, "over the limit") {
+		t.Fatalf("the oversized row: %q, %v; want dead saying it is over the limit", reason, err)
 	}
 }

@@ -24,5 +24,5 @@ func DedupeDDL(table string) (string, error) {
 	if err := ValidateIdent(table); err != nil {
 		return "", err
 	}
-	return strings.ReplaceAll(dedupeDDL, "{{TABLE}}", table), nil
+	return strings.ReplaceAll(dedupeDDL, "{{TABLE}}", QuoteIdent(table)), nil
 }

@@ -1,4 +1,4 @@
-CREATE TABLE IF NOT EXISTS `{{TABLE}}` (
+CREATE TABLE IF NOT EXISTS {{TABLE}} (
   `consumer_group` varbinary(128) NOT NULL COMMENT 'consumer group: groups sharing the table never see each other''s keys',
   `dedupe_key` varbinary(255) NOT NULL COMMENT 'idempotency key, usually the order number; compared byte for byte',
   `created_at` datetime(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) COMMENT 'when the effect committed; for purging',

@@ -21,7 +21,7 @@ func DDL(table string) (string, error) {
 	if err := ValidateIdent(table); err != nil {
 		return "", err
 	}
-	return strings.ReplaceAll(outboxDDL, "{{TABLE}}", table), nil
+	return strings.ReplaceAll(outboxDDL, "{{TABLE}}", QuoteIdent(table)), nil
 }
 
 // column is one column the relay relies on: the types it accepts and the definition used
@@ -136,49 +136,15 @@ func Check(ctx context.Context, db *sql.DB, table string) ([]Problem, error) {
 // Migrate creates table when it does not exist, or upgrades it in place: missing columns
 // and indexes are added with their defaults and id is made AUTO_INCREMENT, so a table made
 // with the original local_message DDL keeps all its rows. Running it on an up-to-date table
-// changes nothing. A column of an incompatible type is reported, never altered.
+// changes nothing. A column of an incompatible type is reported, never altered. It runs
+// every step of Plan, the blocking ones included (see Apply); on a live table, look at Plan
+// first.
 func Migrate(ctx context.Context, db *sql.DB, table string) error {
-	ddl, err := DDL(table)
+	steps, err := Plan(ctx, db, table)
 	if err != nil {
 		return err
 	}
-	if _, err := db.ExecContext(ctx, ddl); err != nil {
-		return fmt.Errorf("create table %s: %w", table, err)
-	}
-	problems, err := Check(ctx, db, table)
-	if err != nil {
-		return err
-	}
-	var alters, wrong []string
-	for _, p := range problems {
-		switch p.Kind {
-		case "missing column":
-			alters = append(alters, fmt.Sprintf("ADD COLUMN `%s` %s", p.Object, p.Want))
-		case "not auto_increment":
-			alters = append(alters, "MODIFY COLUMN `id` bigint NOT NULL AUTO_INCREMENT")
-		case "missing index":
-			ix := indexByName(p.Object)
-			kind := "INDEX"
-			if ix.unique {
-				kind = "UNIQUE INDEX"
-			}
-			alters = append(alters, fmt.Sprintf("ADD %s `%s` (`%s`)", kind, ix.name, strings.Join(ix.columns, "`, `")))
-		default:
-			wrong = append(wrong, p.String())
-		}
-	}
-	if len(wrong) > 0 {
-		return fmt.Errorf("table %s cannot be upgraded automatically: %s", table, strings.Join(wrong, "; "))
-	}
-	if len(alters) == 0 {
-		return nil
-	}
-	// One ALTER so that the table is rebuilt at most once.
-	stmt := fmt.Sprintf("ALTER TABLE `%s` %s", table, strings.Join(alters, ", "))
-	if _, err := db.ExecContext(ctx, stmt); err != nil {
-		return fmt.Errorf("upgrade table %s: %w", table, err)
-	}
-	return nil
+	return Apply(ctx, db, table, steps, true)
 }
 
 type columnInfo struct {

@@ -58,6 +58,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"config", "--poll-interval=soon"}, "poll-interval"},
 		{[]string{"config", "--table=bad-name"}, "mysql.table"},
 		{[]string{"config", "--log-level=loud"}, "log.level"},
+		{[]string{"run", "--mysql-dsn=root:@tcp(127.0.0.1:3306)/"}, "mysql.dsn: names no database"},
 		{[]string{"config", "--config=/nonexistent/outbox.yaml"}, "/nonexistent/outbox.yaml"},
 		{[]string{"requeue"}, "--all-dead"},
 		{[]string{"requeue", "--older-than=-1h", "--all-dead"}, "--older-than"},
@@ -97,24 +98,37 @@ func TestRunIsTheDefaultCommand(t *testing.T) {
 	args := []string{"--log-level=error", "--mysql-dsn=root:@tcp(127.0.0.1:1)/x"}
 	r := cli(t, "", false, args...)
 	r2 := cli(t, "", false, append([]string{"run"}, args...)...)
-	if r.code != exitRuntime || r.code != r2.code || !strings.Contains(r.errOut, "127.0.0.1:1") || lastLine(r.errOut) != lastLine(r2.errOut) {
+	if r.code != exitRuntime || r.code != r2.code || !strings.Contains(r.errOut, "127.0.0.1:1") || lastError(t, r.errOut) != lastError(t, r2.errOut) {
 		t.Fatalf("default %+v differs from run %+v", r, r2)
 	}
 }
 
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
+// lastError returns the error of the last log line of s, the relay's reason for stopping.
+func lastError(t *testing.T, s string) string {
+	t.Helper()
+	lines := jsonLines(t, s)
+	if len(lines) == 0 {
+		return ""
+	}
+	e, _ := lines[len(lines)-1]["error"].(string)
+	return e
 }
 
-func TestHealthcheck(t *testing.T) {
-	t.Parallel()
-	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// healthz serves 200 on /healthz and 404 elsewhere, until the test ends.
+func healthz(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/healthz" {
 			w.WriteHeader(http.StatusNotFound)
 		}
 	}))
-	defer ok.Close()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestHealthcheck(t *testing.T) {
+	t.Parallel()
+	ok := healthz(t)
 	if r := cli(t, "", false, "healthcheck", "--http-addr="+strings.TrimPrefix(ok.URL, "http://")); r.code != 0 {
 		t.Fatalf("healthy: %+v", r)
 	}
@@ -210,7 +224,7 @@ func TestStatusAndDeadList(t *testing.T) {
 	}
 
 	r = cli(t, "", false, "dead", "list", dsn, "--topic=stock", "--limit=3", "--json")
-	var dead []deadRow
+	var dead []ops.DeadRow
 	if err := json.Unmarshal([]byte(r.out), &dead); err != nil || r.code != 0 {
 		t.Fatalf("dead list --json: %v %+v", err, r)
 	}
@@ -261,7 +275,7 @@ func TestRequeueConfirmation(t *testing.T) {
 	// --msg-id explains what it left alone.
 	r = cli(t, "", false, "requeue", dsn, "--msg-id=nope", "--json")
 	var res []ops.RequeueResult
-	if err := json.Unmarshal([]byte(r.out), &res); err != nil || r.code != 0 || res[0].Skipped["nope"] != "not found" {
+	if err := json.Unmarshal([]byte(r.out), &res); err != nil || r.code != exitRuntime || res[0].Skipped["nope"] != "not found" {
 		t.Fatalf("msg-id: %v %+v", err, r)
 	}
 	insertRows(t, db, 11, "late", 3)

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -9,16 +12,38 @@ import (
 )
 
 func (a *app) newMigrateCmd() *cobra.Command {
-	var check bool
+	var check, printSQL, allowBlocking bool
+	var dedupeTables []string
 	cmd := &cobra.Command{
 		Use:   "migrate",
-		Short: "Create or upgrade the outbox table(s)",
+		Short: "Create or upgrade the outbox table(s), or print the DDL",
 		Long: `Create each configured outbox table, or upgrade one made with the original
 local_message DDL in place (missing columns and indexes are added; rows are kept).
-Running it again on an up-to-date table changes nothing. With --check nothing is changed:
-the differences are listed and the exit code is 1 if there are any.`,
+Running it again on an up-to-date table changes nothing.
+
+Upgrades use online DDL: one ALTER TABLE ... ALGORITHM=INPLACE, LOCK=NONE adds the
+missing columns and indexes while the application keeps writing. One change cannot be
+online: making id AUTO_INCREMENT (a seed-002 table with application-chosen ids) copies
+the table, and writes wait for the copy. migrate runs such a blocking step on a table
+that has rows only with --allow-blocking; without it, it runs the online steps, then
+stops with exit 1 naming the blocking one. The same holds for an online step the server
+refuses to run online.
+
+--print-sql prints the statements migrate would run, marked online or BLOCKING, with
+their ALTER clauses for gh-ost and pt-online-schema-change, and runs nothing: hand them to
+Flyway, Liquibase or your DBA. --dedupe-table NAME also creates the consumer dedupe table
+of package idempotency (SQL store). With --check nothing is changed: the differences are
+listed and the exit code is 1 if there are any.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if check && printSQL {
+				return usageError("migrate: --check and --print-sql do not go together")
+			}
+			for _, t := range dedupeTables {
+				if err := schema.ValidateIdent(t); err != nil {
+					return usageError("--dedupe-table: %v", err)
+				}
+			}
 			ctx := cmd.Context()
 			db, err := a.openDB(ctx)
 			if err != nil {
@@ -26,25 +51,44 @@ the differences are listed and the exit code is 1 if there are any.`,
 			}
 			defer db.Close()
 			out := cmd.OutOrStdout()
+			if printSQL {
+				fmt.Fprintf(out, "-- outbox-relay migrate --print-sql for %s: nothing was run.\n", a.cfg.DatabaseLabel())
+			}
 			var pending int
 			for _, table := range a.cfg.Tables() {
 				before, err := schema.Check(ctx, db, table)
 				if err != nil {
 					return fmt.Errorf("check table %s: %w", table, err)
 				}
-				if len(before) == 0 {
-					fmt.Fprintf(out, "%s: up to date\n", table)
-					continue
-				}
 				if check {
+					if len(before) == 0 {
+						fmt.Fprintf(out, "%s: up to date\n", table)
+						continue
+					}
 					pending++
 					for _, p := range before {
 						fmt.Fprintf(out, "%s: %s\n", table, p)
 					}
 					continue
 				}
-				if err := schema.Migrate(ctx, db, table); err != nil {
-					return fmt.Errorf("migrate table %s: %w", table, err)
+				steps, err := schema.Plan(ctx, db, table)
+				if err != nil {
+					return err
+				}
+				if printSQL {
+					printSteps(out, table, steps)
+					continue
+				}
+				if len(steps) == 0 {
+					fmt.Fprintf(out, "%s: up to date\n", table)
+					continue
+				}
+				if err := schema.Apply(ctx, db, table, steps, allowBlocking); err != nil {
+					if errors.Is(err, schema.ErrNotOnline) {
+						return fmt.Errorf("%w\nrun it in a maintenance window with `outbox-relay migrate --allow-blocking`, "+
+							"or print the DDL with --print-sql for gh-ost or pt-online-schema-change", err)
+					}
+					return err
 				}
 				if len(before) == 1 && before[0].Kind == "missing table" {
 					fmt.Fprintf(out, "%s: created\n", table)
@@ -56,6 +100,25 @@ the differences are listed and the exit code is 1 if there are any.`,
 				}
 				a.log.Info().Str("table", table).Int("changes", len(before)).Msg("migrated")
 			}
+			for _, table := range dedupeTables {
+				steps, err := schema.DedupePlan(ctx, db, table)
+				switch {
+				case err != nil:
+					return fmt.Errorf("dedupe table %s: %w", table, err)
+				case printSQL:
+					printSteps(out, table, steps)
+				case check && len(steps) > 0:
+					pending++
+					fmt.Fprintf(out, "%s: missing dedupe table\n", table)
+				case len(steps) == 0:
+					fmt.Fprintf(out, "%s: dedupe table exists\n", table)
+				case !check:
+					if err := schema.Apply(ctx, db, table, steps, false); err != nil {
+						return err
+					}
+					fmt.Fprintf(out, "%s: dedupe table created\n", table)
+				}
+			}
 			if pending > 0 {
 				return fmt.Errorf("%d table(s) need migrating: run outbox-relay migrate", pending)
 			}
@@ -63,5 +126,27 @@ the differences are listed and the exit code is 1 if there are any.`,
 		},
 	}
 	cmd.Flags().BoolVar(&check, "check", false, "only report what migrate would change; exit 1 if anything")
+	cmd.Flags().BoolVar(&printSQL, "print-sql", false, "print the DDL migrate would run (online or BLOCKING), run nothing")
+	cmd.Flags().BoolVar(&allowBlocking, "allow-blocking", false, "also run steps that block writes on a table with rows (making id AUTO_INCREMENT)")
+	cmd.Flags().StringArrayVar(&dedupeTables, "dedupe-table", nil, "also create this consumer dedupe table (package idempotency's SQL store; repeatable)")
 	return cmd
+}
+
+// printSteps writes the steps of table as SQL a person or a migration tool can run.
+func printSteps(w io.Writer, table string, steps []schema.Step) {
+	if len(steps) == 0 {
+		fmt.Fprintf(w, "-- %s: up to date\n", table)
+		return
+	}
+	for _, st := range steps {
+		if st.Online {
+			fmt.Fprintf(w, "\n-- %s: online (the application keeps writing)\n", table)
+		} else {
+			fmt.Fprintf(w, "\n-- %s: BLOCKING: %s\n", table, st.Blocking)
+		}
+		if st.Alter != "" {
+			fmt.Fprintf(w, "-- gh-ost / pt-online-schema-change --alter: %s\n", st.Alter)
+		}
+		fmt.Fprintf(w, "%s;\n", strings.TrimSpace(st.SQL))
+	}
 }

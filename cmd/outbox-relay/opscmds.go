@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/ops"
 )
 
@@ -31,7 +33,14 @@ func (a *app) newStatusCmd() *cobra.Command {
 		Long: `Count the rows of each outbox table by status (pending, failed, sent, dead), break the
 unsent ones down by topic, and show how many rows are due now and how long the oldest has
 been waiting. Sent rows are counted in total only, so the command stays cheap on a large
-history.`,
+history.
+
+For each table it also shows its leader lock in Redis (the key from lock.key): "held" with
+the time left before it expires unless the holder extends it, or "free" (no relay is
+delivering that table). The lock's value is a random token, so status tells that a relay
+holds it, not which one. When Redis cannot be read the lock shows as "unknown" with the
+error, and the counts are still printed. --json prints the same as a list of objects with
+"database" and "lock": {"key", "held", "ttl_ms", "error"}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -40,12 +49,20 @@ history.`,
 				return err
 			}
 			defer db.Close()
+			rdb := a.openRedis()
+			defer rdb.Close()
 			reports := []ops.StatusReport{}
 			for _, table := range a.cfg.Tables() {
 				r, err := ops.Status(ctx, db, table, time.Now())
 				if err != nil {
 					return err
 				}
+				r.Database = a.cfg.DatabaseLabel()
+				lock, err := ops.ReadLock(ctx, rdb, a.cfg.LockKey(table))
+				if err != nil {
+					lock.Error = err.Error()
+				}
+				r.Lock = &lock
 				reports = append(reports, r)
 			}
 			if asJSON {
@@ -56,7 +73,8 @@ history.`,
 				if i > 0 {
 					fmt.Fprintln(tw)
 				}
-				fmt.Fprintf(tw, "table %s\n", r.Table)
+				fmt.Fprintf(tw, "table %s (%s)\n", r.Table, r.Database)
+				fmt.Fprintf(tw, "  lock\t%s\n", lockText(*r.Lock))
 				fmt.Fprintf(tw, "  pending\t%d\n  failed\t%d\n  sent\t%d\n  dead\t%d\n", r.Pending, r.Failed, r.Sent, r.Dead)
 				fmt.Fprintf(tw, "  due now\t%d\n  oldest due\t%s\n", r.Due, r.OldestDueAge.Round(time.Second))
 				if len(r.ByTopic) > 0 {
@@ -77,6 +95,20 @@ history.`,
 	return cmd
 }
 
+// lockText shows a lock state on one line: held with its TTL, free, or unknown.
+func lockText(l ops.LockState) string {
+	switch {
+	case l.Error != "":
+		return "unknown (" + l.Error + ")"
+	case !l.Held:
+		return "free (" + l.Key + "; no relay delivers this table)"
+	case l.TTL == 0:
+		return "held, no expiry (" + l.Key + ")"
+	default:
+		return fmt.Sprintf("held, expires in %s unless extended (%s)", l.TTL.Round(100*time.Millisecond), l.Key)
+	}
+}
+
 // filterFlags are the dead-row selection flags shared by dead list and requeue.
 type filterFlags struct {
 	msgIDs     []string
@@ -90,7 +122,7 @@ func (f *filterFlags) add(cmd *cobra.Command, withMsgID bool) {
 	}
 	cmd.Flags().StringVar(&f.topic, "topic", "", "select this topic; * matches any characters (order-*)")
 	cmd.Flags().StringVar(&f.tag, "tag", "", "select this tag; * matches any characters")
-	cmd.Flags().DurationVar(&f.olderThan, "older-than", 0, "select rows dead for at least this long (e.g. 1h, 72h)")
+	cmd.Flags().Var(config.NewDuration(&f.olderThan, 0), "older-than", "select rows dead for at least this long (e.g. 1h, 72h, 7d)")
 }
 
 func (f *filterFlags) filter() (ops.Filter, error) {
@@ -105,12 +137,6 @@ func (f *filterFlags) filter() (ops.Filter, error) {
 	return ops.Filter{MsgIDs: f.msgIDs, Topic: f.topic, Tag: f.tag, OlderThan: f.olderThan}, nil
 }
 
-// deadRow is a dead message with its table, for JSON output.
-type deadRow struct {
-	Table string `json:"table"`
-	ops.DeadMessage
-}
-
 func (a *app) newDeadCmd() *cobra.Command {
 	dead := &cobra.Command{
 		Use:   "dead",
@@ -123,13 +149,16 @@ func (a *app) newDeadCmd() *cobra.Command {
 	var ff filterFlags
 	var limit int
 	var afterID int64
+	var after string
 	var asJSON bool
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List dead messages, oldest first",
-		Long: `List the dead rows (status 3) of each outbox table with why they died, oldest id first.
-Filters combine: --topic order-* --older-than 24h lists the order topics' rows dead for a
-day or more. Page with --after-id (the last id printed).`,
+		Short: "List dead messages, table by table, oldest first",
+		Long: `List the dead rows (status 3) of each outbox table with why they died, table by table
+(in the configured order), oldest id first. Filters combine: --topic order-* --older-than 24h
+lists the order topics' rows dead for a day or more. When more rows match than --limit, the
+last line gives the next page's cursor: --after TABLE:ID (the table and id of the last row
+printed; with --json, take them from the last element).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f, err := ff.filter()
@@ -139,29 +168,31 @@ day or more. Page with --after-id (the last id printed).`,
 			if limit < 1 || limit > 100000 {
 				return usageError("--limit must be between 1 and 100000, got %d", limit)
 			}
+			tables := a.cfg.Tables()
+			cur, err := ops.ParseCursor(after)
+			if err != nil {
+				return usageError("--after: %v", err)
+			}
+			if cur.Table != "" && !slices.Contains(tables, cur.Table) {
+				return usageError("--after: table %s is not configured (tables: %s)", cur.Table, strings.Join(tables, ", "))
+			}
+			if cmd.Flags().Changed("after-id") {
+				if len(tables) > 1 || after != "" {
+					return usageError("--after-id pages one table only: with several tables use --after TABLE:ID")
+				}
+				cur = ops.Cursor{Table: tables[0], ID: afterID}
+			}
 			ctx := cmd.Context()
 			db, err := a.openDB(ctx)
 			if err != nil {
 				return err
 			}
 			defer db.Close()
-			var rows []deadRow
-			for _, table := range a.cfg.Tables() {
-				ms, err := ops.DeadList(ctx, db, table, f, afterID, limit-len(rows))
-				if err != nil {
-					return err
-				}
-				for _, m := range ms {
-					rows = append(rows, deadRow{table, m})
-				}
-				if len(rows) >= limit {
-					break
-				}
+			rows, next, err := ops.DeadPage(ctx, db, tables, f, cur, limit)
+			if err != nil {
+				return err
 			}
 			if asJSON {
-				if rows == nil {
-					rows = []deadRow{}
-				}
 				return writeJSON(cmd.OutOrStdout(), rows)
 			}
 			if len(rows) == 0 {
@@ -174,12 +205,19 @@ day or more. Page with --after-id (the last id printed).`,
 				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", r.Table, r.ID, r.MsgID, r.Topic, r.Tag,
 					r.RetryCount, r.MaxRetryCount, r.UpdateTime.Format(time.RFC3339), oneLine(r.FailReason, 80))
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if next != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "more: next page with --after %s\n", next)
+			}
+			return nil
 		},
 	}
 	ff.add(list, true)
 	list.Flags().IntVar(&limit, "limit", ops.DefaultListLimit, "print at most this many rows")
-	list.Flags().Int64Var(&afterID, "after-id", 0, "start after this id (paging)")
+	list.Flags().StringVar(&after, "after", "", "start after this TABLE:ID (paging; the cursor printed by the previous page)")
+	list.Flags().Int64Var(&afterID, "after-id", 0, "start after this id (paging one table only; see --after)")
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	dead.AddCommand(list)
 	return dead
@@ -255,24 +293,27 @@ Without a terminal and without --yes the command refuses and exits 3.`,
 				results = append(results, res)
 				a.log.Info().Str("table", table).Int("requeued", len(res.Requeued)).Msg("requeued dead messages")
 			}
+			missed := notRequeued(f.MsgIDs, results)
 			if asJSON {
-				return writeJSON(out, results)
+				if err := writeJSON(out, results); err != nil {
+					return err
+				}
+			} else {
+				for _, res := range results {
+					fmt.Fprintf(out, "%s: requeued %d row(s)\n", res.Table, len(res.Requeued))
+					const show = 50
+					for i, id := range res.Requeued {
+						if i == show {
+							fmt.Fprintf(out, "  ... and %d more (use --json for the full list)\n", len(res.Requeued)-show)
+							break
+						}
+						fmt.Fprintf(out, "  %s\n", id)
+					}
+				}
 			}
-			for _, res := range results {
-				fmt.Fprintf(out, "%s: requeued %d row(s)\n", res.Table, len(res.Requeued))
-				const show = 50
-				for i, id := range res.Requeued {
-					if i == show {
-						fmt.Fprintf(out, "  ... and %d more (use --json for the full list)\n", len(res.Requeued)-show)
-						break
-					}
-					fmt.Fprintf(out, "  %s\n", id)
-				}
-				for _, id := range f.MsgIDs {
-					if why, ok := res.Skipped[id]; ok {
-						fmt.Fprintf(out, "  skipped %s: %s\n", id, why)
-					}
-				}
+			if len(missed) > 0 {
+				return fmt.Errorf("requeue: %d of the %d msg-id(s) asked for were not requeued:\n  %s",
+					len(missed), len(uniq(f.MsgIDs)), strings.Join(missed, "\n  "))
 			}
 			return nil
 		},
@@ -283,6 +324,43 @@ Without a terminal and without --yes the command refuses and exits 3.`,
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only count the rows that would be requeued")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// notRequeued explains each msg-id of asked that no table requeued, one line per id: why
+// the table holding it left it alone, or that no configured table holds it.
+func notRequeued(asked []string, results []ops.RequeueResult) []string {
+	var out []string
+	for _, id := range uniq(asked) {
+		done := false
+		var why []string
+		for _, res := range results {
+			if slices.Contains(res.Requeued, id) {
+				done = true
+				break
+			}
+			if r, ok := res.Skipped[id]; ok && r != ops.SkipNotFound {
+				why = append(why, res.Table+": "+r)
+			}
+		}
+		switch {
+		case done:
+		case len(why) == 0:
+			tables := make([]string, len(results))
+			for i, res := range results {
+				tables[i] = res.Table
+			}
+			out = append(out, fmt.Sprintf("%s: not found in %s", id, strings.Join(tables, ", ")))
+		default:
+			out = append(out, id+": "+strings.Join(why, "; "))
+		}
+	}
+	return out
+}
+
+func uniq(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return slices.Compact(s)
 }
 
 func (a *app) newPurgeCmd() *cobra.Command {
@@ -302,7 +380,7 @@ touched, and it is safe while the relay runs. --dry-run only counts.`,
 				olderThan = a.cfg.Relay.PurgeRetention
 			}
 			if olderThan <= 0 {
-				return usageError("purge: give the retention with --older-than (e.g. 168h) or relay.purge_retention")
+				return usageError("purge: give the retention with --older-than (e.g. 7d) or relay.purge_retention")
 			}
 			if batch < 1 || batch > 100000 {
 				return usageError("--delete-batch-size must be between 1 and 100000, got %d", batch)
@@ -337,7 +415,7 @@ touched, and it is safe while the relay runs. --dry-run only counts.`,
 			return nil
 		},
 	}
-	cmd.Flags().DurationVar(&olderThan, "older-than", 0, "retention: delete sent rows older than this (e.g. 168h); default relay.purge_retention")
+	cmd.Flags().Var(config.NewDuration(&olderThan, 0), "older-than", "retention: delete sent rows older than this (e.g. 168h, 7d); default relay.purge_retention")
 	cmd.Flags().IntVar(&batch, "delete-batch-size", 1000, "rows deleted per statement")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only count the rows that would be deleted")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

@@ -66,9 +66,32 @@ func TestDockerfileSharesTheBuildScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := string(b)
-	for _, want := range []string{"scripts/build-release.sh", `CMD ["/usr/local/bin/outbox-relay", "healthcheck"]`, "USER nonroot", "FROM golang:1.26 AS build"} {
+	for _, want := range []string{"scripts/build-release.sh", `CMD ["/usr/local/bin/outbox-relay", "healthcheck", "--pid=1"]`, "USER nonroot", "FROM golang:1.26 AS build"} {
 		if !strings.Contains(d, want) {
 			t.Errorf("Dockerfile lacks %q", want)
 		}
+	}
+}
+
+// The relay image bakes in no configuration through ENV: the environment beats the config
+// file, so a baked-in OUTBOX_ variable would override what the operator mounted.
+func TestImageDoesNotOverrideAMountedConfig(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stage := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 4 && strings.EqualFold(f[0], "FROM") && strings.EqualFold(f[2], "AS") {
+			stage = f[3]
+		}
+		if stage == "relay" && len(f) > 0 && (strings.EqualFold(f[0], "ENV") || strings.Contains(line, "OUTBOX_")) && !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			t.Errorf("relay image sets configuration: %q", line)
+		}
+	}
+	if stage != "relay" {
+		t.Fatal("no relay stage found in the Dockerfile")
 	}
 }

@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	_ "github.com/go-sql-driver/mysql" // the "mysql" database/sql driver
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/logging"
@@ -57,14 +60,18 @@ type app struct {
 	// ready is set once flags, arguments and configuration are all valid: an error after
 	// that is a runtime error, before it a usage error.
 	ready bool
+	// process is set when this app is the process's command line (execute, called by
+	// main): it then owns the process-wide loggers of the drivers.
+	process bool
 }
 
 // execute runs the command line args and returns the process exit code.
 func execute(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer) int {
-	a := &app{in: in, out: out, errOut: errOut}
+	a := &app{in: in, out: out, errOut: errOut, process: true}
 	if f, ok := in.(*os.File); ok {
 		a.interactive = logging.IsTerminal(f)
 	}
+	defer quietDrivers()
 	return a.execute(ctx, args)
 }
 
@@ -74,7 +81,7 @@ func (a *app) execute(ctx context.Context, args []string) int {
 	root.SetIn(a.in)
 	root.SetOut(a.out)
 	root.SetErr(a.errOut)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
 	}
@@ -85,6 +92,11 @@ func (a *app) execute(ctx context.Context, args []string) int {
 		code = ee.code
 	case !a.ready:
 		code = exitUsage
+	}
+	if a.ready && (cmd == root || cmd.Name() == "run") {
+		// The relay's stderr goes to a log shipper: its last words are a JSON line too.
+		a.log.Error().Err(err).Int("exit_code", code).Msg("outbox-relay stopped")
+		return code
 	}
 	fmt.Fprintf(a.errOut, "outbox-relay: %v\n", err)
 	if code == exitUsage {
@@ -109,6 +121,9 @@ OUTBOX_CONFIG), OUTBOX_* environment variables and flags, each overriding the on
 		PersistentPreRunE: a.loadConfig,
 	}
 	root.CompletionOptions.HiddenDefaultCmd = true
+	// --version prints what `version` prints; cobra answers it before loading the config.
+	root.Version = version
+	root.SetVersionTemplate(versionText())
 	fs := root.PersistentFlags()
 	fs.String("config", "", "YAML configuration file (env OUTBOX_CONFIG)")
 	config.AddFlags(fs)
@@ -132,27 +147,46 @@ func (a *app) loadConfig(cmd *cobra.Command, _ []string) error {
 			return nil
 		}
 	}
-	file, _ := cmd.Flags().GetString("config")
-	if file == "" {
-		file = os.Getenv("OUTBOX_CONFIG")
-	}
-	v := config.NewViper()
-	if err := config.BindFlags(v, cmd.Flags()); err != nil {
-		return err
-	}
-	cfg, err := config.Load(v, file)
+	cfg, err := configFrom(cmd.Flags())
 	if err != nil {
-		return &exitError{code: exitUsage, err: fmt.Errorf("invalid configuration:\n%w", err)}
-	}
-	if cmd.Flags().Changed("table") {
-		cfg.MySQL.Tables = nil // an explicit --table wins over mysql.tables from file or env
+		return err
 	}
 	log, err := logging.New(a.errOut, cfg.Log.Level, cfg.Log.Format)
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
 	a.cfg, a.log, a.ready = cfg, log, true
+	if a.process {
+		useDriverLoggers(log)
+	}
 	return nil
+}
+
+// configFrom loads the configuration the way a command given flags does: the file named by
+// --config (or OUTBOX_CONFIG), then the environment, then the flags.
+func configFrom(flags *pflag.FlagSet) (config.Config, error) {
+	file, _ := flags.GetString("config")
+	if file == "" {
+		file = os.Getenv(config.EnvConfigFile)
+	}
+	v := config.NewViper()
+	if err := config.BindFlags(v, flags); err != nil {
+		return config.Config{}, err
+	}
+	cfg, err := config.Load(v, file)
+	if err != nil {
+		return config.Config{}, &exitError{code: exitUsage, err: fmt.Errorf("invalid configuration:\n%w", err)}
+	}
+	if flags.Changed("table") {
+		cfg.MySQL.Tables = nil // an explicit --table wins over mysql.tables from file or env
+	}
+	return cfg, nil
+}
+
+// openRedis returns a client of the configured Redis; it connects on first use.
+func (a *app) openRedis() *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: a.cfg.Redis.Addr, Password: a.cfg.Redis.Password, DB: a.cfg.Redis.DB,
+		DialTimeout: 3 * time.Second, MaxRetries: 1})
 }
 
 // openDB opens and pings the configured database (see openMySQL).

@@ -84,7 +84,9 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := relay.NewMetrics(reg)
+	metrics := relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: routeRules(cfg.Routes)})
+	v, c, _ := buildInfo()
+	metrics.SetBuildInfo(v, c)
 
 	var relays []*relay.Relay
 	for _, table := range cfg.Tables() {
@@ -92,7 +94,8 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 			Table: table, BatchSize: cfg.Relay.BatchSize, Concurrency: cfg.Relay.Concurrency,
 			PollInterval: cfg.Relay.PollInterval, DisableBatchSend: !cfg.Relay.BatchSend,
 			MaxBodyBytes: cfg.Relay.MaxBodyBytes, Backoff: cfg.Backoff, Router: router,
-			LockKey: cfg.Lock.KeyFor(table), LockTTL: cfg.Lock.TTL, ShutdownTimeout: cfg.Relay.ShutdownTimeout,
+			Database: cfg.DatabaseLabel(),
+			LockKey:  cfg.LockKey(table), LockTTL: cfg.Lock.TTL, ShutdownTimeout: cfg.Relay.ShutdownTimeout,
 			DisableNudge: !cfg.Relay.Nudge, Logger: &log, Metrics: metrics,
 		}
 		if cfg.Relay.Unrouted == config.UnroutedDead {
@@ -105,7 +108,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 		relays = append(relays, r)
 	}
 
-	srv, err := serveHTTP(cfg.HTTP.Addr, reg, db, rdb, log)
+	srv, err := serveHTTP(cfg.HTTP.Addr, reg, db, rdb, relays, log)
 	if err != nil {
 		return err
 	}
@@ -144,6 +147,17 @@ func openMySQL(ctx context.Context, dsn string) (*sql.DB, error) {
 	if !strings.Contains(dsn, "interpolateParams=") {
 		mc.InterpolateParams = true
 	}
+	// Every statement of the relay has a context deadline; the driver's own timeouts are the
+	// backstop for a connection that stops answering (a black-holed path, a hung server).
+	if mc.Timeout == 0 {
+		mc.Timeout = 5 * time.Second
+	}
+	if mc.ReadTimeout == 0 {
+		mc.ReadTimeout = 30 * time.Second
+	}
+	if mc.WriteTimeout == 0 {
+		mc.WriteTimeout = 30 * time.Second
+	}
 	db, err := sql.Open("mysql", mc.FormatDSN())
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
@@ -163,25 +177,39 @@ func routerFrom(routes []config.Route) (relay.Router, error) {
 	if len(routes) == 0 {
 		return nil, nil // relay.DefaultRouter: every message routed with the defaults
 	}
-	rules := make([]relay.PatternRule, len(routes))
-	for i, r := range routes {
-		rules[i] = relay.PatternRule{Topic: r.Topic, Tag: r.Tag, Route: relay.Route{
-			Group: r.Group, SendTimeout: r.SendTimeout, Ordered: r.Ordered, DelayLevel: r.DelayLevel,
-		}}
-	}
-	router, err := relay.NewPatternRouter(rules...)
+	router, err := relay.NewPatternRouter(routeRules(routes)...)
 	if err != nil {
 		return nil, fmt.Errorf("routes: %w", err)
 	}
 	return router, nil
 }
 
-// serveHTTP serves /metrics, /healthz (the process is up) and /readyz (MySQL and Redis
-// answer) on addr.
-func serveHTTP(addr string, reg *prometheus.Registry, db *sql.DB, rdb *redis.Client, log zerolog.Logger) (*http.Server, error) {
+func routeRules(routes []config.Route) []relay.PatternRule {
+	rules := make([]relay.PatternRule, len(routes))
+	for i, r := range routes {
+		rules[i] = relay.PatternRule{Topic: r.Topic, Tag: r.Tag, Route: relay.Route{
+			Group: r.Group, SendTimeout: r.SendTimeout, Ordered: r.Ordered, DelayLevel: r.DelayLevel,
+		}}
+	}
+	return rules
+}
+
+// serveHTTP serves /metrics, /healthz and /readyz on addr. /healthz fails when a leading relay
+// has heard nothing from the database for its stall timeout (it is about to give its lock up);
+// /readyz fails when MySQL or Redis does not answer, and says which tables this process leads
+// and which it waits for.
+func serveHTTP(addr string, reg *prometheus.Registry, db *sql.DB, rdb *redis.Client, relays []*relay.Relay, log zerolog.Logger) (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		for _, r := range relays {
+			if h := r.Health(); h.Stalled {
+				http.Error(w, fmt.Sprintf("stalled: no answer from the database for %.1fs", h.SinceProgress.Seconds()), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
@@ -194,6 +222,15 @@ func serveHTTP(addr string, reg *prometheus.Registry, db *sql.DB, rdb *redis.Cli
 			return
 		}
 		fmt.Fprintln(w, "ready")
+		for _, rl := range relays {
+			h := rl.Health()
+			switch {
+			case h.Leader:
+				fmt.Fprintf(w, "%s: leader\n", rl.Table())
+			default:
+				fmt.Fprintf(w, "%s: standby, waiting for the lock for %.0fs\n", rl.Table(), h.LockWait.Seconds())
+			}
+		}
 	})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -45,10 +45,15 @@ func (a *app) newVersionCmd() *cobra.Command {
 		Args:        cobra.NoArgs,
 		Annotations: map[string]string{noConfig: "true"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v, c, d := buildInfo()
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "outbox-relay %s\ncommit: %s\nbuilt: %s\ngo: %s %s/%s\n",
-				v, c, d, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			_, err := fmt.Fprint(cmd.OutOrStdout(), versionText())
 			return err
 		},
 	}
+}
+
+// versionText is what `version` and `--version` print.
+func versionText() string {
+	v, c, d := buildInfo()
+	return fmt.Sprintf("outbox-relay %s\ncommit: %s\nbuilt: %s\ngo: %s %s/%s\n",
+		v, c, d, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }

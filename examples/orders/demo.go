@@ -24,8 +24,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outbox-relay/outbox-relay/idempotency"
+	"github.com/outbox-relay/outbox-relay/idempotency/rocketmqmw"
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/outbox/redisnudge"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
@@ -88,7 +90,7 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	}
 	defer stopConsumer()
 
-	writer, err := outbox.NewWriter(outbox.Config{Redis: rdb})
+	writer, err := outbox.NewWriter(outbox.Config{Nudger: redisnudge.New(rdb)})
 	if err != nil {
 		return false, err
 	}
@@ -223,7 +225,7 @@ func placeOrder(ctx context.Context, db *sql.DB, w *outbox.Writer, n int64, roll
 	if _, err := tx.ExecContext(ctx, "INSERT INTO orders (order_sn, sku, qty) VALUES (?, ?, ?)", ev.OrderSn, ev.Sku, ev.Qty); err != nil {
 		return fmt.Errorf("insert order: %w", err)
 	}
-	if err := w.Insert(ctx, tx, outbox.Message{
+	if err := w.Insert(ctx, tx, &outbox.Message{
 		Topic: "orders", Tag: "created", Keys: []string{ev.OrderSn}, Body: body,
 		Properties: map[string]string{"source": "orders-demo"},
 	}); err != nil {
@@ -254,8 +256,10 @@ func startConsumer(db *sql.DB, nameservers []string, c *counters) (stop func(), 
 	if err := guard.CreateTable(context.Background(), db); err != nil {
 		return nil, err
 	}
-	consume, err := idempotency.WrapRocketMQTx(guard, db, idempotency.RocketMQConfig{
-		Key: idempotency.KeyFromJSONField("orderSn"),
+	mw, err := rocketmqmw.NewTx(guard, db, rocketmqmw.Config{
+		// The order number from the body; the default identity adds topic and tag, so a
+		// later "paid" event of the same order would be applied too.
+		Key: rocketmqmw.KeyFromJSONField("orderSn"),
 	}, func(ctx context.Context, tx *sql.Tx, msg *primitive.MessageExt) error {
 		var ev orderEvent
 		if err := json.Unmarshal(msg.Body, &ev); err != nil {
@@ -272,7 +276,7 @@ func startConsumer(db *sql.DB, nameservers []string, c *counters) (stop func(), 
 	}
 	counting := func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
 		c.received.Add(int64(len(msgs)))
-		return consume(ctx, msgs...)
+		return mw.Consume(ctx, msgs...)
 	}
 	pc, err := rocketmq.NewPushConsumer(
 		consumer.WithGroupName("stock-consumer"),
@@ -288,7 +292,7 @@ func startConsumer(db *sql.DB, nameservers []string, c *counters) (stop func(), 
 	if err := pc.Start(); err != nil {
 		return nil, err
 	}
-	return func() { _ = pc.Shutdown() }, nil
+	return func() { mw.Close(); _ = pc.Shutdown() }, nil
 }
 
 // startRelay runs the relay as a sidecar process (-relay-bin) or in-process.

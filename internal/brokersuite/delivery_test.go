@@ -16,6 +16,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
 	"github.com/outbox-relay/outbox-relay/idempotency"
+	"github.com/outbox-relay/outbox-relay/idempotency/rocketmqmw"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
@@ -212,7 +213,7 @@ func TestIdempotentPushConsumer(t *testing.T) {
 		var mu sync.Mutex
 		applied := map[string]int{}
 		handled := 0
-		consume, err := idempotency.WrapRocketMQ(guard, idempotency.RocketMQConfig{}, func(_ context.Context, m *primitive.MessageExt) error {
+		mw, err := rocketmqmw.New(guard, rocketmqmw.Config{}, func(_ context.Context, m *primitive.MessageExt) error {
 			mu.Lock()
 			defer mu.Unlock()
 			applied[m.GetKeys()]++
@@ -221,8 +222,9 @@ func TestIdempotentPushConsumer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(mw.Close)
 		b.pushConsumer(t, topic, func(ctx context.Context, ms ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
-			res, err := consume(ctx, ms...)
+			res, err := mw.Consume(ctx, ms...)
 			if res == consumer.ConsumeSuccess {
 				mu.Lock()
 				for _, m := range ms {

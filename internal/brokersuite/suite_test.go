@@ -21,6 +21,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/outbox/redisnudge"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -242,7 +243,7 @@ func newEnv(t testing.TB, b *target) *env {
 		t.Fatal(err)
 	}
 	rdb, prefix := testenv.Redis(t)
-	w, err := outbox.NewWriter(outbox.Config{Redis: rdb})
+	w, err := outbox.NewWriter(outbox.Config{Nudger: redisnudge.New(rdb)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +252,10 @@ func newEnv(t testing.TB, b *target) *env {
 
 func (e *env) insert(t testing.TB, msgs ...outbox.Message) {
 	t.Helper()
-	if err := e.writer.Insert(context.Background(), e.db.DB, msgs...); err != nil {
+	if err := e.writer.InsertNoTx(context.Background(), e.db.DB, msgs); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.writer.Nudge(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -138,14 +138,16 @@ type Lock struct {
 	// TTL is the lock's expiry, extended every third of it (lock.ttl). A relay that dies
 	// holding the lock is replaced after about one TTL. Defaults to 10 seconds.
 	TTL time.Duration
-	// Key is the Redis key of the lock; "{table}" is replaced by the table name (lock.key).
-	// Defaults to outbox-relay:lock:{table}.
+	// Key is the Redis key of the lock (lock.key): "{db}" is replaced by the database's
+	// server and schema (DatabaseLabel, never credentials) and "{table}" by the table name,
+	// so that services sharing a Redis never wait on each other's locks. Defaults to
+	// outbox-relay:lock:{db}:{table}.
 	Key string
 }
 
-// KeyFor returns the lock key for table.
-func (l Lock) KeyFor(table string) string {
-	return strings.ReplaceAll(l.Key, "{table}", table)
+// KeyFor returns the lock key for table of database db (a DatabaseLabel).
+func (l Lock) KeyFor(db, table string) string {
+	return strings.NewReplacer("{db}", db, "{table}", table).Replace(l.Key)
 }
 
 // Route maps messages whose topic and tag match its patterns to producer settings.
@@ -202,27 +204,46 @@ func (c Config) Tables() []string {
 	return []string{c.MySQL.Table}
 }
 
-// Default returns the configuration with every key at its default.
+// Default returns the configuration with every key at its default, whatever the
+// environment.
 func Default() Config {
-	c, err := Load(NewViper(), "")
+	c, err := loadFrom(defaultsViper(), "", nil)
 	if err != nil {
 		panic(fmt.Sprintf("config: defaults do not load: %v", err)) // a bug in this package
 	}
 	return c
 }
 
+// problem is one invalid value, named by its key.
+type problem struct {
+	key, msg string
+}
+
+func (p problem) err() error { return fmt.Errorf("%s: %s", p.key, p.msg) }
+
 // Validate checks every value and returns all problems at once, each naming its key.
 func (c Config) Validate() error {
 	var errs []error
+	for _, p := range c.problems() {
+		errs = append(errs, p.err())
+	}
+	return errors.Join(errs...)
+}
+
+// problems lists every invalid value of c.
+func (c Config) problems() []problem {
+	var out []problem
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+		out = append(out, problem{key, fmt.Sprintf(format, args...)})
 	}
 
 	// mysql
 	if c.MySQL.DSN == "" {
 		bad(KeyMySQLDSN, "must not be empty")
-	} else if _, err := mysql.ParseDSN(c.MySQL.DSN); err != nil {
+	} else if mc, err := mysql.ParseDSN(c.MySQL.DSN); err != nil {
 		bad(KeyMySQLDSN, "invalid DSN: %v", err) // the driver's messages do not echo the DSN
+	} else if mc.DBName == "" {
+		bad(KeyMySQLDSN, "names no database: end it with /<schema>, e.g. user:password@tcp(host:3306)/shop")
 	}
 	if err := schema.ValidateIdent(c.MySQL.Table); err != nil {
 		bad(KeyMySQLTable, "%v", err)
@@ -329,7 +350,7 @@ func (c Config) Validate() error {
 	default:
 		bad(KeyLogFormat, "must be %q or %q, got %q", LogFormatJSON, LogFormatConsole, c.Log.Format)
 	}
-	return errors.Join(errs...)
+	return out
 }
 
 func positive(bad func(string, string, ...any), key string, d time.Duration) {

@@ -55,7 +55,7 @@ func TestDefaults(t *testing.T) {
 			Unrouted: "default", MaxBodyBytes: 4194304, ShutdownTimeout: 15 * time.Second,
 			PurgeRetention: 0, PurgeInterval: 10 * time.Minute,
 		},
-		Lock:    Lock{TTL: 10 * time.Second, Key: "outbox-relay:lock:{table}"},
+		Lock:    Lock{TTL: 2 * time.Second, Key: "outbox-relay:lock:{db}:{table}"},
 		Backoff: backoff.Default(),
 		Routes:  []Route{},
 		HTTP:    HTTP{Addr: ":9464"},
@@ -71,8 +71,8 @@ func TestDefaults(t *testing.T) {
 	if got.Tables()[0] != "local_message" || len(got.Tables()) != 1 {
 		t.Fatalf("Tables() = %v", got.Tables())
 	}
-	if got.Lock.KeyFor("orders_outbox") != "outbox-relay:lock:orders_outbox" {
-		t.Fatalf("KeyFor = %q", got.Lock.KeyFor("orders_outbox"))
+	if got.LockKey("orders_outbox") != "outbox-relay:lock:127.0.0.1:3306/test:orders_outbox" {
+		t.Fatalf("LockKey = %q", got.LockKey("orders_outbox"))
 	}
 	// Every documented key has a default and an environment name.
 	for _, k := range Keys() {
@@ -201,7 +201,9 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 		{"relay: {max_body_bytes: 0}", "relay.max_body_bytes"},
 		{"relay: {shutdown_timeout: 0s}", "relay.shutdown_timeout"},
 		{"relay: {purge_retention: -1h}", "relay.purge_retention"},
-		{"relay: {purge_retention: 7d}", "relay.purge_retention"},
+		{"relay: {purge_retention: 7days}", "relay.purge_retention"},
+		{"mysql: {dsn: 'root:@tcp(127.0.0.1:3306)/'}", "mysql.dsn"},
+		{"mysql: {dsn: 'app:pw@tcp(db:3306)/?parseTime=true'}", "mysql.dsn"},
 		{"relay: {purge_interval: 0s}", "relay.purge_interval"},
 		{"lock: {ttl: 10ms}", "lock.ttl"},
 		{"lock: {key: ''}", "lock.key"},

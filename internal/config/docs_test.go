@@ -45,4 +45,15 @@ func TestConfigurationDocCoversEveryKey(t *testing.T) {
 			t.Errorf("docs/configuration.md does not name --%s for %s", f, k)
 		}
 	}
+	// String defaults are shown as they are.
+	for _, d := range defaults {
+		i := strings.Index(doc, "| `"+d.key+"` |")
+		if v, ok := d.val.(string); ok && v != "" && i >= 0 {
+			row := doc[i:]
+			row = row[:strings.Index(row, "\n")]
+			if !strings.Contains(row, "| `"+v+"` |") {
+				t.Errorf("docs/configuration.md: the default of %s is %q, the row says:\n%s", d.key, v, row)
+			}
+		}
+	}
 }

@@ -48,7 +48,7 @@ func AddFlags(fs *pflag.FlagSet) {
 		case int:
 			fs.Int(f.name, d, usage)
 		case time.Duration:
-			fs.Duration(f.name, d, usage)
+			fs.Var(NewDuration(new(time.Duration), d), f.name, usage)
 		case []string:
 			fs.StringSlice(f.name, d, usage)
 		default:

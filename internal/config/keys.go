@@ -80,8 +80,8 @@ var defaults = []struct {
 	{KeyRelayShutdownTimeout, 15 * time.Second},
 	{KeyRelayPurgeRetention, time.Duration(0)},
 	{KeyRelayPurgeInterval, 10 * time.Minute},
-	{KeyLockTTL, 10 * time.Second},
-	{KeyLockKey, "outbox-relay:lock:{table}"},
+	{KeyLockTTL, 2 * time.Second},
+	{KeyLockKey, "outbox-relay:lock:{db}:{table}"},
 	{KeyBackoffBase, time.Second},
 	{KeyBackoffMultiplier, 2.0},
 	{KeyBackoffMax, time.Hour},
@@ -109,12 +109,18 @@ func EnvName(key string) string {
 // NewViper returns a viper instance that knows every key with its default and reads OUTBOX_*
 // environment variables. Bind flags to it with BindFlags, then call Load.
 func NewViper() *viper.Viper {
+	v := defaultsViper()
+	v.SetEnvPrefix(EnvPrefix)
+	v.SetEnvKeyReplacer(envReplacer)
+	v.AutomaticEnv()
+	return v
+}
+
+// defaultsViper knows every key with its default and reads nothing else.
+func defaultsViper() *viper.Viper {
 	v := viper.New()
 	for _, d := range defaults {
 		v.SetDefault(d.key, d.val)
 	}
-	v.SetEnvPrefix(EnvPrefix)
-	v.SetEnvKeyReplacer(envReplacer)
-	v.AutomaticEnv()
 	return v
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -19,6 +20,11 @@ import (
 // validates the result. Unknown keys in the file are errors, so a typo cannot silently fall
 // back to a default. Every error names its key; the returned error lists them all.
 func Load(v *viper.Viper, file string) (Config, error) {
+	return loadFrom(v, file, os.Environ())
+}
+
+// loadFrom is Load checking the OUTBOX_ variables of environ.
+func loadFrom(v *viper.Viper, file string, environ []string) (Config, error) {
 	if file != "" {
 		v.SetConfigFile(file)
 		if ext := strings.ToLower(filepath.Ext(file)); ext != ".yaml" && ext != ".yml" {
@@ -29,12 +35,12 @@ func Load(v *viper.Viper, file string) (Config, error) {
 		}
 	}
 	d := decoder{v: v}
-	var unknown []error
 	for _, k := range v.AllKeys() {
 		if !d.known(k) {
-			unknown = append(unknown, fmt.Errorf("%s: unknown key", k))
+			d.fail(k, "unknown key")
 		}
 	}
+	d.errs = append(d.errs, envProblems(environ)...)
 	c := Config{
 		MySQL: MySQL{
 			DSN:    d.str(KeyMySQLDSN),
@@ -83,11 +89,24 @@ func Load(v *viper.Viper, file string) (Config, error) {
 		c.Log.Format = LogFormatAuto
 	}
 	c.Routes = d.routes(c.RocketMQ)
-	if err := errors.Join(append(unknown, d.errs...)...); err != nil {
-		return Config{}, err
+	// Report every problem at once: what could not be decoded, then what is invalid, except
+	// the keys already reported (a value that failed to decode is also out of range).
+	failed := map[string]bool{}
+	for _, p := range d.errs {
+		failed[p.key] = true
 	}
-	if err := c.Validate(); err != nil {
-		return Config{}, err
+	probs := d.errs
+	for _, p := range c.problems() {
+		if !failed[p.key] {
+			probs = append(probs, p)
+		}
+	}
+	if len(probs) > 0 {
+		errs := make([]error, len(probs))
+		for i, p := range probs {
+			errs[i] = p.err()
+		}
+		return Config{}, errors.Join(errs...)
 	}
 	return c, nil
 }
@@ -96,11 +115,11 @@ func Load(v *viper.Viper, file string) (Config, error) {
 // int or a duration, which would hide mistakes.
 type decoder struct {
 	v    *viper.Viper
-	errs []error
+	errs []problem
 }
 
 func (d *decoder) fail(key, format string, args ...any) {
-	d.errs = append(d.errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	d.errs = append(d.errs, problem{key, fmt.Sprintf(format, args...)})
 }
 
 func (d *decoder) known(k string) bool {
@@ -193,16 +212,16 @@ func (d *decoder) bool(key string) bool {
 }
 
 func (d *decoder) duration(key string) time.Duration {
-	dur, err := parseDuration(d.v.Get(key))
+	dur, err := durationOf(d.v.Get(key))
 	if err != nil {
 		d.fail(key, "%v", err)
 	}
 	return dur
 }
 
-// parseDuration accepts Go duration strings ("1.5s", "10m", "168h") and the bare number 0.
-// A bare non-zero number is rejected: "10" could mean seconds or nanoseconds.
-func parseDuration(raw any) (time.Duration, error) {
+// durationOf accepts what ParseDuration accepts, a time.Duration (defaults, flags) and the
+// bare number 0. A bare non-zero number is rejected: "10" could mean seconds or nanoseconds.
+func durationOf(raw any) (time.Duration, error) {
 	switch x := raw.(type) {
 	case time.Duration:
 		return x, nil
@@ -219,14 +238,9 @@ func parseDuration(raw any) (time.Duration, error) {
 			return 0, nil
 		}
 	case string:
-		s := strings.TrimSpace(x)
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return 0, fmt.Errorf("must be a duration with a unit such as 500ms, 10s, 5m or 168h, got %q", x)
-		}
-		return d, nil
+		return ParseDuration(x)
 	}
-	return 0, fmt.Errorf("must be a duration with a unit such as 500ms, 10s, 5m or 168h, got %v", raw)
+	return 0, fmt.Errorf("%s, got %v", durationHint, raw)
 }
 
 // list accepts a YAML list or a string separated by commas (environment, flags); semicolons
@@ -327,8 +341,8 @@ func (d *decoder) routes(mq RocketMQ) []Route {
 		if sub.IsSet("delay_level") {
 			r.DelayLevel = sd.int("delay_level")
 		}
-		for _, e := range sd.errs {
-			d.errs = append(d.errs, fmt.Errorf("%s.%w", key, e))
+		for _, p := range sd.errs {
+			d.errs = append(d.errs, problem{key + "." + p.key, p.msg})
 		}
 		out = append(out, r)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
 	"github.com/outbox-relay/outbox-relay/idempotency"
+	"github.com/outbox-relay/outbox-relay/idempotency/rocketmqmw"
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -45,7 +46,7 @@ func TestEveryOrderAppliedExactlyOnceThroughLostAcksAndRelayRestart(t *testing.T
 	if err := sqlGuard.CreateTable(ctx, e.db); err != nil {
 		t.Fatal(err)
 	}
-	sqlConsume, err := idempotency.WrapRocketMQTx(sqlGuard, e.db, idempotency.RocketMQConfig{},
+	sqlConsume, err := rocketmqmw.NewTx(sqlGuard, e.db, rocketmqmw.Config{},
 		func(ctx context.Context, tx *sql.Tx, msg *primitive.MessageExt) error {
 			_, err := tx.ExecContext(ctx, "INSERT INTO applied_sql VALUES (?, 1) ON DUPLICATE KEY UPDATE n = n + 1", msg.GetKeys())
 			return err
@@ -63,7 +64,7 @@ func TestEveryOrderAppliedExactlyOnceThroughLostAcksAndRelayRestart(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	redisConsume, err := idempotency.WrapRocketMQ(guard, idempotency.RocketMQConfig{},
+	redisConsume, err := rocketmqmw.New(guard, rocketmqmw.Config{},
 		func(ctx context.Context, msg *primitive.MessageExt) error {
 			_, err := e.db.ExecContext(ctx, "INSERT INTO applied_redis VALUES (?, 1) ON DUPLICATE KEY UPDATE n = n + 1", msg.GetKeys())
 			return err
@@ -72,8 +73,10 @@ func TestEveryOrderAppliedExactlyOnceThroughLostAcksAndRelayRestart(t *testing.T
 		t.Fatal(err)
 	}
 	var handledSQL, handledRedis atomic.Int64
-	startConsumer(t, e, "stock-sql", sqlConsume, &handledSQL)
-	startConsumer(t, e, "stock-redis", redisConsume, &handledRedis)
+	t.Cleanup(sqlConsume.Close)
+	t.Cleanup(redisConsume.Close)
+	startConsumer(t, e, "stock-sql", sqlConsume.Consume, &handledSQL)
+	startConsumer(t, e, "stock-redis", redisConsume.Consume, &handledRedis)
 
 	// Orders and their messages, one transaction each.
 	for i := 0; i < orders; i++ {
@@ -82,7 +85,7 @@ func TestEveryOrderAppliedExactlyOnceThroughLostAcksAndRelayRestart(t *testing.T
 			t.Fatal(err)
 		}
 		sn := fmt.Sprintf("SN%05d", i)
-		if err := e.writer.Insert(ctx, tx, outbox.Message{Topic: "orders", Keys: []string{sn}, Body: []byte(`{"orderSn":"` + sn + `"}`), MaxRetries: 50}); err != nil {
+		if err := e.writer.Insert(ctx, tx, &outbox.Message{Topic: "orders", Keys: []string{sn}, Body: []byte(`{"orderSn":"` + sn + `"}`)}); err != nil {
 			t.Fatal(err)
 		}
 		if err := tx.Commit(); err != nil {
@@ -118,7 +121,7 @@ func TestEveryOrderAppliedExactlyOnceThroughLostAcksAndRelayRestart(t *testing.T
 		stored, orders, stored-orders, handledSQL.Load(), handledRedis.Load())
 }
 
-func startConsumer(t *testing.T, e *env, group string, consume idempotency.ConsumeFunc, handled *atomic.Int64) {
+func startConsumer(t *testing.T, e *env, group string, consume func(context.Context, ...*primitive.MessageExt) (consumer.ConsumeResult, error), handled *atomic.Int64) {
 	t.Helper()
 	c, err := rocketmq.NewPushConsumer(
 		consumer.WithGroupName(group),

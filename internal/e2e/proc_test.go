@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/outbox/redisnudge"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -53,7 +54,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(broker.Close)
-	w, err := outbox.NewWriter(outbox.Config{Redis: rdb})
+	w, err := outbox.NewWriter(outbox.Config{Nudger: redisnudge.New(rdb)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func (e *env) insertN(t *testing.T, prefix string, n int) {
 		msgs[i] = outbox.Message{MsgID: fmt.Sprintf("%s-%06d", prefix, i), Topic: "orders", Keys: []string{fmt.Sprintf("SN%d", i)},
 			Body: []byte(fmt.Sprintf(`{"orderSn":"SN%d"}`, i))}
 	}
-	if err := e.writer.Insert(context.Background(), e.db.DB, msgs...); err != nil {
+	if err := e.writer.InsertNoTx(context.Background(), e.db.DB, msgs); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -15,12 +15,12 @@ import (
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
-// query fills the {T} placeholder after validating table.
+// query fills the {T} placeholder with table, validated and quoted.
 func query(stmt, table string) (string, error) {
 	if err := schema.ValidateIdent(table); err != nil {
 		return "", err
 	}
-	return strings.ReplaceAll(stmt, "{T}", table), nil
+	return strings.ReplaceAll(stmt, "{T}", schema.QuoteIdent(table)), nil
 }
 
 func placeholders(n int) string {
@@ -53,6 +53,12 @@ type StatusReport struct {
 	// ByTopic breaks the unsent rows (pending, failed, dead) down by status and topic. Sent
 	// rows are only counted in total, so that the report costs the backlog, not the history.
 	ByTopic []TopicCount `json:"by_topic"`
+	// Database is the server and schema the table lives in (config.DatabaseLabel), filled
+	// in by the caller; empty when unknown.
+	Database string `json:"database,omitempty"`
+	// Lock is the state of the table's leader lock (see ReadLock), filled in by the caller;
+	// nil when not read.
+	Lock *LockState `json:"lock,omitempty"`
 }
 
 // Status counts the rows of table by status, and the unsent ones by topic, and measures the
@@ -267,7 +273,7 @@ func DeadList(ctx context.Context, db *sql.DB, table string, f Filter, afterID i
 
 // CountDead returns how many dead rows match f.
 func CountDead(ctx context.Context, db *sql.DB, table string, f Filter) (int64, error) {
-	q, err := query("SELECT COUNT(*) FROM `{T}` WHERE status = 3 AND is_deleted = 0{W}", table)
+	q, err := query(sqlCountDead, table)
 	if err != nil {
 		return 0, err
 	}
@@ -291,6 +297,9 @@ type RequeueResult struct {
 	// deleted), as msg_id -> reason.
 	Skipped map[string]string `json:"skipped,omitempty"`
 }
+
+// SkipNotFound is RequeueResult.Skipped's reason for a msg_id the table does not hold.
+const SkipNotFound = "not found"
 
 // requeueChunk bounds the rows locked and updated per transaction.
 const requeueChunk = 1000
@@ -368,9 +377,10 @@ func requeueChunkTx(ctx context.Context, db *sql.DB, sel, upd string, args []any
 	if err != nil {
 		return nil, nil, err
 	}
-	// The rows are locked, so every one of them must have changed.
+	// Only another requeue changes dead rows; if one ran at the same time, say so rather
+	// than report rows this one did not requeue.
 	if n, _ := r.RowsAffected(); n != int64(len(ids)) {
-		err = fmt.Errorf("updated %d of %d locked dead rows", n, len(ids))
+		err = fmt.Errorf("requeued %d of %d dead rows: another requeue changed the rest meanwhile; run it again", n, len(ids))
 		return nil, nil, err
 	}
 	return ids, msgIDs, tx.Commit()
@@ -386,7 +396,7 @@ func explainSkipped(ctx context.Context, db *sql.DB, table string, asked, done [
 	for _, id := range asked {
 		if !requeued[id] {
 			rest = append(rest, id)
-			skipped[id] = "not found"
+			skipped[id] = SkipNotFound
 		}
 	}
 	if len(rest) == 0 {
@@ -468,15 +478,16 @@ func Purge(ctx context.Context, db *sql.DB, table string, opts PurgeOptions) (Pu
 		}
 		return res, nil
 	}
-	q, _ := query(sqlPurge, table)
+	sel, _ := query(sqlPurgeSelect, table)
+	del, _ := query(sqlPurgeDelete, table)
 	for {
-		n, err := purgeBatch(ctx, db, q, res.Cutoff, sentCutoff, opts.BatchSize)
+		n, selected, err := purgeBatch(ctx, db, sel, del, res.Cutoff, sentCutoff, opts.BatchSize)
 		if err != nil {
 			return res, fmt.Errorf("purge %s: %w", table, err)
 		}
 		res.Deleted += n
 		res.Batches++
-		if n < int64(opts.BatchSize) {
+		if selected < opts.BatchSize {
 			return res, nil
 		}
 		if opts.Pause > 0 {
@@ -497,7 +508,9 @@ const purgeRetries = 5
 // which the relay's write-back, moving rows into status 2, runs into: a deadlock. Without gap
 // locks it touches only the old sent rows it deletes; a conflict that still happens (InnoDB
 // breaks deadlocks by rolling one side back) is retried, as InnoDB asks.
-func purgeBatch(ctx context.Context, db *sql.DB, q string, args ...any) (int64, error) {
+// purgeBatch returns the rows it deleted and the rows it selected; a row the relay or another
+// purge changed between the two is left alone, and a short selection ends the purge.
+func purgeBatch(ctx context.Context, db *sql.DB, sel, del string, cutoff string, sentCutoff int64, batch int) (deleted int64, selected int, err error) {
 	for attempt := 1; ; attempt++ {
 		n, err := func() (int64, error) {
 			tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
@@ -505,7 +518,28 @@ func purgeBatch(ctx context.Context, db *sql.DB, q string, args ...any) (int64, 
 				return 0, err
 			}
 			defer tx.Rollback()
-			r, err := tx.ExecContext(ctx, q, args...)
+			rows, err := tx.QueryContext(ctx, sel, cutoff, sentCutoff, batch)
+			if err != nil {
+				return 0, err
+			}
+			var ids []any
+			for rows.Next() {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					rows.Close()
+					return 0, err
+				}
+				ids = append(ids, id)
+			}
+			if err := closeRows(rows); err != nil {
+				return 0, err
+			}
+			selected = len(ids)
+			if len(ids) == 0 {
+				return 0, tx.Commit()
+			}
+			args := append(ids, cutoff, sentCutoff)
+			r, err := tx.ExecContext(ctx, strings.ReplaceAll(del, "{IDS}", placeholders(len(ids))), args...)
 			if err != nil {
 				return 0, err
 			}
@@ -516,11 +550,11 @@ func purgeBatch(ctx context.Context, db *sql.DB, q string, args ...any) (int64, 
 			return n, tx.Commit()
 		}()
 		if err == nil || !mysqlerr.Retryable(err) || attempt == purgeRetries {
-			return n, err
+			return n, selected, err
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, 0, ctx.Err()
 		case <-time.After(time.Duration(attempt) * 50 * time.Millisecond):
 		}
 	}

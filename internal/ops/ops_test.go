@@ -386,3 +386,96 @@ func TestPurgePlanUsesStatusUpdateIndex(t *testing.T) {
 		t.Fatalf("EXPLAIN returned %d rows", seen)
 	}
 }
+
+// Paging over several tables shows every dead row exactly once: 5 dead rows in ta, 3 in tb,
+// pages of 5.
+func TestDeadPageOverSeveralTables(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, tb := range []string{"ta", "tb"} {
+		if err := schema.Migrate(b.ctx, b.db, tb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insertInto := func(tb string, n int) {
+		for i := 0; i < n; i++ {
+			if _, err := b.db.ExecContext(b.ctx, "INSERT INTO "+tb+" (msg_id, topic, content, status, fail_reason) VALUES (?, 'orders', 'x', 3, 'boom')",
+				fmt.Sprintf("%s-%d", tb, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	insertInto("ta", 5)
+	insertInto("tb", 3)
+	// tb's ids overlap ta's: an id cursor alone would skip them.
+	tables := []string{"ta", "tb"}
+	var seen []string
+	var cur Cursor
+	for page := 1; ; page++ {
+		rows, next, err := DeadPage(b.ctx, b.db, tables, Filter{}, cur, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			seen = append(seen, r.Table+"/"+r.MsgID)
+		}
+		if page == 1 && (len(rows) != 5 || next == nil || next.String() != "ta:5") {
+			t.Fatalf("page 1: %d rows, next %v", len(rows), next)
+		}
+		if next == nil {
+			if page != 2 || len(rows) != 3 {
+				t.Fatalf("page %d: %d rows, want page 2 with 3", page, len(rows))
+			}
+			break
+		}
+		if cur, err = ParseCursor(next.String()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"ta/ta-0", "ta/ta-1", "ta/ta-2", "ta/ta-3", "ta/ta-4", "tb/tb-0", "tb/tb-1", "tb/tb-2"}
+	if !reflect.DeepEqual(seen, want) {
+		t.Fatalf("pages showed %v, want %v", seen, want)
+	}
+	// A page that ends exactly at the last row has no next page.
+	if rows, next, err := DeadPage(b.ctx, b.db, tables, Filter{}, Cursor{Table: "ta", ID: 5}, 3); err != nil || len(rows) != 3 || next != nil {
+		t.Fatalf("last page: %d rows, next %v, %v", len(rows), next, err)
+	}
+	if _, _, err := DeadPage(b.ctx, b.db, tables, Filter{}, Cursor{Table: "tc", ID: 1}, 3); err == nil {
+		t.Fatal("cursor on an unknown table accepted")
+	}
+	for _, bad := range []string{"ta", "ta:", ":1", "ta:x", "ta:-1"} {
+		if _, err := ParseCursor(bad); err == nil {
+			t.Errorf("ParseCursor(%q) accepted", bad)
+		}
+	}
+}
+
+// A table called order works with every operator command.
+func TestReservedWordTable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const order = "order"
+	if err := schema.Migrate(b.ctx, b.db, order); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.db.ExecContext(b.ctx, "INSERT INTO `order` (msg_id, topic, content, status, fail_reason, sent_time, update_time) VALUES"+
+		" ('d1', 'orders', 'x', 3, 'boom', 0, NOW()), ('s1', 'orders', 'x', 2, NULL, 1, NOW() - INTERVAL 2 DAY), ('p1', 'orders', 'x', 0, NULL, 0, NOW())"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := Status(b.ctx, b.db, order, time.Now())
+	if err != nil || st.Pending != 1 || st.Sent != 1 || st.Dead != 1 {
+		t.Fatalf("Status = %+v, %v", st, err)
+	}
+	if rows, _, err := DeadPage(b.ctx, b.db, []string{order}, Filter{}, Cursor{}, 10); err != nil || len(rows) != 1 {
+		t.Fatalf("DeadPage = %v, %v", rows, err)
+	}
+	if n, err := CountDead(b.ctx, b.db, order, Filter{}); err != nil || n != 1 {
+		t.Fatalf("CountDead = %d, %v", n, err)
+	}
+	if res, err := Requeue(b.ctx, b.db, order, Filter{MsgIDs: []string{"d1", "zz"}}); err != nil || len(res.Requeued) != 1 || res.Skipped["zz"] != SkipNotFound {
+		t.Fatalf("Requeue = %+v, %v", res, err)
+	}
+	if res, err := Purge(b.ctx, b.db, order, PurgeOptions{OlderThan: 24 * time.Hour}); err != nil || res.Deleted != 1 {
+		t.Fatalf("Purge = %+v, %v", res, err)
+	}
+}

@@ -1,56 +1,69 @@
 package ops
 
 // The SQL of the package, in one place. {T} is replaced by the table name, validated with
-// schema.ValidateIdent first; values always go through placeholders. Statuses are the
+// schema.ValidateIdent first and quoted with schema.QuoteIdent (a table may be called order); values always go through placeholders. Statuses are the
 // outbox package's: 0 pending, 1 failed (will retry), 2 sent, 3 dead.
 const (
 	// sqlCountByStatus reads the whole (status, next_retry_time) index, not the rows.
-	sqlCountByStatus = "SELECT status, COUNT(*) FROM `{T}` GROUP BY status"
+	sqlCountByStatus = "SELECT status, COUNT(*) FROM {T} GROUP BY status"
 
 	// sqlCountUnsentByTopic breaks the unsent rows down; sent rows are left out so the cost
 	// follows the backlog, not the history.
-	sqlCountUnsentByTopic = "SELECT status, topic, is_deleted, COUNT(*) FROM `{T}`" +
+	sqlCountUnsentByTopic = "SELECT status, topic, is_deleted, COUNT(*) FROM {T}" +
 		" WHERE status IN (0, 1, 3) GROUP BY status, topic, is_deleted ORDER BY status, topic"
 
 	// sqlDue counts the due rows. Ranges over the (status, next_retry_time) index.
-	sqlDue = "SELECT COUNT(*) FROM `{T}` WHERE status IN (0, 1) AND next_retry_time <= ? AND is_deleted = 0"
+	sqlDue = "SELECT COUNT(*) FROM {T} WHERE status IN (0, 1) AND next_retry_time <= ? AND is_deleted = 0"
 
 	// sqlDueHead reads when the first row of one status and next_retry_time range became due
 	// (the later of its creation and its next_retry_time): one seek at the head of the
 	// range in the index's (next_retry_time, id) order. See OldestDue.
-	sqlDueHead = "SELECT GREATEST(UNIX_TIMESTAMP(create_time) * 1000, next_retry_time) FROM `{T}`" +
+	sqlDueHead = "SELECT GREATEST(UNIX_TIMESTAMP(create_time) * 1000, next_retry_time) FROM {T}" +
 		" WHERE status = ? AND next_retry_time BETWEEN ? AND ? AND is_deleted = 0 ORDER BY next_retry_time, id LIMIT 1"
 
 	// sqlDeadSelect lists dead rows; {W} is the filter (see Filter.where).
 	sqlDeadSelect = "SELECT id, msg_id, topic, tag, COALESCE(fail_reason, ''), retry_count, max_retry_count," +
 		" UNIX_TIMESTAMP(create_time), UNIX_TIMESTAMP(update_time), msg_keys, sharding_key, CHAR_LENGTH(content)" +
-		" FROM `{T}` WHERE status = 3 AND is_deleted = 0{W} AND id > ? ORDER BY id LIMIT ?"
+		" FROM {T} WHERE status = 3 AND is_deleted = 0{W} AND id > ? ORDER BY id LIMIT ?"
 
-	// sqlRequeueLock selects one chunk of dead rows to requeue, locking them for the update.
-	// Run in READ COMMITTED: no gap locks, so the application's INSERTs are never blocked.
-	sqlRequeueLock = "SELECT id, msg_id FROM `{T}` WHERE status = 3 AND is_deleted = 0{W} AND id > ?" +
-		" ORDER BY id LIMIT ? FOR UPDATE"
+	// sqlCountDead counts the dead rows a filter selects; {W} is the filter.
+	sqlCountDead = "SELECT COUNT(*) FROM {T} WHERE status = 3 AND is_deleted = 0{W}"
 
-	// sqlRequeue gives dead rows a fresh start: due now, with their full retry budget.
-	sqlRequeue = "UPDATE `{T}` SET status = 0, retry_count = 0, next_retry_time = 0, fail_reason = NULL" +
+	// sqlRequeueLock selects one chunk of dead rows to requeue. It is a plain consistent read,
+	// not a locking one: walking the primary key, a locking read would wait for every
+	// application transaction holding an uncommitted row in its way.
+	sqlRequeueLock = "SELECT id, msg_id FROM {T} WHERE status = 3 AND is_deleted = 0{W} AND id > ?" +
+		" ORDER BY id LIMIT ?"
+
+	// sqlRequeue gives dead rows a fresh start: due now, with their full retry budget. It
+	// names its rows by primary key (never a status-index range that holds writers' rows) and
+	// runs in READ COMMITTED (no gap locks), so it never waits for nor blocks the application.
+	sqlRequeue = "UPDATE {T} FORCE INDEX (PRIMARY) SET status = 0, retry_count = 0, next_retry_time = 0, fail_reason = NULL" +
 		" WHERE status = 3 AND id IN ({IDS})"
 
 	// sqlStatusOfMsgIDs reports the state of the msg_ids asked for, to explain the ones left alone.
-	sqlStatusOfMsgIDs = "SELECT msg_id, status, is_deleted FROM `{T}` WHERE msg_id IN ({IDS})"
+	sqlStatusOfMsgIDs = "SELECT msg_id, status, is_deleted FROM {T} WHERE msg_id IN ({IDS})"
 
 	// sqlCutoff reads the database clock once, so that a purge has a fixed horizon and the
 	// comparison with update_time (a DATETIME in the server's zone) is zone-correct.
 	sqlCutoff = "SELECT DATE_FORMAT(NOW() - INTERVAL ? SECOND, '%Y-%m-%d %H:%i:%s')"
 
 	// sqlPurgeCount counts what a purge would delete (dry run).
-	sqlPurgeCount = "SELECT COUNT(*) FROM `{T}` WHERE status = 2 AND update_time < ? AND sent_time < ?"
+	sqlPurgeCount = "SELECT COUNT(*) FROM {T} WHERE status = 2 AND update_time < ? AND sent_time < ?"
 
-	// sqlPurge deletes one small batch of old sent rows, walking the (status, update_time)
-	// index; small batches keep each transaction, its locks and its replication event short.
-	sqlPurge = "DELETE FROM `{T}` WHERE status = 2 AND update_time < ? AND sent_time < ?" +
+	// sqlPurgeSelect finds one small batch of old sent rows, walking the (status, update_time)
+	// index with a plain consistent read; small batches keep each transaction, its locks and
+	// its replication event short.
+	sqlPurgeSelect = "SELECT id FROM {T} WHERE status = 2 AND update_time < ? AND sent_time < ?" +
 		" ORDER BY update_time, id LIMIT ?"
 
+	// sqlPurgeDelete deletes the batch by primary key, guarded by the same condition. A DELETE
+	// that scans for its rows locks every row it examines and, unlike an UPDATE, waits for
+	// rows an application transaction holds uncommitted; by primary key it touches only the
+	// rows it names.
+	sqlPurgeDelete = "DELETE {T} FROM {T} FORCE INDEX (PRIMARY) WHERE id IN ({IDS}) AND status = 2 AND update_time < ? AND sent_time < ?"
+
 	// sqlExplainPurge shows the purge's plan; tests check it uses idx_status_update.
-	sqlExplainPurge = "EXPLAIN SELECT id FROM `{T}` WHERE status = 2 AND update_time < ? AND sent_time < ?" +
+	sqlExplainPurge = "EXPLAIN SELECT id FROM {T} WHERE status = 2 AND update_time < ? AND sent_time < ?" +
 		" ORDER BY update_time, id LIMIT 1000"
 )

@@ -314,6 +314,10 @@ func (b *broker) handleSend(c *conn, qs queuedSend) {
 		c.reply(req, newResponse(req, code, "rmqtest: injected broker error"))
 		return
 	}
+	if !s.topicExists(h.topic) {
+		c.reply(req, newResponse(req, resTopicNotExist, "topic["+h.topic+"] not exist, apply first please!"))
+		return
+	}
 	recs, code, remark := b.buildRecords(c, req, h)
 	if code != resSuccess {
 		c.reply(req, newResponse(req, code, remark))
@@ -349,11 +353,7 @@ func (b *broker) buildRecords(c *conn, req *command, h sendHeader) ([]*record, i
 	if h.batch && strings.HasPrefix(h.topic, retryTopicPrefix) {
 		return nil, resMessageIllegal, "batch request does not support retry group " + h.topic
 	}
-	nq, ok := s.topicQueues(h.topic)
-	if !ok {
-		// RocketMQ's words (AbstractSendMessageProcessor.msgCheck).
-		return nil, resTopicNotExist, "topic[" + h.topic + "] not exist, apply first please!"
-	}
+	nq := s.topic(h.topic)
 	qid := h.queueID
 	if qid < 0 {
 		qid = int(b.rr.Add(1) % uint32(nq))

@@ -73,11 +73,11 @@ func (n *nameServer) serve(c *conn, req *command) {
 	switch req.Code {
 	case reqGetRouteInfoByTopic:
 		topic := req.Ext["topic"]
-		q, ok := s.topicQueues(topic)
-		if checkTopic(topic) != "" || !ok {
+		if checkTopic(topic) != "" || !s.topicExists(topic) {
 			c.reply(req, newResponse(req, resTopicNotExist, "No topic route info in name server for the topic: "+topic))
 			return
 		}
+		q := s.topic(topic)
 		body, _ := json.Marshal(routeData{
 			QueueDatas: []routeQueueData{{BrokerName: s.opts.BrokerName, ReadQueueNums: q, WriteQueueNums: q, Perm: int(s.perm.Load())}},
 			BrokerDatas: []routeBrokerData{{

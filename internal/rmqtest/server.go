@@ -7,6 +7,8 @@ import (
 	"log"
 	"math/rand/v2"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +25,11 @@ type Options struct {
 	BrokerName string
 	// ClusterName is the cluster name clients see in routes. Defaults to "DefaultCluster".
 	ClusterName string
+	// Topics, when not empty, are the only topics that exist, as on a broker with
+	// autoCreateTopicEnable=false: the name server answers TOPIC_NOT_EXIST (17) for any other
+	// topic and the broker refuses sends to it with the same code. Retry and dead-letter
+	// topics always exist. Defaults to none: every valid topic is created on first use.
+	Topics []string
 	// Queues is the number of queues of an auto-created topic. Defaults to 4.
 	// Retry and dead-letter topics (%RETRY%group, %DLQ%group) get one queue, as in RocketMQ.
 	Queues int
@@ -31,9 +38,8 @@ type Options struct {
 	// Defaults to 4 MiB, RocketMQ's default.
 	MaxMessageSize int
 	// NoAutoCreateTopics makes the broker behave as RocketMQ's with
-	// autoCreateTopicEnable=false: a topic exists only once CreateTopic (or the admin API)
-	// created it; the name server has no route for others, and the broker refuses sends to
-	// them with TOPIC_NOT_EXIST (17).
+	// autoCreateTopicEnable=false and no Topics listed: a topic exists only once CreateTopic
+	// (or the client's admin API) created it.
 	NoAutoCreateTopics bool
 	// RetryDelay is how long a message sent back by a consumer (ConsumeRetryLater)
 	// waits before it is stored in %RETRY%group and redelivered. RocketMQ's delay levels
@@ -359,3 +365,16 @@ func (s *Server) ConsumerOffset(group, topic string, queue int) int64 {
 
 // Consumers returns the client ids registered (by heartbeat) in a consumer group.
 func (s *Server) Consumers(group string) []string { return s.broker.consumerIDs(group) }
+
+// topicExists reports whether topic has a route: always, unless Options.Topics or
+// Options.NoAutoCreateTopics restrict the topics; then only those listed in Options.Topics,
+// made by CreateTopic (or the admin API), and retry and dead-letter topics exist.
+func (s *Server) topicExists(topic string) bool {
+	if strings.HasPrefix(topic, retryTopicPrefix) || strings.HasPrefix(topic, dlqTopicPrefix) {
+		return true
+	}
+	if len(s.opts.Topics) == 0 && !s.opts.NoAutoCreateTopics {
+		return true
+	}
+	return slices.Contains(s.opts.Topics, topic) || s.store.queueCount(topic) > 0
+}

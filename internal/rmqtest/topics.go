@@ -2,7 +2,6 @@ package rmqtest
 
 import (
 	"strconv"
-	"strings"
 )
 
 // Request and response codes of topic administration and write permission.
@@ -30,17 +29,6 @@ func (s *Server) SetBrokerPermission(perm int) { s.perm.Store(int32(perm)) }
 // SetMaxMessageSize changes the largest message the broker accepts, as RocketMQ's
 // updateBrokerConfig of maxMessageSize does.
 func (s *Server) SetMaxMessageSize(n int) { s.maxMsgSize.Store(int64(n)) }
-
-// topicQueues returns the queue count of topic; an unknown topic is created on first use
-// unless Options.NoAutoCreateTopics is set (retry and dead-letter topics are always created,
-// as RocketMQ does for consumer groups).
-func (s *Server) topicQueues(topic string) (int, bool) {
-	if s.opts.NoAutoCreateTopics && !strings.HasPrefix(topic, retryTopicPrefix) && !strings.HasPrefix(topic, dlqTopicPrefix) {
-		n := s.store.queueCount(topic)
-		return n, n > 0
-	}
-	return s.topic(topic), true
-}
 
 // createTopic serves UPDATE_AND_CREATE_TOPIC.
 func (b *broker) createTopic(c *conn, req *command) {

@@ -1,19 +1,20 @@
-package idempotency_test
+package rocketmqmw_test
 
 import (
 	"bytes"
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
-	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/idempotency"
+	"github.com/outbox-relay/outbox-relay/idempotency/rocketmqmw"
 )
 
 // newMsg builds a message as the push consumer hands it over: id, topic, keys and body.
@@ -45,7 +46,7 @@ func (r *recorder) handle(ctx context.Context, msg *primitive.MessageExt) error 
 
 type invalids struct{ got []error }
 
-func (v *invalids) hook(err error) idempotency.InvalidFunc {
+func (v *invalids) hook(err error) rocketmqmw.InvalidFunc {
 	return func(_ context.Context, _ *primitive.MessageExt, reason error) error {
 		v.got = append(v.got, reason)
 		return err
@@ -55,20 +56,20 @@ func (v *invalids) hook(err error) idempotency.InvalidFunc {
 func TestRocketMQBatchDecidesPerMessage(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{})
+	g := b.Guard(t, idempotency.Config{})
 	ctx := context.Background()
-	rec := &recorder{db: b.db}
+	rec := &recorder{db: b.DB}
 	inv := &invalids{}
-	consume, err := idempotency.WrapRocketMQ(g, idempotency.RocketMQConfig{OnInvalid: inv.hook(nil), Logger: testLogger(t)}, rec.handle)
+	consume, err := wrap(t, g, rocketmqmw.Config{OnInvalid: inv.hook(nil), Logger: testLogger(t)}, rec.handle)
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	// SN-dup was consumed before; SN-busy is held by a consumer elsewhere.
-	if out, err := g.Do(ctx, "SN-dup", func(ctx context.Context) error { return applyOrder(ctx, b.db, "SN-dup") }); out != idempotency.Applied || err != nil {
-		t.Fatal(out, err)
+	if res, err := g.Do(ctx, "venue_topic::SN-dup", func(ctx context.Context) error { return applyOrder(ctx, b.DB, "SN-dup") }); res.Outcome != idempotency.Applied || err != nil {
+		t.Fatal(res, err)
 	}
-	if r, err := b.store.Claim(ctx, "stock:SN-busy", "elsewhere", time.Minute); r != idempotency.ClaimAcquired || err != nil {
+	if r, err := b.Store.Claim(ctx, "stock:venue_topic::SN-busy", "elsewhere", time.Minute); r != idempotency.ClaimAcquired || err != nil {
 		t.Fatal(r, err)
 	}
 	batch := []*primitive.MessageExt{
@@ -91,7 +92,7 @@ func TestRocketMQBatchDecidesPerMessage(t *testing.T) {
 	}
 
 	// The other consumer fails and releases; the broker redelivers the whole batch.
-	if err := b.store.Release(ctx, "stock:SN-busy", "elsewhere"); err != nil {
+	if err := b.Store.Release(ctx, "stock:venue_topic::SN-busy", "elsewhere"); err != nil {
 		t.Fatal(err)
 	}
 	rec.calls = nil
@@ -106,21 +107,21 @@ func TestRocketMQBatchDecidesPerMessage(t *testing.T) {
 		t.Fatalf("OnInvalid called %d times, want again for the redelivered keyless message", len(inv.got))
 	}
 	for _, sn := range []string{"SN-new", "SN-dup", "SN-busy", "SN-new2"} {
-		if n := appliedCount(t, b.db.DB, sn); n != 1 {
+		if n := appliedCount(t, b.DB.DB, sn); n != 1 {
 			t.Errorf("%s applied %d times, want 1", sn, n)
 		}
 	}
-	assertEachAppliedOnce(t, b.db.DB, 4)
+	assertEachAppliedOnce(t, b.DB.DB, 4)
 }
 
 func TestRocketMQHandlerFailureRetriesBatch(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{})
+	g := b.Guard(t, idempotency.Config{})
 	ctx := context.Background()
 	boom := errors.New("warehouse unavailable")
-	rec := &recorder{db: b.db, fail: map[string]error{"SN2": boom}}
-	consume, err := idempotency.WrapRocketMQ(g, idempotency.RocketMQConfig{Logger: testLogger(t)}, rec.handle)
+	rec := &recorder{db: b.DB, fail: map[string]error{"SN2": boom}}
+	consume, err := wrap(t, g, rocketmqmw.Config{Logger: testLogger(t)}, rec.handle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func TestRocketMQHandlerFailureRetriesBatch(t *testing.T) {
 	if got := strings.Join(rec.calls, ","); got != "SN2" {
 		t.Fatalf("redelivery called the handler for %s, want SN2 only", got)
 	}
-	assertEachAppliedOnce(t, b.db.DB, 3)
+	assertEachAppliedOnce(t, b.DB.DB, 3)
 
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
@@ -149,14 +150,14 @@ func TestRocketMQHandlerFailureRetriesBatch(t *testing.T) {
 func TestRocketMQMissingKey(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{})
+	g := b.Guard(t, idempotency.Config{})
 	ctx := context.Background()
 
 	t.Run("default rejects, logs and acknowledges", func(t *testing.T) {
 		var logs bytes.Buffer
-		l := zerolog.New(&logs)
-		rec := &recorder{db: b.db}
-		consume, err := idempotency.WrapRocketMQ(g, idempotency.RocketMQConfig{Logger: &l}, rec.handle)
+		l := slog.New(slog.NewJSONHandler(&logs, nil))
+		rec := &recorder{db: b.DB}
+		consume, err := wrap(t, g, rocketmqmw.Config{Logger: l}, rec.handle)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,7 +169,7 @@ func TestRocketMQMissingKey(t *testing.T) {
 		if len(rec.calls) != 0 {
 			t.Fatalf("handler called for a keyless message: %v", rec.calls)
 		}
-		if !strings.Contains(logs.String(), `"msg_id":"MSG-NOKEY"`) || !strings.Contains(logs.String(), `"level":"error"`) {
+		if !strings.Contains(logs.String(), `"msg_id":"MSG-NOKEY"`) || !strings.Contains(logs.String(), `"level":"ERROR"`) {
 			t.Fatalf("operator not told: log %q", logs.String())
 		}
 	})
@@ -176,8 +177,8 @@ func TestRocketMQMissingKey(t *testing.T) {
 	t.Run("OnInvalid error sends it back", func(t *testing.T) {
 		parkErr := errors.New("quarantine table unavailable")
 		inv := &invalids{}
-		rec := &recorder{db: b.db}
-		consume, err := idempotency.WrapRocketMQ(g, idempotency.RocketMQConfig{OnInvalid: inv.hook(parkErr), Logger: testLogger(t)}, rec.handle)
+		rec := &recorder{db: b.DB}
+		consume, err := wrap(t, g, rocketmqmw.Config{OnInvalid: inv.hook(parkErr), Logger: testLogger(t)}, rec.handle)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,8 +192,8 @@ func TestRocketMQMissingKey(t *testing.T) {
 
 	t.Run("use message id", func(t *testing.T) {
 		inv := &invalids{}
-		rec := &recorder{db: b.db}
-		consume, err := idempotency.WrapRocketMQ(g, idempotency.RocketMQConfig{MissingKey: idempotency.MissingKeyUseMsgID, OnInvalid: inv.hook(nil), Logger: testLogger(t)}, rec.handle)
+		rec := &recorder{db: b.DB}
+		consume, err := wrap(t, g, rocketmqmw.Config{MissingKey: rocketmqmw.MissingKeyUseMsgID, OnInvalid: inv.hook(nil), Logger: testLogger(t)}, rec.handle)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -201,7 +202,7 @@ func TestRocketMQMissingKey(t *testing.T) {
 				t.Fatalf("%v, %v", res, err)
 			}
 		}
-		if n := appliedCount(t, b.db.DB, "7F0000012A2C1B2C3D4E0001"); n != 1 || len(rec.calls) != 1 {
+		if n := appliedCount(t, b.DB.DB, "7F0000012A2C1B2C3D4E0001"); n != 1 || len(rec.calls) != 1 {
 			t.Fatalf("keyed by id: applied %d times, handler called %d times; want once", n, len(rec.calls))
 		}
 		if res, err := consume(ctx, newMsg("", "")); res != consumer.ConsumeSuccess || err != nil || len(inv.got) != 1 {
@@ -212,7 +213,7 @@ func TestRocketMQMissingKey(t *testing.T) {
 	t.Run("json field", func(t *testing.T) {
 		inv := &invalids{}
 		var calls []string
-		consume, err := idempotency.WrapRocketMQ(g, idempotency.RocketMQConfig{Key: idempotency.KeyFromJSONField("message.orderSn"), OnInvalid: inv.hook(nil), Logger: testLogger(t)},
+		consume, err := wrap(t, g, rocketmqmw.Config{Key: rocketmqmw.KeyFromJSONField("message.orderSn"), OnInvalid: inv.hook(nil), Logger: testLogger(t)},
 			func(ctx context.Context, msg *primitive.MessageExt) error {
 				calls = append(calls, msg.MsgId)
 				return nil
@@ -241,9 +242,12 @@ func TestRocketMQTx(t *testing.T) {
 	ctx := context.Background()
 	inv := &invalids{}
 	var calls []string
-	consume, err := idempotency.WrapRocketMQTx(b.guard, b.db, idempotency.RocketMQConfig{OnInvalid: inv.hook(nil), Logger: testLogger(t)},
+	consume, err := wrapTx(t, b.Guard, b.DB, rocketmqmw.Config{OnInvalid: inv.hook(nil), Logger: testLogger(t)},
 		func(ctx context.Context, tx *sql.Tx, msg *primitive.MessageExt) error {
 			sn := strings.Fields(msg.GetKeys())[0]
+			if len(sn) > 32 {
+				sn = "LONG"
+			}
 			calls = append(calls, sn)
 			return applyOrder(ctx, tx, sn)
 		})
@@ -254,20 +258,23 @@ func TestRocketMQTx(t *testing.T) {
 		newMsg("m1", "", "SN1"),
 		newMsg("m2", "", "SN1"), // the same order twice in one batch
 		newMsg("m3", "", "SN2"),
-		newMsg("m4", "", strings.Repeat("9", idempotency.MaxSQLKeyLen+1)),
+		newMsg("m4", "", strings.Repeat("9", idempotency.MaxSQLKeyLen+1)),   // identity hashed to fit
+		newMsg("m5", "", strings.Repeat("9", idempotency.MaxSQLKeyLen)+"8"), // another event
 	}
 	for i := range 2 {
 		if res, err := consume(ctx, batch...); res != consumer.ConsumeSuccess || err != nil {
 			t.Fatalf("delivery %d: %v, %v", i+1, res, err)
 		}
 	}
-	if strings.Join(calls, ",") != "SN1,SN2" {
-		t.Fatalf("handler calls %v, want SN1,SN2", calls)
+	if strings.Join(calls, ",") != "SN1,SN2,LONG,LONG" {
+		t.Fatalf("handler calls %v, want SN1,SN2 and each long key once", calls)
 	}
-	if len(inv.got) != 2 || !errors.Is(inv.got[0], idempotency.ErrInvalidKey) {
-		t.Fatalf("OnInvalid calls %v, want the overlong key rejected on each delivery", inv.got)
+	if len(inv.got) != 0 {
+		t.Fatalf("OnInvalid calls %v, want none", inv.got)
 	}
-	assertEachAppliedOnce(t, b.db.DB, 2)
+	if n := appliedCount(t, b.DB.DB, "LONG"); n != 2 {
+		t.Fatalf("two events with long keys applied %d times in all, want 2", n)
+	}
 }
 
 func TestKeyFuncs(t *testing.T) {
@@ -276,23 +283,23 @@ func TestKeyFuncs(t *testing.T) {
 	withProp.WithProperty("orderSn", "P-1")
 	for _, tc := range []struct {
 		name string
-		fn   idempotency.KeyFunc
+		fn   rocketmqmw.KeyFunc
 		msg  *primitive.MessageExt
 		want string // "" means ErrNoKey
 	}{
-		{"first of keys", idempotency.KeyFromKeys(), newMsg("id", "", "K1", "K2"), "K1"},
-		{"no keys", idempotency.KeyFromKeys(), newMsg("id", ""), ""},
-		{"property", idempotency.KeyFromProperty("orderSn"), withProp, "P-1"},
-		{"missing property", idempotency.KeyFromProperty("other"), withProp, ""},
-		{"json string", idempotency.KeyFromJSONField("orderSn"), newMsg("id", `{"orderSn":"J-1"}`), "J-1"},
-		{"json big number", idempotency.KeyFromJSONField("orderSn"), newMsg("id", `{"orderSn":12345678901234567890}`), "12345678901234567890"},
-		{"json nested", idempotency.KeyFromJSONField("message.orderSn"), newMsg("id", `{"message":{"orderSn":"J-2"}}`), "J-2"},
-		{"json null", idempotency.KeyFromJSONField("orderSn"), newMsg("id", `{"orderSn":null}`), ""},
-		{"json object", idempotency.KeyFromJSONField("orderSn"), newMsg("id", `{"orderSn":{"a":1}}`), ""},
-		{"json missing", idempotency.KeyFromJSONField("orderSn"), newMsg("id", `{"order":"x"}`), ""},
-		{"json path through a string", idempotency.KeyFromJSONField("message.orderSn"), newMsg("id", `{"message":"x"}`), ""},
-		{"not json", idempotency.KeyFromJSONField("orderSn"), newMsg("id", `orderSn=1`), ""},
-		{"empty body", idempotency.KeyFromJSONField("orderSn"), newMsg("id", ``), ""},
+		{"all keys", rocketmqmw.KeyFromKeys(), newMsg("id", "", "K1", "K2"), "K1 K2"},
+		{"no keys", rocketmqmw.KeyFromKeys(), newMsg("id", ""), ""},
+		{"property", rocketmqmw.KeyFromProperty("orderSn"), withProp, "P-1"},
+		{"missing property", rocketmqmw.KeyFromProperty("other"), withProp, ""},
+		{"json string", rocketmqmw.KeyFromJSONField("orderSn"), newMsg("id", `{"orderSn":"J-1"}`), "J-1"},
+		{"json big number", rocketmqmw.KeyFromJSONField("orderSn"), newMsg("id", `{"orderSn":12345678901234567890}`), "12345678901234567890"},
+		{"json nested", rocketmqmw.KeyFromJSONField("message.orderSn"), newMsg("id", `{"message":{"orderSn":"J-2"}}`), "J-2"},
+		{"json null", rocketmqmw.KeyFromJSONField("orderSn"), newMsg("id", `{"orderSn":null}`), ""},
+		{"json object", rocketmqmw.KeyFromJSONField("orderSn"), newMsg("id", `{"orderSn":{"a":1}}`), ""},
+		{"json missing", rocketmqmw.KeyFromJSONField("orderSn"), newMsg("id", `{"order":"x"}`), ""},
+		{"json path through a string", rocketmqmw.KeyFromJSONField("message.orderSn"), newMsg("id", `{"message":"x"}`), ""},
+		{"not json", rocketmqmw.KeyFromJSONField("orderSn"), newMsg("id", `orderSn=1`), ""},
+		{"empty body", rocketmqmw.KeyFromJSONField("orderSn"), newMsg("id", ``), ""},
 	} {
 		got, err := tc.fn(tc.msg)
 		if tc.want == "" {
@@ -312,12 +319,12 @@ func TestKeyFuncs(t *testing.T) {
 func TestRocketMQAppliedButClaimLostIsAcknowledged(t *testing.T) {
 	t.Parallel()
 	b := setupRedis(t)
-	g := b.guard(t, idempotency.Config{ClaimTTL: 200 * time.Millisecond})
+	g := b.Guard(t, idempotency.Config{ClaimTTL: 200 * time.Millisecond})
 	var logs bytes.Buffer
-	l := zerolog.New(&logs)
-	consume, err := idempotency.WrapRocketMQ(g, idempotency.RocketMQConfig{Logger: &l}, func(ctx context.Context, msg *primitive.MessageExt) error {
-		waitFor(t, "the claim to expire", func() bool { return b.value(t, "stock", "SN-slow") == "" })
-		return applyOrder(ctx, b.db, "SN-slow")
+	l := slog.New(slog.NewJSONHandler(&logs, nil))
+	consume, err := wrap(t, g, rocketmqmw.Config{Logger: l}, func(ctx context.Context, msg *primitive.MessageExt) error {
+		waitFor(t, "the claim to expire", func() bool { return b.Value(t, "stock", "venue_topic::SN-slow") == "" })
+		return applyOrder(ctx, b.DB, "SN-slow")
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -325,10 +332,10 @@ func TestRocketMQAppliedButClaimLostIsAcknowledged(t *testing.T) {
 	if res, err := consume(context.Background(), newMsg("m1", "", "SN-slow")); res != consumer.ConsumeSuccess || err != nil {
 		t.Fatalf("%v, %v; want acknowledged", res, err)
 	}
-	if !strings.Contains(logs.String(), "claim lost") || !strings.Contains(logs.String(), `"level":"error"`) {
+	if !strings.Contains(logs.String(), "claim lost") || !strings.Contains(logs.String(), `"level":"ERROR"`) {
 		t.Fatalf("lost claim not reported: %q", logs.String())
 	}
-	if n := appliedCount(t, b.db.DB, "SN-slow"); n != 1 {
+	if n := appliedCount(t, b.DB.DB, "SN-slow"); n != 1 {
 		t.Fatalf("applied %d times, want 1", n)
 	}
 }

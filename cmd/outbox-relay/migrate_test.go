@@ -1,0 +1,118 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
+)
+
+// seed002 creates a live seed-002 table (application-chosen ids) with one row.
+func seed002(t *testing.T, db *testenv.DB) {
+	t.Helper()
+	ddl, err := os.ReadFile("../../schema/testdata/seed002.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(string(ddl)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("INSERT INTO local_message (id, msg_id, topic, content) VALUES (1869000000000000001, 'a', 'venue', '{}')"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func createTable(t *testing.T, db *testenv.DB, table string) string {
+	t.Helper()
+	var name, ddl string
+	if err := db.QueryRow("SHOW CREATE TABLE "+table).Scan(&name, &ddl); err != nil {
+		t.Fatal(err)
+	}
+	return ddl
+}
+
+// migrate --print-sql prints the DDL for a migration tool and runs nothing; what it prints
+// brings the table up to date.
+func TestMigratePrintSQL(t *testing.T) {
+	t.Parallel()
+	db := testenv.MySQL(t)
+	dsn := "--mysql-dsn=" + db.DSN
+	seed002(t, db)
+	before := createTable(t, db, "local_message")
+
+	r := cli(t, "", false, "migrate", dsn, "--print-sql", "--tables=local_message,fresh_outbox", "--dedupe-table=stock_dedupe")
+	if r.code != 0 {
+		t.Fatalf("--print-sql: %+v", r)
+	}
+	for _, want := range []string{
+		"-- local_message: online (the application keeps writing)",
+		"ALGORITHM=INPLACE, LOCK=NONE;",
+		"-- gh-ost / pt-online-schema-change --alter: ADD COLUMN `msg_keys`",
+		"-- local_message: BLOCKING: making id AUTO_INCREMENT",
+		"ALTER TABLE `local_message` MODIFY COLUMN `id` bigint NOT NULL AUTO_INCREMENT, ALGORITHM=COPY, LOCK=SHARED;",
+		"CREATE TABLE IF NOT EXISTS `fresh_outbox`",
+		"CREATE TABLE IF NOT EXISTS `stock_dedupe`",
+	} {
+		if !strings.Contains(r.out, want) {
+			t.Errorf("--print-sql lacks %q:\n%s", want, r.out)
+		}
+	}
+	if createTable(t, db, "local_message") != before {
+		t.Fatal("--print-sql changed the table")
+	}
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name IN ('fresh_outbox', 'stock_dedupe')").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("--print-sql created tables (%d, %v)", n, err)
+	}
+	// What a DBA would run: the printed statements, as printed.
+	for _, stmt := range strings.Split(r.out, ";\n") {
+		if s := strings.TrimSpace(stmt); s != "" && !strings.HasPrefix(lastSQLLine(s), "--") {
+			if _, err := db.Exec(s); err != nil {
+				t.Fatalf("printed statement fails: %v\n%s", err, s)
+			}
+		}
+	}
+	r = cli(t, "", false, "migrate", dsn, "--check", "--tables=local_message,fresh_outbox", "--dedupe-table=stock_dedupe")
+	if r.code != 0 {
+		t.Fatalf("after running the printed SQL, --check: %+v", r)
+	}
+}
+
+func lastSQLLine(s string) string {
+	lines := strings.Split(s, "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// migrate on a live seed table runs the online step and stops before the blocking one unless
+// --allow-blocking; --dedupe-table creates the consumer's dedupe table.
+func TestMigrateLiveTableNeedsAllowBlocking(t *testing.T) {
+	t.Parallel()
+	db := testenv.MySQL(t)
+	dsn := "--mysql-dsn=" + db.DSN
+	seed002(t, db)
+	r := cli(t, "", false, "migrate", dsn, "--dedupe-table=stock_dedupe")
+	if r.code != exitRuntime || !strings.Contains(r.errOut, "--allow-blocking") || !strings.Contains(r.errOut, "AUTO_INCREMENT") {
+		t.Fatalf("migrate of a live seed table: %+v", r)
+	}
+	if ddl := createTable(t, db, "local_message"); !strings.Contains(ddl, "`sent_time`") || strings.Contains(ddl, "AUTO_INCREMENT") {
+		t.Fatalf("online step not applied, or blocking step applied:\n%s", ddl)
+	}
+	r = cli(t, "", false, "migrate", dsn, "--allow-blocking", "--dedupe-table=stock_dedupe")
+	if r.code != 0 || !strings.Contains(r.out, "local_message: upgraded") || !strings.Contains(r.out, "stock_dedupe: dedupe table created") {
+		t.Fatalf("migrate --allow-blocking: %+v", r)
+	}
+	r = cli(t, "", false, "migrate", dsn, "--dedupe-table=stock_dedupe")
+	if r.code != 0 || r.out != "local_message: up to date\nstock_dedupe: dedupe table exists\n" {
+		t.Fatalf("second migrate: %+v", r)
+	}
+	if r := cli(t, "", false, "migrate", dsn, "--table=order"); r.code != 0 || r.out != "order: created\n" {
+		t.Fatalf("migrate --table=order: %+v", r)
+	}
+	if r := cli(t, "", false, "status", dsn, "--table=order", "--redis-addr=127.0.0.1:1"); r.code != 0 || !strings.Contains(r.out, "table order (") {
+		t.Fatalf("status --table=order: %+v", r)
+	}
+	if r := cli(t, "", false, "migrate", dsn, "--dedupe-table=bad-name"); r.code != exitUsage {
+		t.Fatalf("bad dedupe table name: %+v", r)
+	}
+}

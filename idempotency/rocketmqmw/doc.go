@@ -1,0 +1,40 @@
+// Package rocketmqmw is the rocketmq-client-go (v2) push-consumer middleware of package
+// idempotency: a Middleware wraps a per-message handler into the callback passed to
+// Subscribe, and applies each event once through an idempotency.Guard (Redis) or
+// idempotency.SQLGuard (the consumer's database).
+//
+// Each message's identity is the guard's group + topic + tag + keys by default (Config.Key
+// and Config.Identity change it), so a redelivered event is skipped while another event of
+// the same order is applied. See package idempotency on choosing the key.
+//
+// What it does in each consumer mode, as rocketmq-client-go v2.1.2 behaves (read in its
+// source and checked in this package's tests with the real client):
+//
+//   - Concurrent (the default): a message to redeliver makes the callback return
+//     ConsumeRetryLater; the client sends it back, the broker redelivers it through
+//     %RETRY%<group> and moves it to %DLQ%<group> after the group's maximum reconsume
+//     times (16 by default, consumer.WithMaxReconsumeTimes).
+//   - Orderly (consumer.WithConsumerOrder(true)): the client ignores ConsumeRetryLater there
+//     and would commit the offset past the message at the next success, losing it. The
+//     middleware returns SuspendCurrentQueueAMoment instead, stopping at the first message
+//     to redeliver: the queue waits Config.OrderlySuspend and the message is retried in
+//     place, the later ones of the queue behind it. The client retries without limit
+//     unless consumer.WithMaxReconsumeTimes is set: after max+2 attempts (the client counts
+//     its retries locally) it moves the message to %DLQ%<group> and goes on with the next.
+//   - Broadcasting (consumer.WithConsumerModel(consumer.BroadCasting)): every instance must
+//     apply every message, and the client drops what a concurrent callback returns for
+//     retry. The middleware cannot see the mode: set Config.Broadcasting and
+//     Config.Instance. Identities are then scoped by instance, and failures are retried
+//     in place until they succeed or the middleware is closed.
+//
+// A panic in the handler is recovered: the guard releases its claim (or rolls back), a
+// line at error level names the message (topic, tag, msg_id, keys, reconsume times) with
+// the stack, and the message is redelivered like a failure, ending in the DLQ if it always
+// panics. Without this the client swallows the panic and neither acknowledges nor sends
+// back the message, pinning its queue's offset.
+//
+// The handler's context is cancelled by Middleware.Close (the client itself passes
+// context.Background()): call Close on shutdown, before the push consumer's Shutdown.
+//
+// Messages without a key are never applied under a made-up key; see MissingKeyPolicy.
+package rocketmqmw

@@ -1,0 +1,43 @@
+// Package redisnudge wakes the relay through Redis pub/sub after a service commits outbox
+// rows: it is the outbox.Nudger for relays configured with Redis (all of them, since the
+// relay's leader lock lives there). It is a package of its own so that services which do
+// not nudge do not import go-redis through the outbox package.
+package redisnudge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
+)
+
+// Publisher is the one method of a go-redis client that a Nudger uses: *redis.Client,
+// *redis.ClusterClient and redis.UniversalClient have it.
+type Publisher interface {
+	Publish(ctx context.Context, channel string, message any) *redis.IntCmd
+}
+
+// Nudger publishes on outbox.NudgeChannel(table), where the relay of that table listens.
+// It is safe for concurrent use.
+type Nudger struct {
+	rdb Publisher
+}
+
+var _ outbox.Nudger = (*Nudger)(nil)
+
+// New returns a Nudger publishing through rdb, which must reach the relay's Redis.
+func New(rdb Publisher) *Nudger { return &Nudger{rdb: rdb} }
+
+// Nudge publishes one nudge for table.
+func (n *Nudger) Nudge(ctx context.Context, table string) error {
+	if n == nil || n.rdb == nil {
+		return errors.New("redisnudge: no Redis client")
+	}
+	if err := n.rdb.Publish(ctx, outbox.NudgeChannel(table), "1").Err(); err != nil {
+		return fmt.Errorf("redisnudge: publish on %s: %w", outbox.NudgeChannel(table), err)
+	}
+	return nil
+}

@@ -1,0 +1,315 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// completion is one published page's outcome, waiting to be written back.
+type completion struct {
+	rows    []row
+	results []result
+}
+
+// completer is the write-back stage of a pass: it records published pages' results with
+// set-based UPDATEs while later pages are published, coalescing the pages that queue up
+// into the same statements. When the database refuses a write-back (a read-only primary
+// after a failover, a missing grant, a trigger), the completer keeps the results, retries on
+// a backoff of its own, and holds the publish stage back (waitHealthy) so that no
+// acknowledged message is published again and again; it resumes when a write succeeds.
+type completer struct {
+	r   *Relay
+	ctx context.Context
+	in  chan completion
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	failing bool
+	stats   Stats
+	err     error
+
+	done chan struct{}
+}
+
+// writeBackRetryMax caps the completer's backoff while the database refuses write-backs.
+const writeBackRetryMax = 30 * time.Second
+
+func (r *Relay) newCompleter(ctx context.Context) *completer {
+	c := &completer{r: r, ctx: ctx, in: make(chan completion, 4), done: make(chan struct{})}
+	c.cond = sync.NewCond(&c.mu)
+	return c
+}
+
+// submit queues a page's results; it blocks while four pages already wait.
+func (c *completer) submit(rows []row, results []result) {
+	c.in <- completion{rows: rows, results: results}
+}
+
+// waitHealthy blocks while write-backs fail, and reports whether the pass may go on
+// publishing (false once stop or ctx is done).
+func (c *completer) waitHealthy(stop, ctx context.Context) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.failing && stop.Err() == nil && ctx.Err() == nil {
+		c.cond.Wait()
+	}
+	return stop.Err() == nil && ctx.Err() == nil
+}
+
+// close waits for every queued result to be written back and returns the pass's stats.
+func (c *completer) close() (Stats, error) {
+	close(c.in)
+	<-c.done
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats, c.err
+}
+
+// wake wakes waitHealthy, so that a publish stage held back can see that it must stop.
+func (c *completer) wake() {
+	c.mu.Lock()
+	c.cond.Broadcast()
+	c.mu.Unlock()
+}
+
+func (c *completer) run() {
+	defer close(c.done)
+	stopWake := context.AfterFunc(c.ctx, c.wake)
+	defer stopWake()
+	for first := range c.in {
+		batch := []completion{first}
+	more:
+		for len(batch) < 8 {
+			select {
+			case next, ok := <-c.in:
+				if !ok {
+					break more
+				}
+				batch = append(batch, next)
+			default:
+				break more
+			}
+		}
+		st, err := c.writeWithRetry(batch)
+		c.mu.Lock()
+		c.stats.add(st)
+		if err != nil {
+			c.err = errors.Join(c.err, err)
+		}
+		c.mu.Unlock()
+	}
+}
+
+// writeWithRetry writes batch back, retrying with backoff while the database refuses; it
+// gives up (the rows stay due and will be published again) only when the pass's context
+// ends and a last attempt fails.
+func (c *completer) writeWithRetry(batch []completion) (Stats, error) {
+	var rows []row
+	var results []result
+	for _, b := range batch {
+		rows = append(rows, b.rows...)
+		results = append(results, b.results...)
+	}
+	var st Stats
+	wait := time.Second
+	attempt := 0
+	for {
+		ctx := c.ctx
+		if ctx.Err() != nil {
+			// Acknowledged results are written back even after the pass was cancelled.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(context.WithoutCancel(c.ctx), c.r.cfg.QueryTimeout)
+			defer cancel()
+		}
+		var err error
+		st, rows, results, err = c.r.writeBack(ctx, rows, results, st)
+		if err == nil {
+			if attempt > 0 {
+				c.r.log.Info().Int("attempts", attempt+1).Msg("write-back recovered: publishing resumes")
+				c.setFailing(false)
+			}
+			return st, nil
+		}
+		attempt++
+		if c.ctx.Err() != nil {
+			c.setFailing(false)
+			return st, err
+		}
+		if attempt == 1 {
+			c.r.log.Error().Err(err).Msg("write-back failed: publishing paused until the database accepts writes; acknowledged results are kept")
+			c.setFailing(true)
+		}
+		c.r.metrics.WriteBackFailed()
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-c.ctx.Done():
+		}
+		t.Stop()
+		wait = min(2*wait, writeBackRetryMax)
+	}
+}
+
+func (c *completer) setFailing(on bool) {
+	c.mu.Lock()
+	c.failing = on
+	c.cond.Broadcast()
+	c.mu.Unlock()
+}
+
+// writeBack records results with a few set-based UPDATEs: one for the sent rows, one per
+// previous retry count for the counted failures (their next time depends on it), one per
+// deferral delay, one for the dead. It returns the rows and results still to be written
+// when a statement failed, so that a retry repeats only what is missing, and adds what it
+// changed to st. A database answer, even a refusal, counts as progress.
+func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st Stats) (Stats, []row, []result, error) {
+	nowMs := time.Now().UnixMilli()
+	var sentIdx, deadIdx []int
+	type retryKey struct {
+		count  int
+		capped bool
+	}
+	retries := map[retryKey][]int{}
+	defers := map[int64][]int{}
+	for i, res := range results {
+		switch res.kind {
+		case sent:
+			sentIdx = append(sentIdx, i)
+		case dead:
+			deadIdx = append(deadIdx, i)
+		case retry:
+			k := retryKey{rows[i].retryCount, res.capped}
+			retries[k] = append(retries[k], i)
+		case deferred:
+			next := nowMs + res.delay.Milliseconds()
+			next -= next % 100 // rows deferred together share a statement
+			defers[next] = append(defers[next], i)
+		default:
+			st.Held++
+		}
+	}
+	if st.Read == 0 {
+		st.Read = len(rows)
+	}
+	var failedIdx []int
+	var errs []error
+	do := func(idx []int, f func() (int64, error), count *int, what string) {
+		if len(idx) == 0 {
+			return
+		}
+		n, err := f()
+		r.progressOn(err)
+		if err != nil {
+			errs = append(errs, err)
+			failedIdx = append(failedIdx, idx...)
+			return
+		}
+		*count += int(n)
+		r.warnRaced(what, len(idx), n)
+		r.countResults(rows, results, idx)
+	}
+	markSent, markRetry := r.store.markSent, r.store.markRetry
+	if r.cfg.perRowWriteBack {
+		markSent, markRetry = r.store.markSentPerRow, r.store.markRetryPerRow
+	}
+	do(sentIdx, func() (int64, error) { return markSent(ctx, rowIDs(rows, sentIdx), nowMs) }, &st.Sent, "sent")
+	for k, idx := range retries {
+		next := nowMs + r.cfg.Backoff.Delay(k.count, r.cfg.Rand).Milliseconds()
+		if k.capped {
+			do(idx, func() (int64, error) {
+				return r.store.markTransientRetry(ctx, k.count, failures(rows, results, idx), next)
+			}, &st.Retried, "retry")
+			continue
+		}
+		do(idx, func() (int64, error) { return markRetry(ctx, k.count, failures(rows, results, idx), next) }, &st.Retried, "retry")
+	}
+	for next, idx := range defers {
+		do(idx, func() (int64, error) { return r.store.markDeferred(ctx, failures(rows, results, idx), next) }, &st.Deferred, "deferred")
+	}
+	do(deadIdx, func() (int64, error) { return r.store.markDead(ctx, failures(rows, results, deadIdx)) }, &st.Dead, "dead")
+	if len(deadIdx) > 0 && !containsAny(failedIdx, deadIdx) {
+		for _, i := range deadIdx {
+			rw := &rows[i]
+			r.log.Warn().Int64("id", rw.id).Str("msg_id", rw.msgID).Str("topic", rw.topic).Str("tag", rw.tag).
+				Str("reason", results[i].reason).Msg("message dead")
+		}
+	}
+	if len(errs) == 0 {
+		return st, nil, nil, nil
+	}
+	leftRows := make([]row, len(failedIdx))
+	leftRes := make([]result, len(failedIdx))
+	for n, i := range failedIdx {
+		leftRows[n], leftRes[n] = rows[i], results[i]
+	}
+	return st, leftRows, leftRes, errors.Join(errs...)
+}
+
+// progressOn marks progress when the database answered: a refusal is an answer, a timeout
+// or a broken connection is not.
+func (r *Relay) progressOn(err error) {
+	if err == nil || isDatabaseAnswer(err) {
+		r.progress.mark()
+	}
+}
+
+func rowIDs(rows []row, idx []int) []int64 {
+	out := make([]int64, len(idx))
+	for n, i := range idx {
+		out[n] = rows[i].id
+	}
+	return out
+}
+
+func failures(rows []row, results []result, idx []int) []failure {
+	out := make([]failure, len(idx))
+	for n, i := range idx {
+		out[n] = failure{rows[i].id, results[i].reason}
+	}
+	return out
+}
+
+func containsAny(a, b []int) bool {
+	for _, x := range b {
+		for _, y := range a {
+			if x == y {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// warnRaced notes rows that another relay changed between our read and our write: harmless
+// (the guard kept the newer state), but a sign that two relays ran at once.
+func (r *Relay) warnRaced(what string, want int, got int64) {
+	if int64(want) != got {
+		r.log.Warn().Str("update", what).Int("rows", want).Int64("changed", got).
+			Msg("rows changed by another relay meanwhile; kept their newer state")
+	}
+}
+
+func (r *Relay) countResults(rows []row, results []result, idx []int) {
+	m := r.metrics
+	if m == nil {
+		return
+	}
+	for _, i := range idx {
+		rw := &rows[i]
+		switch results[i].kind {
+		case sent:
+			m.Published(rw.topic, rw.tag, 1)
+		case retry:
+			m.Failed(rw.topic, rw.tag, 1)
+			if !results[i].capped && rw.retryCount+1 > rw.maxRetries {
+				m.Dead(rw.topic, rw.tag, 1)
+			}
+		case deferred:
+			m.Failed(rw.topic, rw.tag, 1)
+		case dead:
+			m.Dead(rw.topic, rw.tag, 1)
+		}
+	}
+}

@@ -1,0 +1,132 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay"
+)
+
+// TestOrderFollowsIDAmongCommittedRows checks per-key order exactly as docs/decisions.md
+// states it ("Ordered routes, stated exactly"): among committed rows of a key, delivery
+// follows id; a row committed after a higher id was sent follows it; and writers that
+// serialise per entity (a row lock on the entity in the outbox transaction) get their events
+// in the order they produced them.
+func TestOrderFollowsIDAmongCommittedRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	router, err := relay.NewPatternRouter(relay.PatternRule{Topic: "order-events", Route: relay.Route{Ordered: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.config()
+	cfg.Router = router
+	run(t, b.newRelay(t, cfg))
+
+	// A lower id committed late follows the higher id sent meanwhile.
+	late, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Rollback()
+	if err := b.writer.Insert(ctx, late, &outbox.Message{MsgID: "late-1", Topic: "order-events", ShardingKey: "SN-late", Body: []byte("first inserted")}); err != nil {
+		t.Fatal(err)
+	}
+	b.insert(t, outbox.Message{MsgID: "late-2", Topic: "order-events", ShardingKey: "SN-late", Body: []byte("second inserted")})
+	eventually(t, 30*time.Second, "the committed row sent though a lower id of its key is open", func() bool {
+		return countWhere(t, b.db.DB, "msg_id = 'late-2' AND status = 2") == 1
+	})
+	if err := late.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the late row sent", func() bool {
+		return countWhere(t, b.db.DB, "msg_id = 'late-1' AND status = 2") == 1
+	})
+	var got []string
+	for _, m := range b.broker.Messages("order-events") {
+		if m.Properties["SHARDING_KEY"] == "SN-late" {
+			got = append(got, m.Properties[outbox.MsgIDProperty])
+		}
+	}
+	if fmt.Sprint(got) != "[late-2 late-1]" {
+		t.Fatalf("delivery of SN-late: %v, want [late-2 late-1] (commit order, not id order)", got)
+	}
+
+	// Writers that lock the entity in the outbox transaction: per-entity production order.
+	if _, err := b.db.Exec("CREATE TABLE orders (sn VARCHAR(32) PRIMARY KEY, seq INT NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	const entities, writers, perWriter = 5, 6, 40
+	for e := 0; e < entities; e++ {
+		if _, err := b.db.Exec("INSERT INTO orders VALUES (?, 0)", fmt.Sprintf("SN-%d", e)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < perWriter; i++ {
+				sn := fmt.Sprintf("SN-%d", (w+i)%entities)
+				if err := produceEvent(ctx, b, sn); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "every event sent", func() bool {
+		return countWhere(t, b.db.DB, "status = 2") == writers*perWriter+2
+	})
+	seqs := map[string][]int{}
+	for _, m := range b.broker.Messages("order-events") {
+		key := m.Properties["SHARDING_KEY"]
+		if key == "SN-late" {
+			continue
+		}
+		n, _ := strconv.Atoi(string(m.Body))
+		seqs[key] = append(seqs[key], n)
+	}
+	for key, seq := range seqs {
+		for i, n := range seq {
+			if n != i+1 {
+				t.Fatalf("events of %s delivered as %v, want 1, 2, 3, ... in production order", key, seq)
+			}
+		}
+	}
+}
+
+// produceEvent is an order service's transaction: lock the order, advance it, and write its
+// event to the outbox, all committed together.
+func produceEvent(ctx context.Context, b *bundle, sn string) error {
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var seq int
+	if err := tx.QueryRowContext(ctx, "SELECT seq FROM orders WHERE sn = ? FOR UPDATE", sn).Scan(&seq); err != nil {
+		return err
+	}
+	seq++
+	if _, err := tx.ExecContext(ctx, "UPDATE orders SET seq = ? WHERE sn = ?", seq, sn); err != nil {
+		return err
+	}
+	if err := b.writer.Insert(ctx, tx, &outbox.Message{Topic: "order-events", ShardingKey: sn, Body: []byte(strconv.Itoa(seq))}); err != nil {
+		return err
+	}
+	return tx.Commit()
+}

@@ -1,0 +1,108 @@
+package relay
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+)
+
+// item is one row of a page, prepared for publishing.
+type item struct {
+	row   *row
+	msg   *Message
+	route Route
+}
+
+// unit is the work of one goroutine: a batch request, a single message, or the chain of an
+// ordered key, published one after the other.
+type unit struct {
+	idx   []int
+	batch bool
+	chain bool
+}
+
+// plan groups the prepared items into units. An ordered key's rows may go only as the prefix
+// of its unsent rows that is present in this batch: a row behind an earlier unsent row
+// (failed and waiting, or not yet due) is held back.
+func (r *Relay) plan(ctx context.Context, items []item, orderedKeys []string, maxOrderedID int64) ([]unit, error) {
+	var unsent map[orderKey][]int64
+	if len(orderedKeys) > 0 {
+		var err error
+		if unsent, err = r.store.unsentUpTo(ctx, orderedKeys, maxOrderedID); err != nil {
+			return nil, err
+		}
+	}
+	chains := map[orderKey][]int{}
+	var chainOrder []orderKey
+	type batchKey struct {
+		group, topic string
+		timeout      time.Duration
+	}
+	batches := map[batchKey][]int{}
+	var batchOrder []batchKey
+	var units []unit
+	for i, it := range items {
+		if it.msg == nil {
+			continue
+		}
+		switch {
+		case it.route.Ordered && it.msg.ShardingKey != "":
+			k := orderKey{it.msg.Topic, it.msg.ShardingKey}
+			if _, ok := chains[k]; !ok {
+				chainOrder = append(chainOrder, k)
+			}
+			chains[k] = append(chains[k], i)
+		case !r.cfg.DisableBatchSend && it.route.DelayLevel == 0 && it.msg.ShardingKey == "":
+			k := batchKey{it.route.Group, it.msg.Topic, it.route.SendTimeout}
+			if _, ok := batches[k]; !ok {
+				batchOrder = append(batchOrder, k)
+			}
+			batches[k] = append(batches[k], i)
+		default:
+			units = append(units, unit{idx: []int{i}})
+		}
+	}
+	for _, k := range chainOrder {
+		idx := chains[k]
+		slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(items[a].row.id, items[b].row.id) })
+		ids := unsent[k]
+		var ok []int
+		for n, i := range idx {
+			if n >= len(ids) || ids[n] != items[i].row.id {
+				break // an earlier unsent row of this key is not in the batch
+			}
+			ok = append(ok, i)
+		}
+		if len(ok) > 0 {
+			units = append(units, unit{idx: ok, chain: true})
+		}
+	}
+	for _, k := range batchOrder {
+		idx := batches[k]
+		var cur []int
+		size := 0
+		for _, i := range idx {
+			n := len(items[i].msg.Body)
+			if len(cur) > 0 && (len(cur) >= r.cfg.MaxBatchMessages || size+n > r.cfg.MaxBatchBytes) {
+				units = append(units, unit{idx: cur, batch: len(cur) > 1})
+				cur, size = nil, 0
+			}
+			cur = append(cur, i)
+			size += n
+		}
+		if len(cur) > 0 {
+			units = append(units, unit{idx: cur, batch: len(cur) > 1})
+		}
+	}
+	return units, nil
+}
+
+// unorderedUnits plans a page whose ordered-key check could not run: its ordered rows are
+// held, the rest go as usual.
+func (r *Relay) unorderedUnits(items []item) []unit {
+	units, _ := r.plan(context.Background(), slices.DeleteFunc(slices.Clone(items), func(it item) bool {
+		return it.msg != nil && it.route.Ordered && it.msg.ShardingKey != ""
+	}), nil, 0)
+	return units
+}

@@ -1,0 +1,92 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
+)
+
+// page is one read of due rows, handed from the scan to the publish stage.
+type page struct {
+	rows []row
+}
+
+// scan reads the rows due at nowMs, failed ones first, in keyset pages of at most BatchSize
+// rows and MaxPageBytes of bodies, and hands each page to out. It returns when the due rows
+// are read, stop or ctx is done, or a read fails. out holds at most one page, so the scan
+// runs one page ahead of the publishing and memory stays bounded by a few pages.
+func (r *Relay) scan(stop, ctx context.Context, nowMs int64, out chan<- *page) error {
+	for _, status := range []int{int(outbox.StatusFailed), int(outbox.StatusPending)} {
+		c := cursor{next: -1 << 62}
+		limit := r.cfg.BatchSize
+		for {
+			if stop.Err() != nil || ctx.Err() != nil {
+				return nil
+			}
+			rows, full, cut, err := r.readPage(ctx, status, nowMs, c, limit)
+			if err != nil {
+				return err
+			}
+			r.progress.mark()
+			if len(rows) == 0 {
+				break
+			}
+			last := rows[len(rows)-1]
+			c = cursor{next: last.nextRetry, id: last.id}
+			select {
+			case out <- &page{rows: rows}:
+			case <-ctx.Done():
+				return nil
+			}
+			switch {
+			case cut:
+				limit = max(1, len(rows)) // bodies are large here: read fewer rows per page
+			case full:
+				limit = min(r.cfg.BatchSize, limit*2)
+			default:
+				limit = 0 // the last page of this status
+			}
+			if limit == 0 {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// readPage reads up to limit due rows of one status after c. It stops early, cut, when the
+// bodies read reach MaxPageBytes; full says the page had limit rows.
+func (r *Relay) readPage(ctx context.Context, status int, nowMs int64, c cursor, limit int) (rows []row, full, cut bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
+	defer cancel()
+	q, args := r.store.pageQuery(status, nowMs, c, limit, r.cfg.MaxBodyBytes)
+	res, err := r.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, false, false, fmt.Errorf("read due rows of %s: %w", r.cfg.Table, err)
+	}
+	defer res.Close()
+	rows = make([]row, 0, min(limit, 512))
+	bytes := 0
+	for res.Next() {
+		var rw row
+		var content sql.RawBytes
+		if err := res.Scan(&rw.id, &rw.msgID, &rw.topic, &rw.tag, &content, &rw.contentLen, &rw.keys, &rw.shardingKey,
+			&rw.properties, &rw.retryCount, &rw.maxRetries, &rw.nextRetry); err != nil {
+			return nil, false, false, fmt.Errorf("read due rows of %s: %w", r.cfg.Table, err)
+		}
+		if content != nil {
+			rw.content = append(make([]byte, 0, len(content)), content...)
+		}
+		rows = append(rows, rw)
+		bytes += len(rw.content)
+		if bytes >= r.cfg.MaxPageBytes && len(rows) < limit {
+			return rows, false, true, nil // the rest of the page is read again next time
+		}
+	}
+	if err := res.Err(); err != nil {
+		return nil, false, false, fmt.Errorf("read due rows of %s: %w", r.cfg.Table, err)
+	}
+	return rows, len(rows) == limit, false, nil
+}

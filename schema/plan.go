@@ -1,0 +1,158 @@
+package schema
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/outbox-relay/outbox-relay/internal/mysqlerr"
+)
+
+// onlineClause lets writes continue while InnoDB alters the table; the server refuses a
+// statement carrying it rather than block.
+const onlineClause = "ALGORITHM=INPLACE, LOCK=NONE"
+
+// Server errors of a statement whose ALGORITHM or LOCK clause the server cannot honour:
+// ER_ALTER_OPERATION_NOT_SUPPORTED and ER_ALTER_OPERATION_NOT_SUPPORTED_REASON.
+const (
+	errAlterNotSupported       = 1845
+	errAlterNotSupportedReason = 1846
+)
+
+// Step is one DDL statement of a migration.
+type Step struct {
+	// SQL is the statement, without a trailing semicolon.
+	SQL string
+	// Alter is the statement's ALTER clauses alone, without the table name and the
+	// ALGORITHM/LOCK clause: the --alter argument of gh-ost and pt-online-schema-change.
+	// Empty for a CREATE TABLE.
+	Alter string
+	// Online reports whether the application keeps writing while the step runs: a new
+	// table, or an ALTER with ALGORITHM=INPLACE, LOCK=NONE.
+	Online bool
+	// Blocking says, for a step that is not online, what it blocks and why.
+	Blocking string
+}
+
+// Plan returns the statements that bring table to the contract, in order, without running
+// them: nothing when the table is up to date, a CREATE TABLE when it is missing, else one
+// online ALTER adding the missing columns and indexes (the table is rebuilt once) and, when
+// id is not AUTO_INCREMENT, one blocking ALTER: changing a column's definition copies the
+// table on MySQL and MariaDB, and writes wait for the copy. A column of an incompatible
+// type is an error; it is never altered.
+func Plan(ctx context.Context, db *sql.DB, table string) ([]Step, error) {
+	problems, err := Check(ctx, db, table)
+	if err != nil {
+		return nil, err
+	}
+	if len(problems) == 1 && problems[0].Kind == "missing table" {
+		ddl, _ := DDL(table)
+		return []Step{{SQL: strings.TrimSpace(ddl), Online: true}}, nil
+	}
+	var online, wrong []string
+	autoInc := false
+	for _, p := range problems {
+		switch p.Kind {
+		case "missing column":
+			online = append(online, fmt.Sprintf("ADD COLUMN %s %s", QuoteIdent(p.Object), p.Want))
+		case "not auto_increment":
+			autoInc = true
+		case "missing index":
+			ix := indexByName(p.Object)
+			kind := "INDEX"
+			if ix.unique {
+				kind = "UNIQUE INDEX"
+			}
+			cols := make([]string, len(ix.columns))
+			for i, c := range ix.columns {
+				cols[i] = QuoteIdent(c)
+			}
+			online = append(online, fmt.Sprintf("ADD %s %s (%s)", kind, QuoteIdent(ix.name), strings.Join(cols, ", ")))
+		default:
+			wrong = append(wrong, p.String())
+		}
+	}
+	if len(wrong) > 0 {
+		return nil, fmt.Errorf("table %s cannot be upgraded automatically: %s", table, strings.Join(wrong, "; "))
+	}
+	var steps []Step
+	if len(online) > 0 {
+		alter := strings.Join(online, ", ")
+		steps = append(steps, Step{
+			SQL:   fmt.Sprintf("ALTER TABLE %s %s, %s", QuoteIdent(table), alter, onlineClause),
+			Alter: alter, Online: true,
+		})
+	}
+	if autoInc {
+		alter := "MODIFY COLUMN `id` bigint NOT NULL AUTO_INCREMENT"
+		steps = append(steps, Step{
+			SQL:   fmt.Sprintf("ALTER TABLE %s %s, ALGORITHM=COPY, LOCK=SHARED", QuoteIdent(table), alter),
+			Alter: alter,
+			Blocking: "making id AUTO_INCREMENT changes the column's definition, which InnoDB does by copying the table: " +
+				"reads continue, writes wait until the copy ends (minutes on a large table)",
+		})
+	}
+	return steps, nil
+}
+
+// DedupePlan returns the CREATE TABLE of the consumer dedupe table named table (see
+// DedupeDDL), or nothing when a table of that name exists.
+func DedupePlan(ctx context.Context, db *sql.DB, table string) ([]Step, error) {
+	ddl, err := DedupeDDL(table)
+	if err != nil {
+		return nil, err
+	}
+	cols, err := readColumns(ctx, db, table)
+	if err != nil || len(cols) > 0 {
+		return nil, err
+	}
+	return []Step{{SQL: strings.TrimSpace(ddl), Online: true}}, nil
+}
+
+// ErrNotOnline is returned by Apply for a step that would block the application's writes
+// on a table that has rows, unless blocking is allowed.
+var ErrNotOnline = errors.New("step cannot run online")
+
+// Apply runs steps in order on table. A step that is not online, or an online step the
+// server cannot run online (older servers, some column types), blocks the application's
+// writes: with allowBlocking false it is not run on a table that has rows, and the error
+// wraps ErrNotOnline; with allowBlocking true it runs, the refused online step without its
+// ALGORITHM/LOCK clause.
+func Apply(ctx context.Context, db *sql.DB, table string, steps []Step, allowBlocking bool) error {
+	for _, st := range steps {
+		if !st.Online && !allowBlocking {
+			rows, err := hasRows(ctx, db, table)
+			if err != nil {
+				return err
+			}
+			if rows {
+				return fmt.Errorf("table %s: %w: %s", table, ErrNotOnline, st.Blocking)
+			}
+		}
+		_, err := db.ExecContext(ctx, st.SQL)
+		if n := mysqlerr.Number(err); st.Online && (n == errAlterNotSupported || n == errAlterNotSupportedReason) {
+			if !allowBlocking {
+				return fmt.Errorf("table %s: %w on this server (%v)", table, ErrNotOnline, err)
+			}
+			_, err = db.ExecContext(ctx, fmt.Sprintf("ALTER TABLE %s %s", QuoteIdent(table), st.Alter))
+		}
+		if err != nil {
+			return fmt.Errorf("migrate table %s: %w", table, err)
+		}
+	}
+	return nil
+}
+
+func hasRows(ctx context.Context, db *sql.DB, table string) (bool, error) {
+	var one int
+	err := db.QueryRowContext(ctx, "SELECT 1 FROM "+QuoteIdent(table)+" LIMIT 1").Scan(&one)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("look for rows in %s: %w", table, err)
+	}
+	return true, nil
+}
