@@ -15,7 +15,7 @@ BENCHTIME ?= 1s
 # BENCH_ROWS is the backlog drained by the relay's benchmarks and by `outbox-relay bench`.
 BENCH_ROWS ?= 100000
 
-.PHONY: help build check-build services services-stop test test-race test-short test-alerts bench bench-local bench-load bench-failover lint vet demo clean
+.PHONY: help build check-build services services-stop rocketmq rocketmq-stop sql-recipes-deps test test-race test-short test-alerts bench bench-local bench-load bench-failover lint vet demo clean
 
 help:
 	@echo "make demo        run the order service example end to end (starts MariaDB and Redis)"
@@ -30,6 +30,7 @@ help:
 	@echo "make lint        gofmt and go vet"
 	@echo "make build       static binary $(BIN) (CGO_ENABLED=0, -trimpath, version stamps)"
 	@echo "make services    start or reuse MariaDB and Redis on 127.0.0.1"
+	@echo "make rocketmq    start or reuse Apache RocketMQ (name server 127.0.0.1:19876) from Maven Central"
 
 # build is what the Dockerfile's build stage runs, too.
 build:
@@ -53,17 +54,30 @@ services:
 services-stop:
 	@bash scripts/services.sh stop
 
+# rocketmq starts (or reuses) a real Apache RocketMQ name server and broker (scripts/rocketmq.sh,
+# jars from Maven Central, cached) and adds OUTBOX_TEST_ROCKETMQ_NAMESRV to bin/services.env;
+# run it after services, which rewrites that file.
+rocketmq:
+	@bash scripts/rocketmq.sh start
+
+rocketmq-stop:
+	@bash scripts/rocketmq.sh stop
+
+# sql-recipes-deps installs the drivers docs/sql-recipes.md's Java, Python and Node programs use.
+sql-recipes-deps:
+	@bash examples/sql-recipes/install.sh
+
 # WITH_SERVICES runs a command with bin/services.env in its environment.
 WITH_SERVICES = set -a && . bin/services.env && set +a &&
 
 vet:
 	$(GO) vet ./...
 
-test: services browser-deps vet
+test: services rocketmq sql-recipes-deps browser-deps vet
 	$(WITH_SERVICES) $(GO) test -count=1 -timeout 15m ./...
 	$(MAKE) --no-print-directory check-build
 
-test-race: services
+test-race: services rocketmq
 	$(WITH_SERVICES) $(GO) test -race -count=1 -timeout 25m ./...
 
 # test-alerts checks the shipped Prometheus rules and runs their promtool unit tests;
@@ -113,8 +127,15 @@ lint: vet
 # demo runs the example order service and stock consumer against the real servers, with the
 # relay binary built first and run as a sidecar process (DEMO_ARGS= runs it in-process).
 DEMO_ARGS ?= -relay-bin $(BIN)
+# With Java the demo runs against a real Apache RocketMQ (make rocketmq), else rmqtest.
 demo: services build
-	$(WITH_SERVICES) $(GO) run ./examples/orders $(DEMO_ARGS)
+	@if command -v java >/dev/null 2>&1 && bash scripts/rocketmq.sh start >/dev/null; then \
+	  $(WITH_SERVICES) echo "demo: broker: Apache RocketMQ, name server $$OUTBOX_TEST_ROCKETMQ_NAMESRV" && \
+	  $(WITH_SERVICES) $(GO) run ./examples/orders $(DEMO_ARGS) -nameservers "$$OUTBOX_TEST_ROCKETMQ_NAMESRV"; \
+	else \
+	  echo "demo: broker: rmqtest, the in-process test broker (no java, or scripts/rocketmq.sh start failed)" && \
+	  $(WITH_SERVICES) $(GO) run ./examples/orders $(DEMO_ARGS); \
+	fi
 
 clean:
 	rm -rf bin/

@@ -128,7 +128,7 @@ func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Mess
 	}
 	res, err := prod.SendSync(ctx, out...)
 	if err != nil {
-		return p.classify(err)
+		return p.classify(err, len(msgs) > 1)
 	}
 	if res.Status != primitive.SendOK {
 		// Stored but not flushed or replicated as the broker was asked to: not an ack.
@@ -204,7 +204,7 @@ func brokerCode(msg string) int {
 // classified by its code; "route info not found" is a missing topic when a name server
 // answers and an unreachable cluster when none does; connection failures are unreachable;
 // everything else (timeouts, dropped connections) is left unmarked: transient.
-func (p *RocketMQPublisher) classify(err error) error {
+func (p *RocketMQPublisher) classify(err error, batch bool) error {
 	broker := BrokerOf(err)
 	msg := err.Error()
 	var be *BrokerError
@@ -217,7 +217,18 @@ func (p *RocketMQPublisher) classify(err error) error {
 		return Permanent(Refused(err))
 	case codeTopicNotExist:
 		return fmt.Errorf("%w: %w", ErrTopicNotFound, err)
-	case codeSystemError, codeSystemBusy, codeServiceUnavailable, codeNoPermission:
+	case codeSystemError:
+		if strings.Contains(msg, "size exceeded") {
+			// Apache RocketMQ 5.3 refuses a batch holding an oversized message, or too large
+			// as a whole, with SYSTEM_ERROR ("message body size exceeded"): about the request,
+			// not the broker, so the relay sends the batch's messages one by one.
+			if batch {
+				return Refused(err)
+			}
+			return Permanent(Refused(err))
+		}
+		return err
+	case codeSystemBusy, codeServiceUnavailable, codeNoPermission:
 		// The broker's state, not the message's: busy, flow control, disk full, read-only.
 		return err
 	default:

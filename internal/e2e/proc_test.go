@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"syscall"
 	"testing"
@@ -24,20 +23,14 @@ var binary string // the outbox-relay binary built by TestMain
 
 func TestMain(m *testing.M) {
 	rlog.SetLogLevel("error")
-	dir, err := os.MkdirTemp("", "outbox-e2e")
+	bin, cleanup, err := testenv.BuildRelay()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "outbox-relay")
-	build := exec.Command("go", "build", "-o", binary, "github.com/outbox-relay/outbox-relay/cmd/outbox-relay")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build outbox-relay:", err)
-		os.Exit(1)
-	}
+	binary = bin
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 

@@ -148,6 +148,8 @@ func (b *broker) serve(c *conn, req *command) {
 		b.sendBack(c, req)
 	case reqLockBatchMQ:
 		b.lockBatch(c, req)
+	case reqUpdateAndCreateTopic:
+		b.createTopic(c, req)
 	case reqUnlockBatchMQ:
 		b.unlockBatch(c, req)
 	default:
@@ -378,7 +380,7 @@ func (b *broker) buildRecords(c *conn, req *command, h sendHeader) ([]*record, i
 		}
 		r := base
 		r.body = req.Body
-		r.props = h.properties
+		r.props = s.withCluster(h.properties)
 		return []*record{&r}, resSuccess, ""
 	}
 	entries, err := decodeBatch(req.Body)
@@ -391,6 +393,11 @@ func (b *broker) buildRecords(c *conn, req *command, h sendHeader) ([]*record, i
 	var outer map[string]string
 	if h.properties != "" {
 		outer = parseProperties(h.properties)
+	}
+	// RocketMQ encodes a batch into one buffer of maxMessageSize and fails the whole request
+	// with SYSTEM_ERROR when the messages do not fit, whatever each one's size.
+	if total := len(req.Body); total > int(s.maxMsgSize.Load()) {
+		return nil, resSystemError, "java.lang.RuntimeException: message body size exceeded (rmqtest: batch of " + strconv.Itoa(total) + " bytes)"
 	}
 	recs := make([]*record, len(entries))
 	for i, e := range entries {
@@ -410,17 +417,16 @@ func (b *broker) buildRecords(c *conn, req *command, h sendHeader) ([]*record, i
 			}
 			r.props = formatProperties(m)
 		}
+		r.props = s.withCluster(r.props)
 		recs[i] = &r
 	}
 	return recs, resSuccess, ""
 }
 
 func (b *broker) checkSize(body, props int) (int16, string) {
-	if body > b.s.opts.MaxMessageSize {
-		return resMessageIllegal, fmt.Sprintf("the message body size %d exceeds the broker limit %d", body, b.s.opts.MaxMessageSize)
-	}
-	if props > 32767 {
-		return resMessageIllegal, fmt.Sprintf("the message properties length %d exceeds 32767", props)
+	// RocketMQ 5.3's words for both (DefaultMessageStore's MESSAGE_ILLEGAL).
+	if max := int(b.s.maxMsgSize.Load()); body > max || props > 32767 {
+		return resMessageIllegal, fmt.Sprintf("the message is illegal, maybe msg body or properties length not matched. msg body length limit %dB, msg properties length limit 32KB.", max)
 	}
 	return resSuccess, ""
 }

@@ -12,7 +12,9 @@
 // What it does, as a RocketMQ 4.x broker does:
 //   - routes: every valid topic is created on first use (route query, send, heartbeat
 //     or pull) with Options.Queues queues, on one master broker (id 0, read+write);
-//     %RETRY% and %DLQ% topics get one queue;
+//     %RETRY% and %DLQ% topics get one queue; with Options.NoAutoCreateTopics only topics
+//     made by CreateTopic or UPDATE_AND_CREATE_TOPIC (the client's admin API) exist, as with
+//     RocketMQ's autoCreateTopicEnable=false;
 //   - sends: SEND_MESSAGE, SEND_MESSAGE_V2 (one-letter header names) and
 //     SEND_BATCH_MESSAGE (the batch body split into messages, each keeping its own
 //     properties); the queue the client chose is honoured, so queue selectors give
@@ -32,7 +34,8 @@
 //     redelivered after Options.RetryDelay (default: at once), not after 10s, 30s, ...;
 //   - no server-side tag or SQL filtering (the client filters tags itself), no
 //     transactional (half) messages, no request/reply, no message query by key or id,
-//     no admin commands;
+//     no admin commands but topic creation (SetBrokerPermission and SetMaxMessageSize
+//     stand for updateBrokerConfig);
 //   - a consumer group that never committed an offset starts at offset 0 of every
 //     queue, as a fresh RocketMQ broker answers;
 //   - it is meant for tests and the demo only, never for production.

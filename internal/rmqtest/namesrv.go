@@ -79,7 +79,7 @@ func (n *nameServer) serve(c *conn, req *command) {
 		}
 		q := s.topic(topic)
 		body, _ := json.Marshal(routeData{
-			QueueDatas: []routeQueueData{{BrokerName: s.opts.BrokerName, ReadQueueNums: q, WriteQueueNums: q, Perm: permReadWrite}},
+			QueueDatas: []routeQueueData{{BrokerName: s.opts.BrokerName, ReadQueueNums: q, WriteQueueNums: q, Perm: int(s.perm.Load())}},
 			BrokerDatas: []routeBrokerData{{
 				Cluster:     s.opts.ClusterName,
 				BrokerName:  s.opts.BrokerName,

@@ -7,8 +7,10 @@ import (
 	"log"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -35,6 +37,10 @@ type Options struct {
 	// larger sends get a MESSAGE_ILLEGAL (13) response, as RocketMQ's size check does.
 	// Defaults to 4 MiB, RocketMQ's default.
 	MaxMessageSize int
+	// NoAutoCreateTopics makes the broker behave as RocketMQ's with
+	// autoCreateTopicEnable=false and no Topics listed: a topic exists only once CreateTopic
+	// (or the client's admin API) created it.
+	NoAutoCreateTopics bool
 	// RetryDelay is how long a message sent back by a consumer (ConsumeRetryLater)
 	// waits before it is stored in %RETRY%group and redelivered. RocketMQ's delay levels
 	// (10s, 30s, 1m, ...) are not honoured. Defaults to 0: redelivery at once.
@@ -163,6 +169,8 @@ type Server struct {
 	topicFaults map[string]Faults
 	rnd         *rand.Rand
 	unknownSeen map[int16]bool
+	perm        atomic.Int32 // the broker permission: 6, or 4 when read-only
+	maxMsgSize  atomic.Int64
 }
 
 // Start starts the name server and the broker on loopback and returns once both accept connections.
@@ -175,6 +183,8 @@ func Start(opts Options) (*Server, error) {
 		rnd:         rand.New(opts.RandSource),
 		unknownSeen: map[int16]bool{},
 	}
+	s.perm.Store(permReadWrite)
+	s.maxMsgSize.Store(int64(opts.MaxMessageSize))
 	s.broker = newBroker(s)
 	bl, err := listen(opts.BrokerAddr, s.broker)
 	if err != nil {
@@ -356,16 +366,15 @@ func (s *Server) ConsumerOffset(group, topic string, queue int) int64 {
 // Consumers returns the client ids registered (by heartbeat) in a consumer group.
 func (s *Server) Consumers(group string) []string { return s.broker.consumerIDs(group) }
 
-// topicExists reports whether topic has a route: always unless Options.Topics lists the
-// topics that exist.
+// topicExists reports whether topic has a route: always, unless Options.Topics or
+// Options.NoAutoCreateTopics restrict the topics; then only those listed in Options.Topics,
+// made by CreateTopic (or the admin API), and retry and dead-letter topics exist.
 func (s *Server) topicExists(topic string) bool {
-	if len(s.opts.Topics) == 0 || strings.HasPrefix(topic, "%RETRY%") || strings.HasPrefix(topic, "%DLQ%") {
+	if strings.HasPrefix(topic, retryTopicPrefix) || strings.HasPrefix(topic, dlqTopicPrefix) {
 		return true
 	}
-	for _, t := range s.opts.Topics {
-		if t == topic {
-			return true
-		}
+	if len(s.opts.Topics) == 0 && !s.opts.NoAutoCreateTopics {
+		return true
 	}
-	return false
+	return slices.Contains(s.opts.Topics, topic) || s.store.queueCount(topic) > 0
 }

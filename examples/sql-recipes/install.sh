@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs the database drivers of docs/sql-recipes.md's programs, pinned, into
+# ${OUTBOX_SERVICES_DIR:-/tmp/outbox-relay-services}/sql-recipes (nothing in the source tree):
+#   java/    MariaDB Connector/J from Maven Central (java/pom.xml)
+#   python/  PyMySQL from PyPI (python/requirements.txt)
+#   node/    mysql2 from npm (node/package-lock.json, `npm ci`)
+# Run by `make sql-recipes-deps` (and so by `make test`); quick when already installed.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+die() { printf 'sql-recipes: %s\n' "$*" >&2; exit 1; }
+have() { command -v "$1" >/dev/null 2>&1; }
+DIR=${OUTBOX_SERVICES_DIR:-/tmp/outbox-relay-services}/sql-recipes
+mkdir -p "$DIR"
+
+# Java: the JDBC driver (the program runs as a single source file, JDK 11+).
+if [ ! -f "$DIR/java/.complete" ]; then
+	have java || die "java not found: install a JDK 11+ (Debian: openjdk-17-jdk-headless)"
+	have mvn || die "mvn not found: install Maven (Debian: maven)"
+	rm -rf "$DIR/java.tmp"
+	mvn -B -q -f java/pom.xml dependency:copy-dependencies -DoutputDirectory="$DIR/java.tmp" >"$DIR/mvn.log" 2>&1 ||
+		{ tail -5 "$DIR/mvn.log" >&2; die "Maven could not fetch the JDBC driver (network?); log: $DIR/mvn.log"; }
+	touch "$DIR/java.tmp/.complete"
+	rm -rf "$DIR/java" && mv "$DIR/java.tmp" "$DIR/java"
+fi
+
+# Python: PyMySQL into a directory of its own (PYTHONPATH), not the system's site-packages.
+have python3 || die "python3 not found (Debian: python3 python3-pip)"
+if ! cmp -s python/requirements.txt "$DIR/python/requirements.txt"; then
+	rm -rf "$DIR/python"
+	python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --target "$DIR/python" -r python/requirements.txt ||
+		die "pip could not install python/requirements.txt (network?)"
+	cp python/requirements.txt "$DIR/python/requirements.txt"
+fi
+
+# Node: mysql2 exactly as package-lock.json says (NODE_PATH).
+have node && have npm || die "node and npm not found (Debian: nodejs npm)"
+if ! cmp -s node/package-lock.json "$DIR/node/package-lock.json"; then
+	rm -rf "$DIR/node" && mkdir -p "$DIR/node"
+	cp node/package.json node/package-lock.json "$DIR/node/"
+	(cd "$DIR/node" && npm ci --silent --no-audit --no-fund) || die "npm ci failed (network?)"
+fi

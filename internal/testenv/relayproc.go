@@ -1,0 +1,70 @@
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// BuildRelay builds the outbox-relay binary into a new temporary directory, for tests that run
+// it as a process; TestMain calls it once and calls cleanup after the tests.
+func BuildRelay() (path string, cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", "outbox-relay-bin")
+	if err != nil {
+		return "", nil, fmt.Errorf("build outbox-relay: %w", err)
+	}
+	path = filepath.Join(dir, "outbox-relay")
+	build := exec.Command("go", "build", "-o", path, "github.com/outbox-relay/outbox-relay/cmd/outbox-relay")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("build outbox-relay: %w", err)
+	}
+	return path, func() { os.RemoveAll(dir) }, nil
+}
+
+// Proc is a process started by StartProc; Out collects its stdout and stderr.
+type Proc struct {
+	Cmd  *exec.Cmd
+	Out  *SyncBuffer
+	done chan error
+}
+
+// StartProc starts bin with args and the environment env; at cleanup it kills the process and,
+// if the test failed, logs the last 8 KiB of its output.
+func StartProc(tb testing.TB, env []string, bin string, args ...string) *Proc {
+	tb.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	p := &Proc{Cmd: cmd, Out: &SyncBuffer{}, done: make(chan error, 1)}
+	cmd.Stdout, cmd.Stderr = p.Out, p.Out
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	go func() { p.done <- cmd.Wait() }()
+	tb.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+		if tb.Failed() {
+			out := p.Out.String()
+			if len(out) > 8<<10 {
+				out = out[len(out)-8<<10:]
+			}
+			tb.Logf("%s pid %d output (last 8 KiB):\n%s", filepath.Base(bin), cmd.Process.Pid, out)
+		}
+	})
+	return p
+}
+
+// Kill9 kills the process with SIGKILL and waits until it is gone.
+func (p *Proc) Kill9(tb testing.TB) {
+	tb.Helper()
+	if err := p.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		tb.Fatal(err)
+	}
+	<-p.done
+	p.done <- nil // for the cleanup
+}

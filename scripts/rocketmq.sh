@@ -1,0 +1,284 @@
+#!/usr/bin/env bash
+# Runs a real Apache RocketMQ name server and broker on loopback for the tests and the demo,
+# without Docker: the jars come from Maven Central (build/rocketmq/pom.xml pins the version,
+# the same as docker-compose.yml's image) and run with the local JDK.
+#
+#   scripts/rocketmq.sh start     fetch (once), start or reuse the name server and broker-a,
+#                                 wait until the broker is registered, print
+#                                 ROCKETMQ_NAMESRV=127.0.0.1:PORT and record
+#                                 OUTBOX_TEST_ROCKETMQ_NAMESRV in bin/services.env
+#   scripts/rocketmq.sh stop      stop every broker and the name server it started
+#   scripts/rocketmq.sh status    what runs, exit 1 if the name server or broker-a does not
+#   scripts/rocketmq.sh broker-start NAME PORT
+#                                 start (or restart after kill -9) another broker on the same
+#                                 name server, its store under the cache; prints its pid.
+#                                 The tests use it for faults that must not touch broker-a.
+#   scripts/rocketmq.sh broker-stop NAME
+#   scripts/rocketmq.sh broker-kill NAME
+#                                 kill -9 that broker and wait until it is gone (a crash; its
+#                                 store stays for broker-start)
+#   scripts/rocketmq.sh topic NAME...
+#                                 create topics (4 queues) on broker-a; `start` creates
+#                                 `orders`, the demo's topic
+#   scripts/rocketmq.sh admin ARGS...
+#                                 RocketMQ's mqadmin (MQAdminStartup) against the name server,
+#                                 e.g. `admin updateTopic -b 127.0.0.1:19911 -t T -w 4 -r 4`
+#
+# Settings: OUTBOX_SERVICES_DIR (default /tmp/outbox-relay-services; jars, stores and logs go
+# under its rocketmq/ directory), OUTBOX_ROCKETMQ_NAMESRV_PORT (default 19876),
+# OUTBOX_ROCKETMQ_BROKER_PORT (default 19911; the broker also listens on PORT-2 and PORT+1).
+# Both brokers run with autoCreateTopicEnable=false, as production should: topics are
+# created explicitly (tests use the admin API).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+log() { printf 'rocketmq: %s\n' "$*" >&2; }
+die() { printf 'rocketmq: %s\n' "$*" >&2; exit 1; }
+have() { command -v "$1" >/dev/null 2>&1; }
+tcp_open() { (exec 3<>"/dev/tcp/$1/$2") >/dev/null 2>&1; }
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+VERSION=$(sed -n 's:.*<rocketmq.version>\(.*\)</rocketmq.version>.*:\1:p' build/rocketmq/pom.xml)
+[ -n "$VERSION" ] || die "build/rocketmq/pom.xml has no <rocketmq.version>"
+DIR=${OUTBOX_SERVICES_DIR:-/tmp/outbox-relay-services}/rocketmq
+LIB=$DIR/lib-$VERSION
+NS_PORT=${OUTBOX_ROCKETMQ_NAMESRV_PORT:-19876}
+BROKER_PORT=${OUTBOX_ROCKETMQ_BROKER_PORT:-19911}
+NS_ADDR=127.0.0.1:$NS_PORT
+
+# JVM flags: small heaps (several helpers share the machine) and the opens RocketMQ's
+# mmap code needs on JDK 17.
+JAVA_OPENS=(--add-opens java.base/java.nio=ALL-UNNAMED --add-opens java.base/java.lang=ALL-UNNAMED
+	--add-opens java.base/sun.nio.ch=ALL-UNNAMED --add-exports java.base/sun.nio.ch=ALL-UNNAMED
+	-XX:+UseSerialGC -XX:-UsePerfData -Djava.net.preferIPv4Stack=true)
+
+# apt_install installs Debian packages when running as root with apt-get.
+apt_install() {
+	[ "$(id -u)" = 0 ] && have apt-get || return 1
+	log "installing $* from Debian's packages"
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+need_java() {
+	have java || apt_install openjdk-17-jre-headless ||
+		die "java not found and not installable here (needs root and apt-get): install a JRE 11+ (Debian: openjdk-17-jre-headless)"
+}
+
+# fetch copies the pinned jars from Maven Central into $LIB once; ~/.m2 caches the downloads.
+fetch() {
+	[ -f "$LIB/.complete" ] && return 0
+	need_java
+	have mvn || apt_install maven ||
+		die "mvn not found and not installable here (needs root and apt-get): install Maven to fetch RocketMQ $VERSION (Debian: maven)"
+	log "fetching Apache RocketMQ $VERSION from Maven Central into $LIB (once, ~85 MB)"
+	rm -rf "$LIB.tmp"
+	if ! mvn -B -q -f build/rocketmq/pom.xml dependency:copy-dependencies \
+		-DoutputDirectory="$LIB.tmp" -DincludeScope=runtime >"$DIR/mvn.log" 2>&1; then
+		tail -5 "$DIR/mvn.log" >&2
+		die "Maven could not fetch RocketMQ $VERSION (network or Maven Central unreachable?); full log: $DIR/mvn.log"
+	fi
+	touch "$LIB.tmp/.complete"
+	rm -rf "$LIB" && mv "$LIB.tmp" "$LIB"
+}
+
+# java_main NAME HEAP MAIN ARGS...: starts a JVM in the background, its home and logs under
+# $DIR/NAME, writes $DIR/NAME/pid.
+java_main() {
+	local name=$1 heap=$2 main=$3; shift 3
+	local home=$DIR/$name
+	mkdir -p "$home"
+	# setsid: the JVM outlives this script and the make or go test that ran it.
+	ROCKETMQ_HOME=$home setsid java $heap "${JAVA_OPENS[@]}" -Duser.home="$home" \
+		-Drocketmq.home.dir="$home" -cp "$LIB/*" "$main" "$@" \
+		>"$home/out.log" 2>&1 </dev/null &
+	echo $! >"$home/pid"
+}
+
+# create_topics NAME...: creates topics of 4 queues on broker-a (RocketMQ's updateTopic).
+create_topics() {
+	local t out
+	for t in "$@"; do
+		out=$(admin updateTopic -b "127.0.0.1:$BROKER_PORT" -t "$t" -r 4 -w 4 2>&1) ||
+			{ printf '%s\n' "$out" | tail -5 >&2; die "could not create topic $t"; }
+		log "topic $t ready on broker-a"
+	done
+}
+
+admin() {
+	need_java
+	fetch
+	# The admin tool logs to ~/logs: keep it under the cache.
+	java -Xmx128m "${JAVA_OPENS[@]}" -Duser.home="$DIR/admin" -Drocketmq.home.dir="$DIR/admin" \
+		-cp "$LIB/*" org.apache.rocketmq.tools.command.MQAdminStartup "$@" -n "$NS_ADDR"
+}
+
+start_namesrv() {
+	if alive "$DIR/namesrv/pid" && tcp_open 127.0.0.1 "$NS_PORT"; then
+		return 0
+	fi
+	tcp_open 127.0.0.1 "$NS_PORT" && die "port $NS_PORT is taken by another process: set OUTBOX_ROCKETMQ_NAMESRV_PORT"
+	mkdir -p "$DIR/namesrv"
+	printf 'listenPort=%s\nbindAddress=127.0.0.1\n' "$NS_PORT" >"$DIR/namesrv/namesrv.conf"
+	java_main namesrv "-Xms64m -Xmx192m" org.apache.rocketmq.namesrv.NamesrvStartup -c "$DIR/namesrv/namesrv.conf"
+	local i
+	for ((i = 0; i < 240; i++)); do
+		grep -q 'boot success' "$DIR/namesrv/out.log" 2>/dev/null && tcp_open 127.0.0.1 "$NS_PORT" && {
+			log "name server $NS_ADDR started (pid $(cat "$DIR/namesrv/pid"), log $DIR/namesrv/out.log)"
+			return 0
+		}
+		alive "$DIR/namesrv/pid" || break
+		sleep 0.25
+	done
+	tail -20 "$DIR/namesrv/out.log" >&2 || true
+	die "the name server did not start (log: $DIR/namesrv/out.log)"
+}
+
+# start_broker NAME PORT: starts a broker of that name on PORT (PORT-2 and PORT+1 too) with
+# its store under $DIR/NAME/store, unless it runs; waits for "boot success", which the broker
+# prints after its first registration with the name server.
+start_broker() {
+	local name=$1 port=$2 home=$DIR/$1
+	if alive "$home/pid" && tcp_open 127.0.0.1 "$port"; then
+		return 0
+	fi
+	if alive "$home/pid"; then # killed or stopped but not gone yet, or still booting
+		kill -9 "$(cat "$home/pid")" 2>/dev/null || true
+		while alive "$home/pid"; do sleep 0.1; done
+	fi
+	local p
+	for p in $((port - 2)) "$port" $((port + 1)); do
+		tcp_open 127.0.0.1 "$p" && die "port $p is taken by another process: choose another broker port"
+	done
+	mkdir -p "$home/store"
+	# Generated on each start: updateBrokerConfig rewrites this file, and a fault a test set
+	# (brokerPermission, maxMessageSize) must not survive into the next run.
+	cat >"$home/broker.conf" <<-EOF
+		brokerClusterName=DefaultCluster
+		brokerName=$name
+		brokerId=0
+		brokerRole=ASYNC_MASTER
+		flushDiskType=ASYNC_FLUSH
+		namesrvAddr=$NS_ADDR
+		brokerIP1=127.0.0.1
+		listenPort=$port
+		haListenPort=$((port + 1))
+		storePathRootDir=$home/store
+		storePathCommitLog=$home/store/commitlog
+		autoCreateTopicEnable=false
+		autoCreateSubscriptionGroup=true
+		mappedFileSizeCommitLog=67108864
+		mappedFileSizeConsumeQueue=60000
+		maxIndexNum=100000
+		maxHashSlotNum=25000
+		timerWheelEnable=false
+		maxMessageSize=4194304
+		diskMaxUsedSpaceRatio=95
+	EOF
+	: >"$home/out.log.prev" && [ -f "$home/out.log" ] && mv "$home/out.log" "$home/out.log.prev"
+	java_main "$name" "-Xms128m -Xmx384m -XX:MaxDirectMemorySize=256m" \
+		org.apache.rocketmq.broker.BrokerStartup -c "$home/broker.conf"
+	local i
+	for ((i = 0; i < 480; i++)); do
+		if grep -q 'boot success' "$home/out.log" 2>/dev/null; then
+			log "broker $name 127.0.0.1:$port started (pid $(cat "$home/pid"), store $home/store)"
+			return 0
+		fi
+		alive "$home/pid" || break
+		sleep 0.25
+	done
+	tail -30 "$home/out.log" >&2 || true
+	die "broker $name did not start (log: $home/out.log)"
+}
+
+stop_pid() { # stop_pid PIDFILE: SIGTERM, then SIGKILL after 20 s
+	local f=$1 i
+	alive "$f" || { rm -f "$f"; return 0; }
+	kill "$(cat "$f")" 2>/dev/null || true
+	for ((i = 0; i < 80; i++)); do
+		alive "$f" || { rm -f "$f"; return 0; }
+		sleep 0.25
+	done
+	kill -9 "$(cat "$f")" 2>/dev/null || true
+	rm -f "$f"
+}
+
+record_env() {
+	mkdir -p bin
+	touch bin/services.env
+	grep -v '^OUTBOX_TEST_ROCKETMQ_' bin/services.env >bin/services.env.tmp || true
+	printf "OUTBOX_TEST_ROCKETMQ_NAMESRV='%s'\n" "$NS_ADDR" >>bin/services.env.tmp
+	printf "OUTBOX_TEST_ROCKETMQ_BROKER='127.0.0.1:%s'\n" "$BROKER_PORT" >>bin/services.env.tmp
+	mv bin/services.env.tmp bin/services.env
+}
+
+mkdir -p "$DIR"
+case "${1:-}" in
+start)
+	need_java
+	fetch
+	start_namesrv
+	start_broker broker-a "$BROKER_PORT"
+	# The demo's topic, once per store (autoCreateTopicEnable is off).
+	if [ ! -f "$DIR/broker-a/store/.topics" ]; then
+		create_topics orders
+		touch "$DIR/broker-a/store/.topics"
+	fi
+	record_env
+	echo "ROCKETMQ_NAMESRV=$NS_ADDR"
+	;;
+broker-start)
+	[ $# -eq 3 ] || die "usage: $0 broker-start NAME PORT"
+	need_java
+	fetch
+	alive "$DIR/namesrv/pid" || die "the name server is not running: run $0 start first"
+	start_broker "$2" "$3"
+	cat "$DIR/$2/pid"
+	;;
+broker-stop)
+	[ $# -eq 2 ] || die "usage: $0 broker-stop NAME"
+	stop_pid "$DIR/$2/pid"
+	;;
+broker-kill)
+	[ $# -eq 2 ] || die "usage: $0 broker-kill NAME"
+	if alive "$DIR/$2/pid"; then
+		kill -9 "$(cat "$DIR/$2/pid")"
+		while alive "$DIR/$2/pid"; do sleep 0.05; done
+	fi
+	;;
+stop)
+	for f in "$DIR"/*/pid; do
+		[ -f "$f" ] || continue
+		[ "$f" = "$DIR/namesrv/pid" ] && continue
+		stop_pid "$f" && log "stopped $(basename "$(dirname "$f")")"
+	done
+	stop_pid "$DIR/namesrv/pid" && log "stopped the name server"
+	if [ -f bin/services.env ]; then
+		grep -v '^OUTBOX_TEST_ROCKETMQ_' bin/services.env >bin/services.env.tmp || true
+		mv bin/services.env.tmp bin/services.env
+	fi
+	;;
+status)
+	rc=0
+	for f in "$DIR"/*/pid; do
+		[ -f "$f" ] || continue
+		n=$(basename "$(dirname "$f")")
+		if alive "$f"; then echo "$n: running (pid $(cat "$f"))"; else echo "$n: stopped"; fi
+	done
+	alive "$DIR/namesrv/pid" && alive "$DIR/broker-a/pid" || rc=1
+	[ $rc = 0 ] && echo "ROCKETMQ_NAMESRV=$NS_ADDR"
+	exit $rc
+	;;
+topic)
+	shift
+	create_topics "$@"
+	;;
+admin)
+	shift
+	admin "$@"
+	;;
+*)
+	die "usage: $0 start|stop|status|topic NAME...|broker-start NAME PORT|broker-stop NAME|broker-kill NAME|admin ARGS..."
+	;;
+esac
