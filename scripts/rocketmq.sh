@@ -25,8 +25,8 @@
 #                                 e.g. `admin updateTopic -b 127.0.0.1:19911 -t T -w 4 -r 4`
 #
 # Settings: OUTBOX_SERVICES_DIR (default /tmp/outbox-relay-services; jars, stores and logs go
-# under its rocketmq/ directory), OUTBOX_ROCKETMQ_NAMESRV_PORT (default 19876),
-# OUTBOX_ROCKETMQ_BROKER_PORT (default 19911; the broker also listens on PORT-2 and PORT+1).
+# under its rocketmq/ directory), OUTBOX_SERVICES_ROCKETMQ_NAMESRV_PORT (default 19876),
+# OUTBOX_SERVICES_ROCKETMQ_BROKER_PORT (default 19911; the broker also listens on PORT-2 and PORT+1).
 # Both brokers run with autoCreateTopicEnable=false, as production should: topics are
 # created explicitly (tests use the admin API).
 set -euo pipefail
@@ -43,8 +43,8 @@ VERSION=$(sed -n 's:.*<rocketmq.version>\(.*\)</rocketmq.version>.*:\1:p' build/
 [ -n "$VERSION" ] || die "build/rocketmq/pom.xml has no <rocketmq.version>"
 DIR=${OUTBOX_SERVICES_DIR:-/tmp/outbox-relay-services}/rocketmq
 LIB=$DIR/lib-$VERSION
-NS_PORT=${OUTBOX_ROCKETMQ_NAMESRV_PORT:-19876}
-BROKER_PORT=${OUTBOX_ROCKETMQ_BROKER_PORT:-19911}
+NS_PORT=${OUTBOX_SERVICES_ROCKETMQ_NAMESRV_PORT:-19876}
+BROKER_PORT=${OUTBOX_SERVICES_ROCKETMQ_BROKER_PORT:-19911}
 NS_ADDR=127.0.0.1:$NS_PORT
 
 # JVM flags: small heaps (several helpers share the machine) and the opens RocketMQ's
@@ -118,7 +118,7 @@ start_namesrv() {
 	if alive "$DIR/namesrv/pid" && tcp_open 127.0.0.1 "$NS_PORT"; then
 		return 0
 	fi
-	tcp_open 127.0.0.1 "$NS_PORT" && die "port $NS_PORT is taken by another process: set OUTBOX_ROCKETMQ_NAMESRV_PORT"
+	tcp_open 127.0.0.1 "$NS_PORT" && die "port $NS_PORT is taken by another process: set OUTBOX_SERVICES_ROCKETMQ_NAMESRV_PORT"
 	mkdir -p "$DIR/namesrv"
 	printf 'listenPort=%s\nbindAddress=127.0.0.1\n' "$NS_PORT" >"$DIR/namesrv/namesrv.conf"
 	java_main namesrv "-Xms64m -Xmx192m" org.apache.rocketmq.namesrv.NamesrvStartup -c "$DIR/namesrv/namesrv.conf"

@@ -74,7 +74,7 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	}
 
 	var c counters
-	stopRelay, err := startRelay(ctx, o, dsn, db, rdb, nameservers, out)
+	stopRelay, relayExited, err := startRelay(ctx, o, dsn, db, rdb, nameservers, out)
 	if err != nil {
 		return false, err
 	}
@@ -109,6 +109,9 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 				return false, err
 			}
 			writing = false
+		case err := <-relayExited:
+			relayStopped = true
+			return false, fmt.Errorf("the relay exited on its own (%v): %s", err, relayExitHint)
 		case <-ctx.Done():
 			fmt.Fprintln(out, "demo: stopped before every order was applied")
 			return report(context.Background(), db, &c, broker, rolledBack, out, time.Since(start))
@@ -295,27 +298,32 @@ func startConsumer(db *sql.DB, nameservers []string, c *counters) (stop func(), 
 	return func() { mw.Close(); _ = pc.Shutdown() }, nil
 }
 
-// startRelay runs the relay as a sidecar process (-relay-bin) or in-process.
-func startRelay(ctx context.Context, o options, dsn string, db *sql.DB, rdb *redis.Client, nameservers []string, out io.Writer) (stop func() error, err error) {
+// relayExitHint tells where to look when the sidecar relay stops by itself.
+var relayExitHint = "see " + filepath.Join(os.TempDir(), "outbox-demo-relay.log")
+
+// startRelay runs the relay as a sidecar process (-relay-bin) or in-process. exited reports
+// a sidecar that stopped by itself (a bad configuration, a crash), so the demo fails at once
+// instead of waiting for deliveries that cannot come.
+func startRelay(ctx context.Context, o options, dsn string, db *sql.DB, rdb *redis.Client, nameservers []string, out io.Writer) (stop func() error, exited <-chan error, err error) {
 	if o.relayBin == "" {
 		pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: nameservers, SendTimeout: time.Second})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		r, err := relay.New(db, rdb, pub, relay.Config{PollInterval: 200 * time.Millisecond, LockKey: "outbox-demo:lock:local_message"})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan error, 1)
 		go func() { done <- r.Run(rctx) }()
 		fmt.Fprintln(out, "relay: in-process")
-		return func() error { cancel(); err := <-done; pub.Close(); return err }, nil
+		return func() error { cancel(); err := <-done; pub.Close(); return err }, nil, nil
 	}
 	logPath := filepath.Join(os.TempDir(), "outbox-demo-relay.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cmd := exec.Command(o.relayBin, "run")
 	cmd.Env = append(os.Environ(),
@@ -332,12 +340,27 @@ func startRelay(ctx context.Context, o options, dsn string, db *sql.DB, rdb *red
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
-		return nil, fmt.Errorf("start relay %s: %w", o.relayBin, err)
+		return nil, nil, fmt.Errorf("start relay %s: %w", o.relayBin, err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait(); logFile.Close() }()
+	early := make(chan error, 1)
+	stopping := make(chan struct{})
+	go func() {
+		err := cmd.Wait()
+		logFile.Close()
+		select {
+		case <-stopping:
+		default:
+			if log, rerr := os.ReadFile(logPath); rerr == nil {
+				fmt.Fprintf(out, "relay log:\n%s\n", log)
+			}
+			early <- err
+		}
+		done <- err
+	}()
 	fmt.Fprintf(out, "relay: %s run (pid %d, log %s)\n", o.relayBin, cmd.Process.Pid, logPath)
 	return func() error {
+		close(stopping)
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case err := <-done:
@@ -350,7 +373,7 @@ func startRelay(ctx context.Context, o options, dsn string, db *sql.DB, rdb *red
 			_ = cmd.Process.Kill()
 			return errors.New("relay did not stop within 30s of SIGTERM")
 		}
-	}, nil
+	}, early, nil
 }
 
 type progressCounts struct{ delivered, applied int64 }
