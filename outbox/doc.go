@@ -15,4 +15,8 @@
 // Services in other languages write the same row with plain SQL: see schema.InsertSQL and
 // docs/sql-recipes.md. The relay applies the same validation to such rows and marks the
 // invalid ones dead with a reason.
+//
+// When the insert's context carries an OpenTelemetry span, the writer stores its W3C trace
+// context (traceparent, tracestate) in the row's properties, so that the relay's and the
+// consumer's spans continue the caller's trace.
 package outbox

@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/outbox-relay/outbox-relay/internal/msgtrace"
 	"github.com/outbox-relay/outbox-relay/internal/mysqlerr"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
@@ -35,7 +37,9 @@ type Message struct {
 	// Body is sent to the broker byte for byte. It must be valid UTF-8 (it is stored in a text
 	// column) and within the writer's MaxBodyBytes.
 	Body []byte
-	// Properties are RocketMQ user properties, e.g. trace context.
+	// Properties are RocketMQ user properties. When the insert's context carries a valid
+	// OpenTelemetry span, the writer stores its W3C trace context as "traceparent" and
+	// "tracestate" beside them (not in this map), unless the map sets either itself.
 	Properties map[string]string
 	// DeliverAt delays the first attempt until then. Zero: as soon as committed.
 	DeliverAt time.Time
@@ -143,6 +147,8 @@ const rowsPerStatement = 1000
 // rows, so that the message exists if and only if they commit. An empty m.MsgID is
 // generated and set on m. An invalid message is refused before anything is written, with
 // an error naming the field at fault; a msg_id that exists already gives *DuplicateError.
+// When ctx carries an OpenTelemetry span, its trace context goes into the row's properties,
+// so that the relay's and the consumer's spans join the caller's trace (Message.Properties).
 func (w *Writer) Insert(ctx context.Context, tx Tx, m *Message) error {
 	if m == nil {
 		return errors.New("outbox: Insert: nil message")
@@ -180,16 +186,19 @@ func (w *Writer) insert(ctx context.Context, exec Execer, msgs []Message) error 
 			return fmt.Errorf("outbox: message %d (msg_id %q): %w", i, msgs[i].MsgID, err)
 		}
 	}
+	trace := msgtrace.Inject(ctx) // the caller's span, parent of the relay's producer span
 	for start := 0; start < len(msgs); start += rowsPerStatement {
 		end := min(start+rowsPerStatement, len(msgs))
-		if err := w.insertChunk(ctx, exec, msgs[start:end]); err != nil {
+		if err := w.insertChunk(ctx, exec, msgs[start:end], trace); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (w *Writer) insertChunk(ctx context.Context, exec Execer, msgs []Message) error {
+// insertChunk writes msgs in one statement; trace, when not nil, is the trace context added
+// to the properties of the messages that carry none of their own.
+func (w *Writer) insertChunk(ctx context.Context, exec Execer, msgs []Message, trace map[string]string) error {
 	var b strings.Builder
 	b.WriteString(w.insertSQL)
 	args := make([]any, 0, len(msgs)*9)
@@ -199,8 +208,8 @@ func (w *Writer) insertChunk(ctx context.Context, exec Execer, msgs []Message) e
 		}
 		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?)")
 		var props any
-		if len(m.Properties) > 0 {
-			raw, err := json.Marshal(m.Properties)
+		if p := withTrace(m.Properties, trace); len(p) > 0 {
+			raw, err := json.Marshal(p)
 			if err != nil {
 				return fmt.Errorf("outbox: encode properties of %q: %w", m.MsgID, err)
 			}
@@ -226,6 +235,21 @@ func (w *Writer) insertChunk(ctx context.Context, exec Execer, msgs []Message) e
 		return fmt.Errorf("outbox: insert %d messages into %s: %w", len(msgs), w.table, err)
 	}
 	return nil
+}
+
+// withTrace returns props with the trace context added, or props itself when there is none
+// to add or props set trace context explicitly. The caller's map is never changed.
+func withTrace(props, trace map[string]string) map[string]string {
+	switch {
+	case trace == nil || msgtrace.Has(props):
+		return props
+	case len(props) == 0:
+		return trace
+	}
+	merged := make(map[string]string, len(props)+len(trace))
+	maps.Copy(merged, props)
+	maps.Copy(merged, trace)
+	return merged
 }
 
 func (w *Writer) validate(m *Message) error {

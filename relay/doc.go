@@ -12,4 +12,8 @@
 // The lock is a courtesy, not a fence: every write is conditional on the row still being
 // pending or failed, so two relays at once can only publish a row twice, never lose it or
 // overwrite a newer state. Consumers dedupe with package idempotency.
+//
+// With Config.TracerProvider set, every message sent gets an OpenTelemetry producer span, a
+// child of the writer's trace context stored in the row, whose own context the message
+// carries on to the consumer (docs/configuration.md, "Tracing").
 package relay

@@ -121,9 +121,11 @@ func failResult(err error) result {
 }
 
 func (r *Relay) send(ctx context.Context, route Route, msgs ...*Message) error {
+	msgs, spans := r.traceSend(ctx, msgs) // tracing.go; free when tracing is off
 	start := time.Now()
 	err := r.pub.Send(ctx, route, msgs...)
 	r.metrics.ObservePublish(time.Since(start))
+	spans.end(err)
 	if err == nil {
 		r.incidents.success(msgs[0].Topic)
 	}

@@ -11,8 +11,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-relay/outbox-relay/backoff"
+	"github.com/outbox-relay/outbox-relay/internal/msgtrace"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
@@ -97,6 +99,11 @@ type Config struct {
 	Logger *zerolog.Logger
 	// Metrics records the relay's metrics. Defaults to none.
 	Metrics *Metrics
+	// TracerProvider, when set, records an OpenTelemetry producer span per message sent,
+	// a child of the writer's trace context from the row's properties, and publishes the
+	// span's context as the message's traceparent (see tracing.go). Defaults to nil: no
+	// spans, no cost.
+	TracerProvider trace.TracerProvider
 
 	// perRowWriteBack writes results back with one UPDATE per row, as seed 002's relay did,
 	// instead of the set-based UPDATEs. For the benchmark only (relay/bench_test.go measures
@@ -211,6 +218,7 @@ type Relay struct {
 	waitingSince atomic.Int64 // when a standby began to wait, nanoseconds after progress.start; 0 when not waiting
 
 	metrics *TableMetrics // nil without cfg.Metrics
+	tracer  trace.Tracer  // nil without cfg.TracerProvider
 }
 
 // New checks cfg and returns a relay of cfg.Table. rdb holds the lock and carries nudges;
@@ -232,6 +240,7 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Rel
 		store:     store{db: db, table: schema.QuoteIdent(cfg.Table), name: cfg.Table, timeout: cfg.QueryTimeout},
 		log:       log,
 		incidents: newIncidents(log),
+		tracer:    msgtrace.Tracer(cfg.TracerProvider),
 	}
 	r.progress.mark()
 	return r, nil

@@ -90,6 +90,11 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	metrics := relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: routeRules(cfg.Routes)})
 	v, c, _ := buildInfo()
 	metrics.SetBuildInfo(v, c)
+	tp, stopTracing, err := setupTracing(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 
 	var relays []*relay.Relay
 	for _, table := range cfg.Tables() {
@@ -99,7 +104,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 			MaxBodyBytes: cfg.Relay.MaxBodyBytes, Backoff: cfg.Backoff, Router: router,
 			Database: cfg.DatabaseLabel(),
 			LockKey:  cfg.LockKey(table), LockTTL: cfg.Lock.TTL, ShutdownTimeout: cfg.Relay.ShutdownTimeout,
-			DisableNudge: !cfg.Relay.Nudge, Logger: &log, Metrics: metrics,
+			DisableNudge: !cfg.Relay.Nudge, Logger: &log, Metrics: metrics, TracerProvider: tp,
 		}
 		if cfg.Relay.Unrouted == config.UnroutedDead {
 			rcfg.Unrouted = relay.UnroutedDead

@@ -12,8 +12,10 @@ import (
 
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-relay/outbox-relay/idempotency"
+	"github.com/outbox-relay/outbox-relay/internal/msgtrace"
 )
 
 // Handler applies the business effect of one message. Its context is cancelled when
@@ -104,6 +106,11 @@ type Config struct {
 	// BroadcastRetry is the first delay between in-place retries in broadcasting mode; it
 	// doubles up to a minute. Defaults to DefaultBroadcastRetry (1s).
 	BroadcastRetry time.Duration
+	// TracerProvider, when set, records an OpenTelemetry consumer span "<topic> process"
+	// around each attempt at a message, a child of the traceparent in its properties (the
+	// relay's producer span), and passes the span's context to the handler. Defaults to nil:
+	// no spans, no cost.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *Config) setDefaults() {
@@ -152,6 +159,7 @@ func (c *Config) validate() error {
 type Middleware struct {
 	cfg    Config
 	do     doFunc
+	tracer trace.Tracer    // nil without Config.TracerProvider
 	base   context.Context // cancelled by Close
 	cancel context.CancelFunc
 	once   sync.Once
@@ -189,7 +197,7 @@ func newMiddleware(cfg Config, do doFunc) (*Middleware, error) {
 		return nil, err
 	}
 	base, cancel := context.WithCancel(context.Background())
-	return &Middleware{cfg: cfg, do: do, base: base, cancel: cancel}, nil
+	return &Middleware{cfg: cfg, do: do, tracer: msgtrace.Tracer(cfg.TracerProvider), base: base, cancel: cancel}, nil
 }
 
 // Close cancels the context of running handlers and makes later deliveries return for
@@ -280,6 +288,8 @@ func (m *Middleware) decide(ctx context.Context, msg *primitive.MessageExt, inPl
 
 // one makes one attempt at msg: nil to acknowledge it, an error to have it redelivered.
 func (m *Middleware) one(ctx context.Context, msg *primitive.MessageExt) (err error) {
+	ctx, span := m.startSpan(ctx, msg) // tracing.go; free when tracing is off
+	defer func() { endSpan(span, err) }()
 	key, kerr := m.key(msg)
 	if kerr != nil {
 		return m.invalid(ctx, msg, kerr)
@@ -298,6 +308,7 @@ func (m *Middleware) one(ctx context.Context, msg *primitive.MessageExt) (err er
 		}
 	}()
 	res, err := m.do(ctx, id, msg)
+	recordOutcome(span, res)
 	switch {
 	case err == nil:
 		if res.NotRecorded != nil {
