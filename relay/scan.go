@@ -59,6 +59,9 @@ func (r *Relay) scan(stop, ctx context.Context, nowMs int64, out chan<- *page) e
 // readPage reads up to limit due rows of one status after c. It stops early, cut, when the
 // bodies read reach MaxPageBytes; full says the page had limit rows.
 func (r *Relay) readPage(ctx context.Context, status int, nowMs int64, c cursor, limit int) (rows []row, full, cut bool, err error) {
+	if err := r.store.scanIndex(ctx); err != nil {
+		return nil, false, false, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	defer cancel()
 	q, args := r.store.pageQuery(status, nowMs, c, limit, r.cfg.MaxBodyBytes)
