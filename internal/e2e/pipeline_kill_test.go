@@ -161,7 +161,7 @@ func TestKillWhileAWriteBackIsPending(t *testing.T) {
 	restartAndCheckNothingLost(t, e, total, sentAtKill)
 }
 
-// insertTopics commits n rows whose topics go round topics, in one transaction per 500.
+// insertTopics commits n rows whose topics go round topics.
 func insertTopics(t *testing.T, e *env, prefix string, n int, topics ...string) {
 	t.Helper()
 	msgs := make([]outbox.Message, n)
@@ -169,7 +169,7 @@ func insertTopics(t *testing.T, e *env, prefix string, n int, topics ...string) 
 		msgs[i] = outbox.Message{MsgID: fmt.Sprintf("%s-%06d", prefix, i), Topic: topics[i%len(topics)],
 			Keys: []string{fmt.Sprintf("SN%d", i)}, Body: []byte(fmt.Sprintf(`{"orderSn":"SN%d"}`, i))}
 	}
-	if err := e.writer.Insert(context.Background(), e.db.DB, msgs...); err != nil {
+	if err := e.writer.InsertNoTx(context.Background(), e.db.DB, msgs); err != nil {
 		t.Fatal(err)
 	}
 }
