@@ -74,9 +74,10 @@ func (r *Relay) readPage(ctx context.Context, status int, nowMs int64, c cursor,
 	bytes := 0
 	var names interner
 	var bodies arena
+	var topic, tag, content sql.RawBytes // escape to the heap once per page, not per row
 	for res.Next() {
-		var rw row
-		var topic, tag, content sql.RawBytes
+		rows = append(rows, row{}) // scanned in place: a row is 200 bytes
+		rw := &rows[len(rows)-1]
 		if err := res.Scan(&rw.id, &rw.msgID, &topic, &tag, &content, &rw.contentLen, &rw.keys, &rw.shardingKey,
 			&rw.properties, &rw.retryCount, &rw.maxRetries, &rw.nextRetry); err != nil {
 			return nil, false, false, fmt.Errorf("read due rows of %s: %w", r.cfg.Table, err)
@@ -85,7 +86,6 @@ func (r *Relay) readPage(ctx context.Context, status int, nowMs int64, c cursor,
 		if content != nil {
 			rw.content = bodies.copy(content)
 		}
-		rows = append(rows, rw)
 		bytes += len(rw.content)
 		if bytes >= r.cfg.MaxPageBytes && len(rows) < limit {
 			return rows, false, true, nil // the rest of the page is read again next time
