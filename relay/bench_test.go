@@ -235,20 +235,25 @@ type rateSample struct {
 // at its start and at its end can be told apart (a slowdown that grows as the drain goes
 // on, like a filling redo log, against one that is there from the first page).
 func sampleRates(db *sql.DB) (stop func() []rateSample) {
-	done := make(chan struct{})
 	var out []rateSample
-	var wg sync.WaitGroup
-	wg.Add(1)
-	take := func() {
+	stopTaking := takeEvery(250*time.Millisecond, func() {
 		var name string
 		var v float64
 		if db.QueryRow("SHOW GLOBAL STATUS LIKE 'Handler_update'").Scan(&name, &v) == nil {
 			out = append(out, rateSample{time.Now(), v})
 		}
-	}
+	})
+	return func() []rateSample { stopTaking(); return out }
+}
+
+// takeEvery calls take at once, then every d, and a last time when stop is called.
+func takeEvery(d time.Duration, take func()) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(250 * time.Millisecond)
+		t := time.NewTicker(d)
 		defer t.Stop()
 		for {
 			take()
@@ -260,7 +265,7 @@ func sampleRates(db *sql.DB) (stop func() []rateSample) {
 			}
 		}
 	}()
-	return func() []rateSample { close(done); wg.Wait(); return out }
+	return func() { close(done); wg.Wait() }
 }
 
 // reportQuarters reports the rows updated per second over the first and the last quarter of
@@ -412,11 +417,8 @@ func readRSS(tb testing.TB) uint64 {
 
 // sampleMemory records the peak RSS and live heap every 10ms until stop is called.
 func sampleMemory(peakRSS, peakHeap *uint64) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
 	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	take := func() {
+	return takeEvery(10*time.Millisecond, func() {
 		if rss := readRSSQuiet(); rss > *peakRSS {
 			*peakRSS = rss
 		}
@@ -424,22 +426,7 @@ func sampleMemory(peakRSS, peakHeap *uint64) (stop func()) {
 		if h := sample[0].Value.Uint64(); h > *peakHeap {
 			*peakHeap = h
 		}
-	}
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(10 * time.Millisecond)
-		defer t.Stop()
-		for {
-			take()
-			select {
-			case <-done:
-				take()
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	return func() { close(done); wg.Wait() }
+	})
 }
 
 func readRSSQuiet() uint64 {

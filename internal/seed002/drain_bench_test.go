@@ -9,12 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/seed002"
-	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
-	"github.com/outbox-relay/outbox-relay/relay"
-	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 // BenchmarkDrain is seed 002's algorithm beside relay.BenchmarkDrain: one firing of the job
@@ -28,26 +24,8 @@ func BenchmarkDrain(b *testing.B) {
 			b.Fatalf("OUTBOX_BENCH_ROWS=%q: want a positive integer", v)
 		}
 	}
-	db := testenv.MySQL(b)
+	db, rdb, prefix, _, pub, w := setup(b)
 	ctx := context.Background()
-	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
-		b.Fatal(err)
-	}
-	rdb, prefix := testenv.Redis(b)
-	broker, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer broker.Close()
-	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{broker.NameServerAddr()}, SendTimeout: 3 * time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pub.Close()
-	w, err := outbox.NewWriter(outbox.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
 	r, err := seed002.New(db.DB, rdb, pub, seed002.Config{LockKey: prefix + "LocalMessageScan"})
 	if err != nil {
 		b.Fatal(err)
