@@ -302,9 +302,9 @@ func reportQuarters(b *testing.B, s []rateSample) {
 // and OUTBOX_BENCH_BIG_ROWS due rows (default 100k and 1M), one client, nothing published:
 // "read-rows/s" reads every due row the way the scan does (keyset pages of 500 on the status
 // index, bodies included); "update-rows/s" then marks them all sent with the relay's own
-// statement (store.markSent: UPDATE ... WHERE id IN (1,000 ids) AND status IN (0, 1), READ
-// COMMITTED, through the primary key), one statement after the other, ids ascending as a
-// drain writes them. A drain cannot beat the update: it is the set-based UPDATE ceiling.
+// statement (store.markSent: UPDATE ... WHERE id IN (1,000 ids) AND status IN (0, 1) AND
+// retry_count = ?, READ COMMITTED, through the primary key), one statement after the other,
+// ids ascending as a drain writes them. A drain cannot beat the update: it is the set-based UPDATE ceiling.
 // The server's work per 1,000 updated rows is reported as BenchmarkDrain reports it.
 func BenchmarkCeilings(b *testing.B) {
 	for _, n := range []int{envInt(b, "OUTBOX_BENCH_ROWS", 100000), envInt(b, "OUTBOX_BENCH_BIG_ROWS", 1000000)} {
@@ -341,7 +341,7 @@ func BenchmarkCeilings(b *testing.B) {
 				}
 				before := serverStatus(b, db.DB)
 				start = time.Now()
-				changed, err := r.store.markSent(ctx, ids, time.Now().UnixMilli())
+				changed, err := r.store.markSent(ctx, 0, ids, time.Now().UnixMilli())
 				updateTime += time.Since(start)
 				if err != nil || changed != int64(n) {
 					b.Fatalf("marked %d of %d rows sent: %v", changed, n, err)
