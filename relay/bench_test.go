@@ -177,10 +177,183 @@ func benchDrain(b *testing.B, n int, cfg Config) {
 		b.StopTimer()
 		fillRows(b, db.DB, fmt.Sprintf("r%d-", i), n, 0)
 		runtime.GC()
+		before := serverStatus(b, db.DB)
+		stopRates := sampleRates(db.DB)
 		b.StartTimer()
 		total += drainAll(b, r, n)
+		b.StopTimer()
+		reportQuarters(b, stopRates())
+		reportServerWork(b, before, serverStatus(b, db.DB), n)
+		b.StartTimer()
 	}
 	b.ReportMetric(float64(n*b.N)/total.Seconds(), "msgs/s")
+}
+
+// serverCounters are the server-wide counters the benchmarks report per 1,000 rows, to see
+// what grows with the table: buffer pool misses (pages read from disk), page requests,
+// pages flushed, redo written. They are global: other clients of the server add to them.
+var serverCounters = []string{"Innodb_buffer_pool_reads", "Innodb_buffer_pool_read_requests",
+	"Innodb_buffer_pool_pages_flushed", "Innodb_os_log_written", "Innodb_buffer_pool_wait_free", "Handler_update"}
+
+// serverStatus reads serverCounters from SHOW GLOBAL STATUS.
+func serverStatus(tb testing.TB, db *sql.DB) map[string]float64 {
+	tb.Helper()
+	rows, err := db.Query("SHOW GLOBAL STATUS WHERE Variable_name IN ('" + strings.Join(serverCounters, "', '") + "')")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]float64{}
+	for rows.Next() {
+		var name string
+		var v float64
+		if err := rows.Scan(&name, &v); err != nil {
+			tb.Fatal(err)
+		}
+		out[name] = v
+	}
+	return out
+}
+
+// reportServerWork reports the server's work per 1,000 rows between two serverStatus reads.
+func reportServerWork(b *testing.B, before, after map[string]float64, n int) {
+	per := func(name string) float64 { return (after[name] - before[name]) * 1000 / float64(n) }
+	b.ReportMetric(per("Innodb_buffer_pool_reads"), "bp-miss/krow")
+	b.ReportMetric(per("Innodb_buffer_pool_read_requests"), "bp-req/krow")
+	b.ReportMetric(per("Innodb_buffer_pool_pages_flushed"), "flushed/krow")
+	b.ReportMetric(per("Innodb_os_log_written")/1024, "redo-KB/krow")
+	b.ReportMetric(after["Innodb_buffer_pool_wait_free"]-before["Innodb_buffer_pool_wait_free"], "wait-free")
+}
+
+// rateSample is the server's Handler_update (rows updated) at a moment of a drain.
+type rateSample struct {
+	at      time.Time
+	updated float64
+}
+
+// sampleRates reads Handler_update every 250ms until stopped, so that a drain's rate
+// at its start and at its end can be told apart (a slowdown that grows as the drain goes
+// on, like a filling redo log, against one that is there from the first page).
+func sampleRates(db *sql.DB) (stop func() []rateSample) {
+	var out []rateSample
+	stopTaking := takeEvery(250*time.Millisecond, func() {
+		var name string
+		var v float64
+		if db.QueryRow("SHOW GLOBAL STATUS LIKE 'Handler_update'").Scan(&name, &v) == nil {
+			out = append(out, rateSample{time.Now(), v})
+		}
+	})
+	return func() []rateSample { stopTaking(); return out }
+}
+
+// takeEvery calls take at once, then every d, and a last time when stop is called.
+func takeEvery(d time.Duration, take func()) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			take()
+			select {
+			case <-done:
+				take()
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// reportQuarters reports the rows updated per second over the first and the last quarter of
+// a drain's updates.
+func reportQuarters(b *testing.B, s []rateSample) {
+	if len(s) < 3 {
+		return
+	}
+	first, last := s[0], s[len(s)-1]
+	total := last.updated - first.updated
+	if total <= 0 {
+		return
+	}
+	rate := func(from, to float64) float64 {
+		var t0, t1 time.Time
+		for _, x := range s {
+			if t0.IsZero() && x.updated-first.updated >= from*total {
+				t0 = x.at
+			}
+			if t1.IsZero() && x.updated-first.updated >= to*total {
+				t1 = x.at
+			}
+		}
+		if d := t1.Sub(t0).Seconds(); d > 0 {
+			return (to - from) * total / d
+		}
+		return 0
+	}
+	b.ReportMetric(rate(0, 0.25), "first-quarter-rows/s")
+	b.ReportMetric(rate(0.75, 1), "last-quarter-rows/s")
+}
+
+// BenchmarkCeilings measures what the database alone allows on backlogs of OUTBOX_BENCH_ROWS
+// and OUTBOX_BENCH_BIG_ROWS due rows (default 100k and 1M), one client, nothing published:
+// "read-rows/s" reads every due row the way the scan does (keyset pages of 500 on the status
+// index, bodies included); "update-rows/s" then marks them all sent with the relay's own
+// statement (store.markSent: UPDATE ... WHERE id IN (1,000 ids) AND status IN (0, 1) AND
+// retry_count = ?, READ COMMITTED, through the primary key), one statement after the other,
+// ids ascending as a drain writes them. A drain cannot beat the update: it is the set-based UPDATE ceiling.
+// The server's work per 1,000 updated rows is reported as BenchmarkDrain reports it.
+func BenchmarkCeilings(b *testing.B) {
+	for _, n := range []int{envInt(b, "OUTBOX_BENCH_ROWS", 100000), envInt(b, "OUTBOX_BENCH_BIG_ROWS", 1000000)} {
+		b.Run(fmt.Sprintf("rows=%d", n), func(b *testing.B) {
+			db := benchDB(b)
+			r := benchRelay(b, db.DB, nopPublisher{}, Config{})
+			ctx := context.Background()
+			var readTime, updateTime time.Duration
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				fillRows(b, db.DB, fmt.Sprintf("c%d-", i), n, 0)
+				runtime.GC()
+				b.StartTimer()
+				start := time.Now()
+				var ids []int64
+				c := cursor{next: -1 << 62}
+				for {
+					rows, _, _, err := r.readPage(ctx, int(outbox.StatusPending), time.Now().UnixMilli(), c, 500)
+					if err != nil {
+						b.Fatal(err)
+					}
+					for k := range rows {
+						ids = append(ids, rows[k].id)
+					}
+					if len(rows) < 500 {
+						break
+					}
+					last := rows[len(rows)-1]
+					c = cursor{next: last.nextRetry, id: last.id}
+				}
+				readTime += time.Since(start)
+				if len(ids) != n {
+					b.Fatalf("read %d due rows, want %d", len(ids), n)
+				}
+				before := serverStatus(b, db.DB)
+				start = time.Now()
+				changed, err := r.store.markSent(ctx, 0, ids, time.Now().UnixMilli())
+				updateTime += time.Since(start)
+				if err != nil || changed != int64(n) {
+					b.Fatalf("marked %d of %d rows sent: %v", changed, n, err)
+				}
+				b.StopTimer()
+				reportServerWork(b, before, serverStatus(b, db.DB), n)
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(n*b.N)/readTime.Seconds(), "read-rows/s")
+			b.ReportMetric(float64(n*b.N)/updateTime.Seconds(), "update-rows/s")
+		})
+	}
 }
 
 // BenchmarkDrainMemory drains OUTBOX_BENCH_ROWS and OUTBOX_BENCH_BIG_ROWS due rows (default
@@ -208,10 +381,15 @@ func BenchmarkDrainMemory(b *testing.B) {
 				runtime.GC()
 				debug.FreeOSMemory()
 				baseRSS = readRSS(b)
+				before := serverStatus(b, db.DB)
+				stopRates := sampleRates(db.DB)
 				stop := sampleMemory(&peakRSS, &peakHeap)
 				b.StartTimer()
 				total += drainAll(b, r, n)
+				b.StopTimer()
 				stop()
+				reportQuarters(b, stopRates())
+				reportServerWork(b, before, serverStatus(b, db.DB), n)
 			}
 			b.ReportMetric(float64(n*b.N)/total.Seconds(), "msgs/s")
 			b.ReportMetric(float64(baseRSS)/(1<<20), "start-RSS-MB")
@@ -239,11 +417,8 @@ func readRSS(tb testing.TB) uint64 {
 
 // sampleMemory records the peak RSS and live heap every 10ms until stop is called.
 func sampleMemory(peakRSS, peakHeap *uint64) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
 	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	take := func() {
+	return takeEvery(10*time.Millisecond, func() {
 		if rss := readRSSQuiet(); rss > *peakRSS {
 			*peakRSS = rss
 		}
@@ -251,22 +426,7 @@ func sampleMemory(peakRSS, peakHeap *uint64) (stop func()) {
 		if h := sample[0].Value.Uint64(); h > *peakHeap {
 			*peakHeap = h
 		}
-	}
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(10 * time.Millisecond)
-		defer t.Stop()
-		for {
-			take()
-			select {
-			case <-done:
-				take()
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	return func() { close(done); wg.Wait() }
+	})
 }
 
 func readRSSQuiet() uint64 {
@@ -428,6 +588,9 @@ func BenchmarkScanTick(b *testing.B) {
 // logPlan logs EXPLAIN and ANALYZE of the page query as DrainOnce first runs it.
 func logPlan(b *testing.B, db *sql.DB, r *Relay) {
 	b.Helper()
+	if err := r.store.scanIndex(context.Background()); err != nil {
+		b.Fatal(err)
+	}
 	q, args := r.store.pageQuery(int(outbox.StatusPending), time.Now().UnixMilli(), cursor{next: -1 << 62}, 500, r.cfg.MaxBodyBytes)
 	for _, prefix := range []string{"EXPLAIN ", "ANALYZE "} {
 		rows, err := db.Query(prefix+q, args...)

@@ -107,11 +107,17 @@ func (c *completer) run() {
 // gives up (the rows stay due and will be published again) only when the pass's context
 // ends and a last attempt fails.
 func (c *completer) writeWithRetry(batch []completion) (Stats, error) {
-	var rows []row
-	var results []result
-	for _, b := range batch {
-		rows = append(rows, b.rows...)
-		results = append(results, b.results...)
+	rows, results := batch[0].rows, batch[0].results
+	if len(batch) > 1 {
+		n := 0
+		for _, b := range batch {
+			n += len(b.rows)
+		}
+		rows, results = make([]row, 0, n), make([]result, 0, n)
+		for _, b := range batch {
+			rows = append(rows, b.rows...)
+			results = append(results, b.results...)
+		}
 	}
 	var st Stats
 	wait := time.Second
@@ -313,25 +319,40 @@ func (r *Relay) warnRaced(what string, want int, got int64) {
 	}
 }
 
+// countResults adds the written results to the counters, one call per topic and tag rather
+// than one per row (each call takes the metrics' lock and looks the labels up).
 func (r *Relay) countResults(rows []row, results []result, idx []int) {
 	m := r.metrics
 	if m == nil {
 		return
 	}
+	type counts struct{ published, failed, dead int }
+	byPair := map[routeKey]*counts{}
 	for _, i := range idx {
 		rw := &rows[i]
+		k := routeKey{rw.topic, rw.tag}
+		c := byPair[k]
+		if c == nil {
+			c = &counts{}
+			byPair[k] = c
+		}
 		switch results[i].kind {
 		case sent:
-			m.Published(rw.topic, rw.tag, 1)
+			c.published++
 		case retry:
-			m.Failed(rw.topic, rw.tag, 1)
+			c.failed++
 			if !results[i].capped && rw.retryCount+1 > rw.maxRetries {
-				m.Dead(rw.topic, rw.tag, 1)
+				c.dead++
 			}
 		case deferred:
-			m.Failed(rw.topic, rw.tag, 1)
+			c.failed++
 		case dead:
-			m.Dead(rw.topic, rw.tag, 1)
+			c.dead++
 		}
+	}
+	for k, c := range byPair {
+		m.Published(k.topic, k.tag, c.published)
+		m.Failed(k.topic, k.tag, c.failed)
+		m.Dead(k.topic, k.tag, c.dead)
 	}
 }

@@ -157,7 +157,7 @@ func toPrimitive(m *Message, route Route) *primitive.Message {
 	if len(m.Keys) > 0 {
 		pm.WithKeys(m.Keys)
 	} else {
-		pm.WithKeys([]string{m.MsgID})
+		pm.WithProperty(primitive.PropertyKeys, m.MsgID) // WithKeys of one key, without its slice
 	}
 	if m.ShardingKey != "" {
 		pm.WithShardingKey(m.ShardingKey)

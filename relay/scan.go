@@ -59,6 +59,9 @@ func (r *Relay) scan(stop, ctx context.Context, nowMs int64, out chan<- *page) e
 // readPage reads up to limit due rows of one status after c. It stops early, cut, when the
 // bodies read reach MaxPageBytes; full says the page had limit rows.
 func (r *Relay) readPage(ctx context.Context, status int, nowMs int64, c cursor, limit int) (rows []row, full, cut bool, err error) {
+	if err := r.store.scanIndex(ctx); err != nil {
+		return nil, false, false, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	defer cancel()
 	q, args := r.store.pageQuery(status, nowMs, c, limit, r.cfg.MaxBodyBytes)
@@ -69,17 +72,20 @@ func (r *Relay) readPage(ctx context.Context, status int, nowMs int64, c cursor,
 	defer res.Close()
 	rows = make([]row, 0, min(limit, 512))
 	bytes := 0
+	var names interner
+	var bodies arena
+	var topic, tag, content sql.RawBytes // escape to the heap once per page, not per row
 	for res.Next() {
-		var rw row
-		var content sql.RawBytes
-		if err := res.Scan(&rw.id, &rw.msgID, &rw.topic, &rw.tag, &content, &rw.contentLen, &rw.keys, &rw.shardingKey,
+		rows = append(rows, row{}) // scanned in place: a row is 200 bytes
+		rw := &rows[len(rows)-1]
+		if err := res.Scan(&rw.id, &rw.msgID, &topic, &tag, &content, &rw.contentLen, &rw.keys, &rw.shardingKey,
 			&rw.properties, &rw.retryCount, &rw.maxRetries, &rw.nextRetry); err != nil {
 			return nil, false, false, fmt.Errorf("read due rows of %s: %w", r.cfg.Table, err)
 		}
+		rw.topic, rw.tag = names.get(topic), names.get(tag)
 		if content != nil {
-			rw.content = append(make([]byte, 0, len(content)), content...)
+			rw.content = bodies.copy(content)
 		}
-		rows = append(rows, rw)
 		bytes += len(rw.content)
 		if bytes >= r.cfg.MaxPageBytes && len(rows) < limit {
 			return rows, false, true, nil // the rest of the page is read again next time
@@ -89,4 +95,43 @@ func (r *Relay) readPage(ctx context.Context, status int, nowMs int64, c cursor,
 		return nil, false, false, fmt.Errorf("read due rows of %s: %w", r.cfg.Table, err)
 	}
 	return rows, len(rows) == limit, false, nil
+}
+
+// interner hands out one string per distinct value among a page's topics and tags, which
+// repeat from row to row: two allocations a row fewer.
+type interner map[string]string
+
+func (in *interner) get(b []byte) string {
+	if s, ok := (*in)[string(b)]; ok { // no allocation for the lookup
+		return s
+	}
+	if *in == nil {
+		*in = interner{}
+	}
+	s := string(b)
+	(*in)[s] = s
+	return s
+}
+
+// arenaChunk is the size of the blocks a page's bodies are copied into.
+const arenaChunk = 64 << 10
+
+// arena copies a page's bodies into shared blocks: one allocation per 64 KiB of bodies
+// instead of one per row. A body keeps its block alive, and the page drops its bodies once
+// they are published.
+type arena struct{ buf []byte }
+
+func (a *arena) copy(b []byte) []byte {
+	if len(b) == 0 {
+		return []byte{} // an empty body, not a missing one
+	}
+	if len(b) > cap(a.buf)-len(a.buf) {
+		if len(b) >= arenaChunk/4 {
+			return append(make([]byte, 0, len(b)), b...) // large bodies get a block of their own
+		}
+		a.buf = make([]byte, 0, arenaChunk)
+	}
+	start := len(a.buf)
+	a.buf = append(a.buf, b...)
+	return a.buf[start:len(a.buf):len(a.buf)]
 }

@@ -3,9 +3,11 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -20,6 +22,11 @@ type store struct {
 	table, name string
 	// timeout bounds each statement.
 	timeout time.Duration
+
+	// scanMu guards scanHint, the page query's FORCE INDEX clause, found once (scanIndex).
+	scanMu   sync.Mutex
+	scanHint string
+	scanDone bool
 }
 
 // row is one due outbox row as read by a page.
@@ -58,7 +65,7 @@ type cursor struct {
 func (s *store) pageQuery(status int, nowMs int64, c cursor, limit, maxBody int) (string, []any) {
 	return `SELECT id, msg_id, topic, tag, IF(LENGTH(content) <= ?, content, NULL), COALESCE(LENGTH(content), 0), msg_keys, sharding_key,
 			properties, retry_count, max_retry_count, next_retry_time
-		FROM ` + s.table + `
+		FROM ` + s.table + s.scanHint + `
 		WHERE status = ? AND next_retry_time <= ? AND ((next_retry_time = ? AND id > ?) OR next_retry_time > ?) AND is_deleted = 0
 		ORDER BY next_retry_time, id LIMIT ?`, []any{maxBody, status, nowMs, c.next, c.id, c.next, limit}
 }
@@ -76,6 +83,38 @@ func (s *store) anyDue(ctx context.Context, nowMs int64) (bool, error) {
 		return false, fmt.Errorf("probe due rows of %s: %w", s.name, err)
 	}
 	return n > 0, nil
+}
+
+// scanIndex finds the table's (status, next_retry_time) index once and makes the page query
+// force it. Unforced, MariaDB 10.11 plans the keyset query as a ref on status alone as soon
+// as the table's statistics are current (InnoDB refreshes them once a tenth of the table
+// changed): every page then walks the status's entries from the first, rows already read
+// and the delete-marked entries of rows written back but not yet purged included, so pages
+// cost more and more as a large backlog drains. Forced, it is the bounded range the keyset
+// is written for (key_len 17). The index is found by its columns, as schema.Check checks
+// it, since an adopted table may name it otherwise; without one the query goes unforced.
+func (s *store) scanIndex(ctx context.Context) error {
+	s.scanMu.Lock()
+	defer s.scanMu.Unlock()
+	if s.scanDone {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var name string
+	err := s.db.QueryRowContext(ctx, `SELECT INDEX_NAME FROM information_schema.STATISTICS
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?
+		GROUP BY INDEX_NAME HAVING GROUP_CONCAT(LOWER(COLUMN_NAME) ORDER BY SEQ_IN_INDEX) = 'status,next_retry_time'
+		ORDER BY INDEX_NAME LIMIT 1`, s.name).Scan(&name)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("find the scan index of %s: %w", s.name, err)
+	default:
+		s.scanHint = " FORCE INDEX (`" + strings.ReplaceAll(name, "`", "``") + "`)"
+	}
+	s.scanDone = true
+	return nil
 }
 
 // orderKey identifies one ordered stream: a sharding key within a topic.

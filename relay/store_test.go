@@ -12,7 +12,10 @@ import (
 
 // TestPageExaminesOnlyItsOwnRows guards the scan's cost: a page resuming after many rows held
 // back earlier in the pass (same next_retry_time, lower ids) must not re-read them. It counts
-// the index entries the server examined for one page.
+// the index entries the server examined for one page, wherever the cursor stands, with the
+// table's statistics young and then current (InnoDB refreshes them in the background once a
+// tenth of a table changed; with them MariaDB 10.11 planned the unforced page query as a ref
+// on status alone, walking every row before the cursor).
 func TestPageExaminesOnlyItsOwnRows(t *testing.T) {
 	t.Parallel()
 	db := testenv.MySQL(t)
@@ -20,7 +23,7 @@ func TestPageExaminesOnlyItsOwnRows(t *testing.T) {
 	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
 		t.Fatal(err)
 	}
-	const rows, held, limit = 6000, 5000, 100
+	const rows, limit = 6000, 100
 	for start := 0; start < rows; start += 1000 {
 		var b strings.Builder
 		b.WriteString("INSERT INTO local_message (msg_id, topic, content) VALUES ")
@@ -39,26 +42,35 @@ func TestPageExaminesOnlyItsOwnRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec("FLUSH STATUS"); err != nil {
-		t.Fatal(err)
-	}
-	page, _, _, err := r.readPage(ctx, 0, 1<<62, cursor{next: 0, id: held}, limit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(page) != limit || page[0].id != held+1 {
-		t.Fatalf("page has %d rows starting at id %d, want %d from %d", len(page), page[0].id, limit, held+1)
-	}
-	var name string
-	var icp, next int
-	if err := db.QueryRow("SHOW SESSION STATUS LIKE 'Handler_icp_attempts'").Scan(&name, &icp); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.QueryRow("SHOW SESSION STATUS LIKE 'Handler_read_next'").Scan(&name, &next); err != nil {
-		t.Fatal(err)
-	}
-	if examined := max(icp, next); examined > 2*limit {
-		t.Fatalf("one page of %d examined %d index entries: it re-reads the %d rows before the cursor", limit, examined, held)
+	for _, stats := range []string{"young", "current"} {
+		if stats == "current" {
+			if _, err := db.Exec("ANALYZE TABLE local_message"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, held := range []int64{1000, 3000, 5000} {
+			if _, err := db.Exec("FLUSH STATUS"); err != nil {
+				t.Fatal(err)
+			}
+			page, _, _, err := r.readPage(ctx, 0, 1<<62, cursor{next: 0, id: held}, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) != limit || page[0].id != held+1 {
+				t.Fatalf("page has %d rows starting at id %d, want %d from %d", len(page), page[0].id, limit, held+1)
+			}
+			var name string
+			var icp, next int
+			if err := db.QueryRow("SHOW SESSION STATUS LIKE 'Handler_icp_attempts'").Scan(&name, &icp); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.QueryRow("SHOW SESSION STATUS LIKE 'Handler_read_next'").Scan(&name, &next); err != nil {
+				t.Fatal(err)
+			}
+			if examined := max(icp, next); examined > 2*limit {
+				t.Errorf("statistics %s: one page of %d examined %d index entries: it re-reads the %d rows before the cursor", stats, limit, examined, held)
+			}
+		}
 	}
 }
 

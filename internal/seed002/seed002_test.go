@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2/rlog"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/seed002"
@@ -22,27 +23,9 @@ func init() { rlog.SetLogLevel("error") }
 // and marks it sent; a row past its retries is skipped, as the seed's scan skips it; a
 // refused topic's rows are marked failed with the seed's backoff.
 func TestProcessOnceAsTheSeed(t *testing.T) {
-	db := testenv.MySQL(t)
+	db, rdb, prefix, broker, pub, w := setup(t)
 	ctx := context.Background()
-	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
-		t.Fatal(err)
-	}
-	rdb, prefix := testenv.Redis(t)
-	broker, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer broker.Close()
 	broker.SetTopicFaults("refused", rmqtest.Faults{ErrorRate: 1})
-	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{broker.NameServerAddr()}, SendTimeout: 3 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
-	w, err := outbox.NewWriter(outbox.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 1200
 	msgs := make([]outbox.Message, n)
 	for i := range msgs {
@@ -86,4 +69,30 @@ func TestProcessOnceAsTheSeed(t *testing.T) {
 	if wait := next - time.Now().UnixMilli(); status != 1 || retries != 1 || wait < 1000 || wait > 2100 {
 		t.Fatalf("refused row: status %d, retry_count %d, next retry in %d ms; want 1, 1, about 2000", status, retries, wait)
 	}
+}
+
+// setup returns a database with the outbox table, a Redis client and key prefix, a broker, a
+// publisher on it and a writer, all closed at cleanup.
+func setup(tb testing.TB) (*testenv.DB, *redis.Client, string, *rmqtest.Server, *relay.RocketMQPublisher, *outbox.Writer) {
+	tb.Helper()
+	db := testenv.MySQL(tb)
+	if err := schema.Migrate(context.Background(), db.DB, "local_message"); err != nil {
+		tb.Fatal(err)
+	}
+	rdb, prefix := testenv.Redis(tb)
+	broker, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(broker.Close)
+	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{broker.NameServerAddr()}, SendTimeout: 3 * time.Second})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { pub.Close() })
+	w, err := outbox.NewWriter(outbox.Config{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return db, rdb, prefix, broker, pub, w
 }
