@@ -592,34 +592,10 @@ func logPlan(b *testing.B, db *sql.DB, r *Relay) {
 		b.Fatal(err)
 	}
 	q, args := r.store.pageQuery(int(outbox.StatusPending), time.Now().UnixMilli(), cursor{next: -1 << 62}, 500, r.cfg.MaxBodyBytes)
-	for _, prefix := range []string{"EXPLAIN ", "ANALYZE "} {
-		rows, err := db.Query(prefix+q, args...)
-		if err != nil {
-			b.Fatalf("%s: %v", prefix, err)
+	for _, how := range []string{"EXPLAIN", "ANALYZE"} {
+		for _, plan := range testenv.Plan(b, db, how, q, args...) {
+			b.Logf("%s of the page query: %v", how, plan)
 		}
-		cols, _ := rows.Columns()
-		out := []string{strings.Join(cols, "\t")}
-		for rows.Next() {
-			vals := make([]sql.NullString, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			if err := rows.Scan(ptrs...); err != nil {
-				b.Fatal(err)
-			}
-			var cells []string
-			for _, v := range vals {
-				if v.Valid {
-					cells = append(cells, v.String)
-				} else {
-					cells = append(cells, "NULL")
-				}
-			}
-			out = append(out, strings.Join(cells, "\t"))
-		}
-		rows.Close()
-		b.Logf("%s of the page query:\n%s", strings.TrimSpace(prefix), strings.Join(out, "\n"))
 	}
 }
 

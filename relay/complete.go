@@ -256,14 +256,17 @@ func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st 
 	for k, idx := range defers {
 		do(idx, func() (int64, error) { return r.store.markDeferred(ctx, k.count, failures(rows, results, idx), k.next) }, &st.Deferred, "deferred")
 	}
-	do(deadIdx, func() (int64, error) { return r.store.markDead(ctx, failures(rows, results, deadIdx)) }, &st.Dead, "dead")
-	if len(deadIdx) > 0 && !containsAny(failedIdx, deadIdx) {
-		for _, i := range deadIdx {
-			rw := &rows[i]
-			r.log.Warn().Int64("id", rw.id).Str("msg_id", rw.msgID).Str("topic", rw.topic).Str("tag", rw.tag).
-				Str("reason", results[i].reason).Msg("message dead")
+	do(deadIdx, func() (int64, error) {
+		n, err := r.store.markDead(ctx, failures(rows, results, deadIdx))
+		if err == nil {
+			for _, i := range deadIdx {
+				rw := &rows[i]
+				r.log.Warn().Int64("id", rw.id).Str("msg_id", rw.msgID).Str("topic", rw.topic).Str("tag", rw.tag).
+					Str("reason", results[i].reason).Msg("message dead")
+			}
 		}
-	}
+		return n, err
+	}, &st.Dead, "dead")
 	if len(errs) == 0 {
 		return st, nil, nil, nil
 	}
@@ -297,17 +300,6 @@ func failures(rows []row, results []result, idx []int) []failure {
 		out[n] = failure{rows[i].id, results[i].reason}
 	}
 	return out
-}
-
-func containsAny(a, b []int) bool {
-	for _, x := range b {
-		for _, y := range a {
-			if x == y {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // warnRaced notes rows that another relay changed between our read and our write: harmless

@@ -313,7 +313,7 @@ func Requeue(ctx context.Context, db *sql.DB, table string, f Filter) (RequeueRe
 	if f.empty() && !f.All {
 		return res, ErrNoSelection
 	}
-	sel, err := query(sqlRequeueLock, table)
+	sel, err := query(sqlRequeueSelect, table)
 	if err != nil {
 		return res, err
 	}

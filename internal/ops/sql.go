@@ -29,10 +29,10 @@ const (
 	// sqlCountDead counts the dead rows a filter selects; {W} is the filter.
 	sqlCountDead = "SELECT COUNT(*) FROM {T} WHERE status = 3 AND is_deleted = 0{W}"
 
-	// sqlRequeueLock selects one chunk of dead rows to requeue. It is a plain consistent read,
+	// sqlRequeueSelect selects one chunk of dead rows to requeue. It is a plain consistent read,
 	// not a locking one: walking the primary key, a locking read would wait for every
 	// application transaction holding an uncommitted row in its way.
-	sqlRequeueLock = "SELECT id, msg_id FROM {T} WHERE status = 3 AND is_deleted = 0{W} AND id > ?" +
+	sqlRequeueSelect = "SELECT id, msg_id FROM {T} WHERE status = 3 AND is_deleted = 0{W} AND id > ?" +
 		" ORDER BY id LIMIT ?"
 
 	// sqlRequeue gives dead rows a fresh start: due now, with their full retry budget. It

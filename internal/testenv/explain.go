@@ -9,9 +9,16 @@ import (
 // tests and benchmarks that check or log which index a statement uses.
 func Explain(tb testing.TB, db *sql.DB, q string, args ...any) []map[string]string {
 	tb.Helper()
-	rows, err := db.Query("EXPLAIN "+q, args...)
+	return Plan(tb, db, "EXPLAIN", q, args...)
+}
+
+// Plan runs q prefixed with how (EXPLAIN, or MariaDB's ANALYZE, which also runs it) and
+// returns the plan's rows, each as column -> value; a NULL reads as "NULL".
+func Plan(tb testing.TB, db *sql.DB, how, q string, args ...any) []map[string]string {
+	tb.Helper()
+	rows, err := db.Query(how+" "+q, args...)
 	if err != nil {
-		tb.Fatalf("EXPLAIN %s: %v", q, err)
+		tb.Fatalf("%s %s: %v", how, q, err)
 	}
 	defer rows.Close()
 	cols, err := rows.Columns()
@@ -31,6 +38,9 @@ func Explain(tb testing.TB, db *sql.DB, q string, args ...any) []map[string]stri
 		plan := map[string]string{}
 		for i, c := range cols {
 			plan[c] = vals[i].String
+			if !vals[i].Valid {
+				plan[c] = "NULL"
+			}
 		}
 		plans = append(plans, plan)
 	}
