@@ -16,7 +16,7 @@ func rows(prefix, topic string, n int) []outbox.Message {
 	for i := range msgs {
 		sn := fmt.Sprintf("SN%06d", i)
 		msgs[i] = outbox.Message{MsgID: fmt.Sprintf("%s-%06d", prefix, i), Topic: topic, Keys: []string{sn},
-			Body: []byte(`{"orderSn":"` + sn + `"}`), MaxRetries: 50}
+			Body: []byte(`{"orderSn":"` + sn + `"}`)}
 	}
 	return msgs
 }
