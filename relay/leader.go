@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 
 	"github.com/outbox-relay/outbox-relay/internal/ops"
@@ -38,13 +39,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.rdb == nil {
 		return errors.New("relay: Run needs a Redis client for the lock")
 	}
-	rs := redsync.New(goredis.NewPool(r.rdb))
-	mutex := rs.NewMutex(r.cfg.LockKey,
-		redsync.WithExpiry(r.cfg.LockTTL),
-		redsync.WithTries(1),
-		redsync.WithSetNXOnExtend(), // an expired lock may be re-taken by its owner if free
-		redsync.WithGenValueFunc(lockValue),
-	)
+	mutex := r.newMutex(r.cfg.LockKey)
 	nudges := r.listen(ctx)
 	go r.sampleBacklogEvery(ctx, 5*time.Second)
 	tick := time.NewTicker(r.cfg.LockTTL / 4)
@@ -91,6 +86,25 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// newMutex returns the lock of key: on the Redis client the relay was built with, or, when
+// LockClients lists several independent masters, a Redlock quorum over them.
+func (r *Relay) newMutex(key string) *redsync.Mutex {
+	var pools []redsyncredis.Pool
+	if len(r.cfg.LockClients) > 0 {
+		for _, c := range r.cfg.LockClients {
+			pools = append(pools, goredis.NewPool(c))
+		}
+	} else {
+		pools = append(pools, goredis.NewPool(r.rdb))
+	}
+	return redsync.New(pools...).NewMutex(key,
+		redsync.WithExpiry(r.cfg.LockTTL),
+		redsync.WithTries(1),
+		redsync.WithSetNXOnExtend(), // an expired lock may be re-taken by its owner if free
+		redsync.WithGenValueFunc(lockValue),
+	)
 }
 
 func (r *Relay) startWaiting() {

@@ -80,6 +80,10 @@ type Config struct {
 	// "outbox-relay:lock:" + Database + ":" + Table when Database is set, else
 	// "outbox-relay:lock:" + Table.
 	LockKey string
+	// LockClients, when not empty, are independent Redis masters holding the lock as a
+	// Redlock quorum (a majority must agree); nudges still come through the client given to
+	// New. Defaults to none: the lock lives on that client.
+	LockClients []redis.UniversalClient
 	// LockTTL is the lock's expiry. The leader extends it every quarter of it and a standby
 	// tries to take it as often, so a standby takes over within about one TTL of a leader's
 	// death. A leader that has not heard from the database for StallTimeout gives the lock
