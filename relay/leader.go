@@ -41,12 +41,30 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	mutex := r.newMutex(r.cfg.LockKey)
 	nudges := r.listen(ctx)
-	go r.sampleBacklogEvery(ctx, 5*time.Second)
+	if r.gate == nil {
+		go r.sampleBacklogEvery(ctx, 5*time.Second) // a group samples its table once
+	}
 	tick := time.NewTicker(r.cfg.LockTTL / 4)
 	defer tick.Stop()
 	r.startWaiting()
 	var nextWaitLog time.Duration = 3 * r.cfg.LockTTL
 	for {
+		if r.gate != nil && !r.gate.wanted() {
+			// Another relay of the group is to hold this partition: wait until it is ours.
+			r.waitingSince.Store(0)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-r.gate.changed:
+			case <-tick.C: // in case a signal went to an ending handover
+			}
+			if !r.gate.wanted() {
+				continue
+			}
+			r.startWaiting()
+			nextWaitLog = 3 * r.cfg.LockTTL
+			continue
+		}
 		start := time.Now()
 		actx, cancel := context.WithTimeout(ctx, r.cfg.LockTTL/2)
 		err := mutex.TryLockContext(actx)
@@ -54,7 +72,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		if err == nil {
 			r.setValidity(start)
 			r.waitingSince.Store(0)
-			r.metrics.SetLockWait(0)
+			if r.gate == nil {
+				r.metrics.SetLockWait(0)
+			}
 			cause := r.lead(ctx, mutex, nudges)
 			r.startWaiting()
 			nextWaitLog = 3 * r.cfg.LockTTL
@@ -75,7 +95,9 @@ func (r *Relay) Run(ctx context.Context) error {
 					Msg("standby: still waiting for the table's lock, held by another relay; if no other relay serves this table, another process is using the same lock key (lock.key)")
 				nextWaitLog = 2 * nextWaitLog
 			}
-			r.metrics.SetLockWait(r.Health().LockWait)
+			if r.gate == nil {
+				r.metrics.SetLockWait(r.Health().LockWait)
+			}
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -84,6 +106,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+		case <-r.gate.changedChan():
 		}
 	}
 }
@@ -144,11 +167,15 @@ func (r *Relay) lockValid() bool {
 func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan struct{}) error {
 	r.log.Info().Str("lock", r.cfg.LockKey).Msg("leader: publishing")
 	r.leading.Store(true)
-	r.metrics.SetLeader(true)
+	r.setOwned(true)
 	defer func() {
 		r.leading.Store(false)
-		r.metrics.SetLeader(false)
+		r.setOwned(false)
 	}()
+	// A partition handed to another relay of the group ends like a shutdown: no new page,
+	// the sends in flight finish and are written back, then the lock is released.
+	ctx, handedOver := r.gate.handover(ctx)
+	defer handedOver()
 	r.progress.mark() // the stall clock starts now
 
 	// abort ends sends in flight: at once when the lock is lost or the database stalls,
@@ -216,6 +243,9 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 	}
 
 	cause := context.Cause(abort)
+	if cause == nil && r.gate != nil && !r.gate.wanted() {
+		r.log.Info().Msg("partition handed over to another relay of the group")
+	}
 	switch {
 	case errors.Is(cause, errLockLost):
 		r.log.Error().Str("lock", r.cfg.LockKey).Msg("leader lock lost: stopped publishing")
@@ -292,10 +322,23 @@ func isLockTaken(err error) bool {
 	return errors.Is(err, redsync.ErrExtendFailed) || errors.Is(err, redsync.ErrLockAlreadyExpired) || errors.As(err, &taken)
 }
 
-// listen forwards writers' nudges for the table into a channel that holds at most one.
+// setOwned records in the metrics whether this process leads the table or partition.
+func (r *Relay) setOwned(on bool) {
+	if r.cfg.Partitions > 1 {
+		r.metrics.SetPartitionOwned(r.cfg.Partition, on)
+	} else {
+		r.metrics.SetLeader(on)
+	}
+}
+
+// listen forwards writers' nudges for the table into a channel that holds at most one (for
+// a group's partition, the group's channel).
 func (r *Relay) listen(ctx context.Context) <-chan struct{} {
 	if r.cfg.DisableNudge {
 		return nil
+	}
+	if r.nudgeIn != nil {
+		return r.nudgeIn
 	}
 	out := make(chan struct{}, 1)
 	sub := r.rdb.Subscribe(ctx, outbox.NudgeChannel(r.cfg.Table))
