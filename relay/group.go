@@ -29,7 +29,9 @@ import (
 // drops the entries not renewed for a TTL, and computes the same assignment from the
 // members it sees. A partition moves when its assignment changes: its holder finishes the
 // sends in flight, writes them back and releases the lock, and the new owner takes it.
-// With Partitions = 1 a Group is one Relay, as before partitions existed.
+// With Partitions = 1 every relay of the group competes for the table's one lock, as
+// before partitions existed; the membership only keeps relays with another number of
+// partitions from publishing beside them.
 type Group struct {
 	cfg     Config
 	rdb     redis.UniversalClient
@@ -50,18 +52,12 @@ type Group struct {
 func NewGroup(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Group, error) {
 	cfg.setDefaults()
 	g := &Group{cfg: cfg, rdb: rdb, members: cfg.LockKey + ":members"}
-	if cfg.Partitions == 1 {
-		r, err := New(db, rdb, pub, cfg)
-		if err != nil {
-			return nil, err
-		}
-		g.parts = []*Relay{r}
-		return g, nil
-	}
 	for p := 0; p < cfg.Partitions; p++ {
 		pc := cfg
 		pc.Partition = p
-		pc.LockKey = partitionLockKey(cfg.LockKey, p, cfg.Partitions)
+		if cfg.Partitions > 1 {
+			pc.LockKey = partitionLockKey(cfg.LockKey, p, cfg.Partitions)
+		}
 		r, err := New(db, rdb, pub, pc)
 		if err != nil {
 			return nil, err
@@ -76,10 +72,13 @@ func NewGroup(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) 
 		return nil, fmt.Errorf("relay: group member id: %w", err)
 	}
 	// The number of partitions leads the member's name: relays configured with different
-	// numbers would split the rows two ways and publish some twice, so they refuse to.
-	g.member = fmt.Sprintf("%d|host=%s pid=%d token=%s", cfg.Partitions, host, os.Getpid(), hex.EncodeToString(token))
+	// numbers would split the rows two ways and publish some twice, so only those with the
+	// oldest member's number hold partitions.
+	g.member = fmt.Sprintf("%d|since=%d host=%s pid=%d token=%s", cfg.Partitions, time.Now().UnixMilli(), host, os.Getpid(), hex.EncodeToString(token))
 	g.log = g.parts[0].log.With().Str("member", g.member).Logger()
-	cfg.Metrics.Table(cfg.Database, cfg.Table).InitPartitions(cfg.Partitions)
+	if cfg.Partitions > 1 {
+		cfg.Metrics.Table(cfg.Database, cfg.Table).InitPartitions(cfg.Partitions)
+	}
 	return g, nil
 }
 
@@ -103,9 +102,6 @@ func (g *Group) Owned() []int {
 // Run relays the group's partitions until ctx ends, then leaves the group (the others take
 // its partitions at once) and returns nil. Any other return is an error of configuration.
 func (g *Group) Run(ctx context.Context) error {
-	if len(g.parts) == 1 {
-		return g.parts[0].Run(ctx)
-	}
 	if g.rdb == nil {
 		return errors.New("relay: Group.Run needs a Redis client")
 	}
@@ -170,14 +166,13 @@ func (g *Group) heartbeat(ctx context.Context) {
 		}
 		return
 	}
-	conflict := ""
-	for _, m := range members {
-		if n, _, _ := strings.Cut(m, "|"); n != strconv.Itoa(g.cfg.Partitions) {
-			conflict = m
-		}
-	}
+	conflict := g.conflicting(members)
 	var mine []int
-	if conflict == "" {
+	switch {
+	case conflict != "":
+	case g.cfg.Partitions == 1:
+		mine = []int{0} // every relay competes for the one lock
+	default:
 		mine = assign(members, g.cfg.Partitions)[g.member]
 	}
 	g.mu.Lock()
@@ -189,7 +184,7 @@ func (g *Group) heartbeat(ctx context.Context) {
 	g.cfg.Metrics.Table(g.cfg.Database, g.cfg.Table).SetGroupMembers(len(members))
 	if newConflict {
 		g.log.Error().Str("other", conflict).Int("partitions", g.cfg.Partitions).
-			Msg("group: another relay of this table runs with a different relay.partitions; holding no partition until every relay has the same")
+			Msg("group: an older relay of this table runs with another relay.partitions; this one holds no partition until every relay has the same")
 	}
 	if changed {
 		g.log.Info().Ints("partitions", mine).Int("members", len(members)).Msg("group: assignment")
@@ -201,6 +196,28 @@ func (g *Group) heartbeat(ctx context.Context) {
 	for p, r := range g.parts {
 		r.gate.set(own[p])
 	}
+}
+
+// conflicting returns the oldest member when its number of partitions is not ours, else "".
+// The oldest configuration wins so that a relay started with another number cannot stop a
+// group that is delivering; when the number is changed on purpose, the new relays wait for
+// the last old one to stop.
+func (g *Group) conflicting(members []string) string {
+	oldest, oldestSince := "", int64(0)
+	for _, m := range members {
+		var n int
+		var since int64
+		if _, err := fmt.Sscanf(m, "%d|since=%d", &n, &since); err != nil {
+			continue // not a member written by this version
+		}
+		if oldest == "" || since < oldestSince || (since == oldestSince && m < oldest) {
+			oldest, oldestSince = m, since
+		}
+	}
+	if n, _, _ := strings.Cut(oldest, "|"); oldest != "" && n != strconv.Itoa(g.cfg.Partitions) {
+		return oldest
+	}
+	return ""
 }
 
 // fanOutNudges forwards the table's nudges, from one subscription, to every partition.

@@ -171,3 +171,40 @@ func TestGroupSharesPartitionsAndKeepsKeyOrder(t *testing.T) {
 	}
 	t.Logf("%d rows over %d keys delivered in key order; %d sends in all (redeliveries: %d)", rows, len(last), len(msgs), len(msgs)-rows)
 }
+
+// TestGroupWithAnotherPartitionCountHoldsNothing: a relay started with another
+// relay.partitions than the running group's holds no partition (it would split the rows two
+// ways and publish some twice), and the group keeps delivering; once the group's relays are
+// gone, the newcomer's number is the group's and it takes over.
+func TestGroupWithAnotherPartitionCountHoldsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := schema.MigratePartitioned(context.Background(), b.db.DB, "local_message", 4); err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.config()
+	cfg.LockTTL = time.Second
+	cfg.Partitions = 4
+	old, err := relay.NewGroup(b.db.DB, b.rdb, b.pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopOld := runGroup(t, old)
+	eventually(t, 30*time.Second, "the group to hold its 4 partitions", func() bool { return len(old.Owned()) == 4 })
+
+	cfg.Partitions = 1
+	newcomer, err := relay.NewGroup(b.db.DB, b.rdb, b.pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runGroup(t, newcomer)
+	for i := 0; i < 20; i++ {
+		b.insert(t, outbox.Message{MsgID: fmt.Sprintf("m%02d", i), Topic: "orders", Body: []byte("x")})
+	}
+	eventually(t, 30*time.Second, "the group to deliver beside the newcomer", func() bool { return countWhere(t, b.db.DB, "status = 2") == 20 })
+	if len(newcomer.Owned()) != 0 || len(old.Owned()) != 4 {
+		t.Fatalf("with a newcomer of another partition count: group holds %v, newcomer %v", old.Owned(), newcomer.Owned())
+	}
+	stopOld()
+	eventually(t, 30*time.Second, "the newcomer to take the table once the group is gone", func() bool { return len(newcomer.Owned()) == 1 })
+}

@@ -56,7 +56,7 @@ listed and the exit code is 1 if there are any.`,
 			}
 			var pending int
 			for _, table := range a.cfg.Tables() {
-				before, err := schema.Check(ctx, db, table)
+				before, err := schema.CheckPartitioned(ctx, db, table, a.cfg.Relay.Partitions)
 				if err != nil {
 					return fmt.Errorf("check table %s: %w", table, err)
 				}
@@ -71,7 +71,7 @@ listed and the exit code is 1 if there are any.`,
 					}
 					continue
 				}
-				steps, err := schema.Plan(ctx, db, table)
+				steps, err := schema.PlanPartitioned(ctx, db, table, a.cfg.Relay.Partitions)
 				if err != nil {
 					return err
 				}

@@ -57,7 +57,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	}
 	defer db.Close()
 	for _, table := range cfg.Tables() {
-		problems, err := schema.Check(ctx, db, table)
+		problems, err := schema.CheckPartitioned(ctx, db, table, cfg.Relay.Partitions)
 		if err != nil {
 			return err
 		}
@@ -96,6 +96,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	}
 	defer stopTracing()
 
+	var groups []*relay.Group
 	var relays []*relay.Relay
 	for _, table := range cfg.Tables() {
 		rcfg := relay.Config{
@@ -105,15 +106,17 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 			Database: cfg.DatabaseLabel(),
 			LockKey:  cfg.LockKey(table), LockTTL: cfg.Lock.TTL, ShutdownTimeout: cfg.Relay.ShutdownTimeout,
 			DisableNudge: !cfg.Relay.Nudge, Logger: &log, Metrics: metrics, TracerProvider: tp,
+			Partitions: cfg.Relay.Partitions,
 		}
 		if cfg.Relay.Unrouted == config.UnroutedDead {
 			rcfg.Unrouted = relay.UnroutedDead
 		}
-		r, err := relay.New(db, rdb, pub, rcfg)
+		g, err := relay.NewGroup(db, rdb, pub, rcfg)
 		if err != nil {
 			return err
 		}
-		relays = append(relays, r)
+		groups = append(groups, g)
+		relays = append(relays, g.Relays()...)
 	}
 
 	ui, err := dashboard.New(db, rdb, dashboard.Config{Tables: cfg.Tables(), LockKey: cfg.LockKey,
@@ -130,11 +133,11 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 		return err
 	}
 	var wg sync.WaitGroup
-	for _, r := range relays {
+	for _, g := range groups {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := r.Run(ctx); err != nil {
+			if err := g.Run(ctx); err != nil {
 				log.Error().Err(err).Msg("relay stopped")
 			}
 		}()
@@ -267,9 +270,11 @@ func serveHTTP(addr string, reg *prometheus.Registry, db *sql.DB, rdb *redis.Cli
 			h := rl.Health()
 			switch {
 			case h.Leader:
-				fmt.Fprintf(w, "%s: leader\n", rl.Table())
+				fmt.Fprintf(w, "%s: leader\n", rl.Name())
+			case h.LockWait > 0:
+				fmt.Fprintf(w, "%s: standby, waiting for the lock for %.0fs\n", rl.Name(), h.LockWait.Seconds())
 			default:
-				fmt.Fprintf(w, "%s: standby, waiting for the lock for %.0fs\n", rl.Table(), h.LockWait.Seconds())
+				fmt.Fprintf(w, "%s: held by another relay of the group\n", rl.Name())
 			}
 		}
 	})
