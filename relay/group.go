@@ -26,7 +26,7 @@ import (
 // and shares them with the other relays running the same table: each process holds about
 // P/N of the P partitions when N relays run. The relays find each other through a sorted set
 // in Redis, the only coordinator: every quarter of the lock TTL each one renews its entry,
-// drops the entries not renewed for a TTL, and computes the same assignment from the
+// drops the entries not renewed for half a TTL, and computes the same assignment from the
 // members it sees. A partition moves when its assignment changes: its holder finishes the
 // sends in flight, writes them back and releases the lock, and the new owner takes it.
 // With Partitions = 1 every relay of the group competes for the table's one lock, as
@@ -142,8 +142,8 @@ func (g *Group) coordinate(ctx context.Context) {
 	}
 }
 
-// membership renews member's entry, drops the entries not renewed for ttl (by the Redis
-// server's clock, so the relays' clocks do not matter) and returns the live members.
+// membership renews member's entry, drops the entries not renewed for ARGV[2] ms (by the
+// Redis server's clock, so the relays' clocks do not matter) and returns the live members.
 var membership = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -158,7 +158,7 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
 // either, and their relays stop on their own when the locks' validity runs out.
 func (g *Group) heartbeat(ctx context.Context) {
 	hctx, cancel := context.WithTimeout(ctx, g.cfg.LockTTL/4)
-	members, err := membership.Run(hctx, g.rdb, []string{g.members}, g.member, g.cfg.LockTTL.Milliseconds()).StringSlice()
+	members, err := membership.Run(hctx, g.rdb, []string{g.members}, g.member, memberTTL(g.cfg.LockTTL).Milliseconds()).StringSlice()
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -219,6 +219,13 @@ func (g *Group) conflicting(members []string) string {
 	}
 	return ""
 }
+
+// memberTTL is how long a member stays in the group without renewing its entry: two missed
+// renewals. Shorter than the lock's TTL, so that the survivors of a dead relay know its
+// partitions are theirs before its locks expire, and take each within milliseconds of its
+// expiry (Relay.lockExpiry). A relay paused longer drops out of the others' assignment for
+// a moment; it holds its locks meanwhile, so nothing moves unless it loses them.
+func memberTTL(lockTTL time.Duration) time.Duration { return lockTTL / 2 }
 
 // fanOutNudges forwards the table's nudges, from one subscription, to every partition.
 func (g *Group) fanOutNudges(ctx context.Context) {

@@ -3,8 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -172,6 +170,16 @@ func TestLeaderDatabasePathFrozen(t *testing.T) {
 // leaderGauge is the value of outbox_relay_leader on p's /metrics ("" if not there yet).
 func leaderGauge(t *testing.T, p *proc) string {
 	t.Helper()
+	for _, line := range strings.Split(metricsOf(p), "\n") {
+		if strings.HasPrefix(line, "outbox_relay_leader{") {
+			return line[strings.LastIndexByte(line, ' ')+1:]
+		}
+	}
+	return ""
+}
+
+// httpAddr is the address p's HTTP server logged ("" before it did).
+func (p *proc) httpAddr() string {
 	var addr string
 	for _, line := range strings.Split(p.out.String(), "\n") {
 		var entry struct{ Addr, Message string }
@@ -179,19 +187,5 @@ func leaderGauge(t *testing.T, p *proc) string {
 			addr = entry.Addr
 		}
 	}
-	if addr == "" {
-		return ""
-	}
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, "outbox_relay_leader{") {
-			return line[strings.LastIndexByte(line, ' ')+1:]
-		}
-	}
-	return ""
+	return addr
 }
