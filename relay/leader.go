@@ -257,6 +257,11 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 		case <-abort.Done():
 		case <-nudges:
 			empty = 0
+			if r.cfg.Partitions > 1 {
+				// A nudge names the table, not the partition: one cheap probe first, since
+				// the new row is most likely another partition's.
+				empty = 1
+			}
 		case <-timer.C:
 		}
 		timer.Stop()
