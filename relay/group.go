@@ -113,7 +113,7 @@ func (g *Group) Run(ctx context.Context) error {
 			_ = r.Run(ctx)
 		}()
 	}
-	go g.parts[0].sampleBacklogEvery(ctx, 5*time.Second) // table-wide, whoever leads
+	go g.sampleBacklogEvery(ctx, 5*time.Second)
 	if !g.cfg.DisableNudge {
 		go g.fanOutNudges(ctx)
 	}
@@ -226,6 +226,33 @@ func (g *Group) conflicting(members []string) string {
 // expiry (Relay.lockExpiry). A relay paused longer drops out of the others' assignment for
 // a moment; it holds its locks meanwhile, so nothing moves unless it loses them.
 func memberTTL(lockTTL time.Duration) time.Duration { return lockTTL / 2 }
+
+// sampleBacklogEvery samples the table's backlog and dead rows until ctx is done. With one
+// partition every relay samples, leader and standbys alike, as before partitions. With
+// several, only the holder of partition 0 does and the others export 0: sixteen relays
+// counting a large backlog every 5 s would load the database for one number, and the
+// alerts aggregate with max.
+func (g *Group) sampleBacklogEvery(ctx context.Context, every time.Duration) {
+	first := g.parts[0]
+	if first.metrics == nil {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if g.cfg.Partitions == 1 || first.leading.Load() {
+			first.sampleBacklog(ctx)
+		} else {
+			first.metrics.SetBacklog(0, 0)
+			first.metrics.SetDeadRows(0)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
 
 // fanOutNudges forwards the table's nudges, from one subscription, to every partition.
 func (g *Group) fanOutNudges(ctx context.Context) {
