@@ -88,6 +88,14 @@ func partitionLockKey(key string, p, n int) string { return fmt.Sprintf("%s:%d/%
 // Relays returns the group's relays, one per partition.
 func (g *Group) Relays() []*Relay { return slices.Clone(g.parts) }
 
+// Members returns how many relays of the group this process saw in Redis at its last
+// renewal, whatever their number of partitions.
+func (g *Group) Members() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.seen)
+}
+
 // Owned returns the partitions whose lock this process holds.
 func (g *Group) Owned() []int {
 	var out []int
@@ -166,14 +174,14 @@ func (g *Group) heartbeat(ctx context.Context) {
 		}
 		return
 	}
-	conflict := g.conflicting(members)
+	conflict, peers := g.conflicting(members)
 	var mine []int
 	switch {
 	case conflict != "":
 	case g.cfg.Partitions == 1:
 		mine = []int{0} // every relay competes for the one lock
 	default:
-		mine = assign(members, g.cfg.Partitions)[g.member]
+		mine = assign(peers, g.cfg.Partitions)[g.member]
 	}
 	g.mu.Lock()
 	changed := !slices.Equal(mine, g.assigned) || len(members) != len(g.seen) || conflict != g.conflict
@@ -198,26 +206,31 @@ func (g *Group) heartbeat(ctx context.Context) {
 	}
 }
 
-// conflicting returns the oldest member when its number of partitions is not ours, else "".
-// The oldest configuration wins so that a relay started with another number cannot stop a
-// group that is delivering; when the number is changed on purpose, the new relays wait for
-// the last old one to stop.
-func (g *Group) conflicting(members []string) string {
+// conflicting returns the oldest member when its number of partitions is not ours (else
+// ""), and the members with our number, among whom the partitions are shared. The oldest
+// configuration wins so that a relay started with another number cannot stop a group that
+// is delivering; when the number is changed on purpose, the new relays wait for the last old
+// one to stop.
+func (g *Group) conflicting(members []string) (conflict string, peers []string) {
 	oldest, oldestSince := "", int64(0)
+	ours := strconv.Itoa(g.cfg.Partitions)
 	for _, m := range members {
 		var n int
 		var since int64
 		if _, err := fmt.Sscanf(m, "%d|since=%d", &n, &since); err != nil {
 			continue // not a member written by this version
 		}
+		if strconv.Itoa(n) == ours {
+			peers = append(peers, m)
+		}
 		if oldest == "" || since < oldestSince || (since == oldestSince && m < oldest) {
 			oldest, oldestSince = m, since
 		}
 	}
-	if n, _, _ := strings.Cut(oldest, "|"); oldest != "" && n != strconv.Itoa(g.cfg.Partitions) {
-		return oldest
+	if n, _, _ := strings.Cut(oldest, "|"); oldest != "" && n != ours {
+		return oldest, nil
 	}
-	return ""
+	return "", peers
 }
 
 // memberTTL is how long a member stays in the group without renewing its entry: two missed
