@@ -248,7 +248,9 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 		default:
 			failures = 0
 			// Nothing changed: look again soon, then less and less often up to PollInterval.
-			wait = min(r.cfg.MinPollInterval<<min(empty, 20), r.cfg.PollInterval)
+			// The stall clock counts database answers: an idle leader probes at least twice
+			// per StallTimeout, or a PollInterval longer than it would read as a stall.
+			wait = min(r.cfg.MinPollInterval<<min(empty, 20), r.cfg.PollInterval, r.cfg.StallTimeout/2)
 			empty++
 		}
 		timer := time.NewTimer(wait)
