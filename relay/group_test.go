@@ -209,3 +209,33 @@ func TestGroupWithAnotherPartitionCountHoldsNothing(t *testing.T) {
 	stopOld()
 	eventually(t, 30*time.Second, "the newcomer to take the table once the group is gone", func() bool { return len(newcomer.Owned()) == 1 })
 }
+
+// TestIdleLeaderWithLongPollIntervalKeepsItsLock: an idle leader whose poll interval is longer
+// than its stall timeout still hears from the database often enough not to take itself for
+// stalled: it keeps the lock the whole time and finds a row written without a nudge.
+func TestIdleLeaderWithLongPollIntervalKeepsItsLock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	cfg.PollInterval = time.Hour
+	cfg.StallTimeout = 600 * time.Millisecond
+	cfg.LockTTL = 200 * time.Millisecond
+	cfg.DisableNudge = true
+	r := b.newRelay(t, cfg)
+	run(t, r)
+	eventually(t, 30*time.Second, "the relay to lead", func() bool { return r.Health().Leader })
+	idleUntil := time.Now().Add(5 * cfg.StallTimeout)
+	eventually(t, 30*time.Second, "five stall timeouts of idleness", func() bool {
+		if !r.Health().Leader {
+			t.Fatal("the idle leader gave its lock up")
+		}
+		return time.Now().After(idleUntil)
+	})
+	b.insert(t, outbox.Message{MsgID: "quiet", Topic: "orders", Body: []byte("x")})
+	eventually(t, 30*time.Second, "the row sent without a nudge", func() bool {
+		if !r.Health().Leader {
+			t.Fatal("the idle leader gave its lock up")
+		}
+		return countWhere(t, b.db.DB, "status = 2") == 1
+	})
+}
