@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -70,4 +71,31 @@ func (g *SentinelGroup) MasterAddr(ctx context.Context) (string, error) {
 		errs = append(errs, fmt.Sprint(err))
 	}
 	return "", fmt.Errorf("no sentinel names the master: %s", strings.Join(errs, "; "))
+}
+
+// NewCluster starts n redis-server nodes with cluster mode on, joins them as a Cluster of n
+// masters without replicas (redis-cli --cluster create), and waits until every node reports
+// cluster_state:ok.
+func NewCluster(tb testing.TB, n int) []*Proc {
+	tb.Helper()
+	Need(tb, "redis-server", "redis-cli")
+	nodes := make([]*Proc, n)
+	args := []string{"--cluster", "create"}
+	for i := range nodes {
+		nodes[i] = Server(tb, "cluster-enabled yes", "cluster-config-file nodes.conf", "cluster-node-timeout 2000")
+		args = append(args, nodes[i].Addr)
+	}
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	out, err := exec.Command("redis-cli", args...).CombinedOutput()
+	if err != nil {
+		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	for _, p := range nodes {
+		c := p.Client()
+		testenv.Eventually(tb, 20*time.Second, "cluster_state:ok on "+p.Addr, func() bool {
+			info, err := c.ClusterInfo(context.Background()).Result()
+			return err == nil && strings.Contains(info, "cluster_state:ok")
+		})
+	}
+	return nodes
 }

@@ -29,6 +29,7 @@ type Proc struct {
 	Addr string
 	// Dir holds its configuration, data and log.
 	Dir string
+	bin string
 	cmd *exec.Cmd
 	tb  testing.TB
 }
@@ -83,25 +84,41 @@ func start(tb testing.TB, bin string, lines []string) *Proc {
 		if err := os.WriteFile(file, []byte(strings.Join(conf, "\n")+"\n"), 0o600); err != nil {
 			tb.Fatal(err)
 		}
-		cmd := exec.Command(bin, file)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			tb.Fatalf("start %s: %v", bin, err)
-		}
-		p = &Proc{Addr: "127.0.0.1:" + strconv.Itoa(port), Dir: dir, cmd: cmd, tb: tb}
-		exited := make(chan struct{})
-		go func() { cmd.Wait(); close(exited) }()
-		tb.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			<-exited
-		})
-		if p.waitPing(exited) {
+		p = &Proc{Addr: "127.0.0.1:" + strconv.Itoa(port), Dir: dir, bin: bin, tb: tb}
+		if p.run() {
 			return p
 		}
 		// The port was taken between freePort and the bind: try another.
 	}
 	tb.Fatalf("%s did not answer PING; log:\n%s", bin, p.Log())
 	return nil
+}
+
+// run starts the process on its configuration file and reports whether it answers PING.
+func (p *Proc) run() bool {
+	p.tb.Helper()
+	cmd := exec.Command(p.bin, filepath.Join(p.Dir, "redis.conf"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		p.tb.Fatalf("start %s: %v", p.bin, err)
+	}
+	p.cmd = cmd
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	p.tb.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	return p.waitPing(exited)
+}
+
+// Restart starts the process again, on the same port and configuration, after Kill. A
+// redis-server comes back empty (nothing is saved).
+func (p *Proc) Restart() {
+	p.tb.Helper()
+	if !p.run() {
+		p.tb.Fatalf("%s did not come back on %s; log:\n%s", p.bin, p.Addr, p.Log())
+	}
 }
 
 // waitPing reports whether the process answered PING before it exited or 10 s passed.
