@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/redisconn"
 	"github.com/outbox-relay/outbox-relay/internal/redisconn/redistest"
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/outbox/redisnudge"
 	"github.com/outbox-relay/outbox-relay/relay"
@@ -20,29 +20,30 @@ import (
 
 const haTopic = "ha-orders"
 
-// quietRedis drops go-redis's own log lines (a dial refused by a killed master, the
-// Sentinels' new master): the tests assert what the relay does, not what the client logs.
-type quietRedis struct{}
+func init() { redistest.QuietClient() }
 
-func (quietRedis) Printf(context.Context, string, ...any) {}
+// openConn is redistest.Open.
+var openConn = redistest.Open
 
-func init() { redis.SetLogger(quietRedis{}) }
-
-// openConn returns a connection made from the redis.* and lock.* keys given, as the binary
-// makes it, closed when the test ends.
-func openConn(t *testing.T, keys map[string]any) *redisconn.Conn {
+// leaderAndStandby starts two relays of cfg on the Redis set-up the configuration keys
+// describe, each with a connection of its own as two processes would have; the first leads
+// before the second starts.
+func leaderAndStandby(t *testing.T, b *bundle, cfg relay.Config, keys map[string]any) (leader, standby *relay.Relay) {
 	t.Helper()
-	v := config.NewViper()
-	for k, val := range keys {
-		v.Set(k, val)
+	start := func() *relay.Relay {
+		conn := openConn(t, keys)
+		c := cfg
+		c.LockClients = conn.Redlock
+		r, err := relay.New(b.db.DB, conn.Client, b.pub, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, r)
+		return r
 	}
-	cfg, err := config.Load(v, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redisconn.Open(cfg, redisconn.Options{DialTimeout: 500 * time.Millisecond})
-	t.Cleanup(func() { c.Close() })
-	return c
+	leader = start()
+	eventually(t, 10*time.Second, "the first relay to lead", func() bool { return leader.Health().Leader })
+	return leader, start()
 }
 
 // leaderWatch samples which of relays lead every few milliseconds, and records the longest
@@ -171,18 +172,7 @@ func TestSentinelFailoverOfTheLocksRedis(t *testing.T) {
 	keys := map[string]any{config.KeyRedisAddrs: g.SentinelAddrs(), config.KeyRedisMasterName: redistest.MasterName}
 	cfg := b.config()
 	cfg.LockTTL = 2 * time.Second // the product's default
-	// Two relays, each with a connection of its own, as two processes would have.
-	r1, err := relay.New(b.db.DB, openConn(t, keys).Client, b.pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r2, err := relay.New(b.db.DB, openConn(t, keys).Client, b.pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, r1)
-	eventually(t, 10*time.Second, "the first relay to lead", func() bool { return r1.Health().Leader })
-	run(t, r2)
+	r1, r2 := leaderAndStandby(t, b, cfg, keys)
 
 	stopWriting := haWriter(t, b, openConn(t, keys).Client, "sentinel")
 	eventually(t, 20*time.Second, "rows delivered before the failover", func() bool {
@@ -223,22 +213,13 @@ func TestRedlockQuorumOfThreeMasters(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	m := []*redistest.Proc{redistest.Server(t), redistest.Server(t), redistest.Server(t)}
-	keys := map[string]any{config.KeyLockRedlockAddrs: []string{m[0].Addr, m[1].Addr, m[2].Addr}}
+	keys := map[string]any{
+		config.KeyRedisAddr:        testenv.RedisAddr(), // nudges
+		config.KeyLockRedlockAddrs: []string{m[0].Addr, m[1].Addr, m[2].Addr},
+	}
 	cfg := b.config()
 	cfg.LockTTL = 2 * time.Second
-	newRelay := func() *relay.Relay {
-		c := cfg
-		c.LockClients = openConn(t, keys).Redlock
-		r, err := relay.New(b.db.DB, b.rdb, b.pub, c) // nudges through the test's Redis
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	leader, standby := newRelay(), newRelay()
-	run(t, leader)
-	eventually(t, 10*time.Second, "the first relay to lead", func() bool { return leader.Health().Leader })
-	run(t, standby)
+	leader, standby := leaderAndStandby(t, b, cfg, keys)
 	msgs := func(prefix string, n int) []outbox.Message {
 		out := make([]outbox.Message, n)
 		for i := range out {
@@ -327,18 +308,8 @@ func TestClusterLockAndNudges(t *testing.T) {
 	// lock up as stalled.
 	cfg.PollInterval, cfg.MinPollInterval, cfg.StallTimeout = time.Hour, time.Hour, 2*time.Hour
 	cfg.LockTTL = 2 * time.Second
+	_, standby := leaderAndStandby(t, b, cfg, keys)
 	conn := openConn(t, keys)
-	leader, err := relay.New(b.db.DB, conn.Client, b.pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	standby, err := relay.New(b.db.DB, openConn(t, keys).Client, b.pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(t, leader)
-	eventually(t, 10*time.Second, "the relay to lead", func() bool { return leader.Health().Leader })
-	run(t, standby)
 	ctx := context.Background()
 	channel := outbox.NudgeChannel("local_message")
 	eventually(t, 10*time.Second, "both relays to subscribe to the nudge channel", func() bool {

@@ -7,34 +7,20 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/redisconn"
 	"github.com/outbox-relay/outbox-relay/internal/redisconn/redistest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 )
 
-func loadConfig(t *testing.T, yaml map[string]any) config.Config {
-	t.Helper()
-	v := config.NewViper()
-	for k, val := range yaml {
-		v.Set(k, val)
-	}
-	c, err := config.Load(v, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
+func init() { redistest.QuietClient() }
 
 // A Sentinel-configured client follows the master through a failover: writes that failed
 // while the master was down succeed on the promoted replica, without a new client.
 func TestSentinelClientFollowsFailover(t *testing.T) {
 	t.Parallel()
 	g := redistest.NewSentinelGroup(t, time.Second)
-	cfg := loadConfig(t, map[string]any{
+	conn := redistest.Open(t, map[string]any{
 		config.KeyRedisAddrs: g.SentinelAddrs(), config.KeyRedisMasterName: redistest.MasterName,
 	})
-	conn := redisconn.Open(cfg, redisconn.Options{DialTimeout: 300 * time.Millisecond, MaxRetries: -1})
-	defer conn.Close()
 	ctx := context.Background()
 	if err := conn.Ping(ctx); err != nil {
 		t.Fatal(err)
@@ -65,21 +51,21 @@ func TestSentinelClientFollowsFailover(t *testing.T) {
 func TestRedlockReadLockAndPing(t *testing.T) {
 	t.Parallel()
 	m := []*redistest.Proc{redistest.Server(t), redistest.Server(t), redistest.Server(t)}
-	cfg := loadConfig(t, map[string]any{config.KeyLockRedlockAddrs: []string{m[0].Addr, m[1].Addr, m[2].Addr}})
-	cfg.Redis.Addr = m[0].Addr // nudges: any of them will do here
-	conn := redisconn.Open(cfg, redisconn.Options{DialTimeout: 300 * time.Millisecond, MaxRetries: -1})
-	defer conn.Close()
+	conn := redistest.Open(t, map[string]any{
+		config.KeyRedisAddr:        m[0].Addr, // nudges: any of them will do here
+		config.KeyLockRedlockAddrs: []string{m[0].Addr, m[1].Addr, m[2].Addr},
+	})
 	ctx := context.Background()
 	if conn.Quorum() != 2 {
 		t.Fatalf("quorum of 3 = %d", conn.Quorum())
 	}
-	m[0].Client().Set(ctx, "lock", "v", 5*time.Second)
+	m[0].Client().Set(ctx, "lock", "v", time.Minute)
 	if st, err := conn.ReadLock(ctx, "lock"); err != nil || st.Held {
 		t.Fatalf("lock on 1 master of 3: %+v, %v; want not held", st, err)
 	}
-	m[2].Client().Set(ctx, "lock", "v", 3*time.Second)
+	m[2].Client().Set(ctx, "lock", "v", 30*time.Second)
 	st, err := conn.ReadLock(ctx, "lock")
-	if err != nil || !st.Held || st.TTL > 3*time.Second || st.TTL <= 0 {
+	if err != nil || !st.Held || st.TTL > 30*time.Second || st.TTL <= 0 {
 		t.Fatalf("lock on 2 masters of 3: %+v, %v; want held with the shorter TTL", st, err)
 	}
 	m[1].Kill()

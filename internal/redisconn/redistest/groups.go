@@ -10,6 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/redisconn"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 )
 
@@ -98,4 +100,21 @@ func NewCluster(tb testing.TB, n int) []*Proc {
 		})
 	}
 	return nodes
+}
+
+// Open returns the connection redisconn makes from the configuration keys given (the
+// others at their defaults), as the binary makes it, closed when the test ends.
+func Open(tb testing.TB, keys map[string]any) *redisconn.Conn {
+	tb.Helper()
+	v := config.NewViper()
+	for k, val := range keys {
+		v.Set(k, val)
+	}
+	cfg, err := config.Load(v, "")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := redisconn.Open(cfg, redisconn.Options{DialTimeout: 500 * time.Millisecond})
+	tb.Cleanup(func() { c.Close() })
+	return c
 }

@@ -176,3 +176,12 @@ func freePort(tb testing.TB) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// QuietClient drops go-redis's own log lines (a dial refused by a killed master, the
+// Sentinels' new master) for the rest of the test binary: the tests assert what the relay
+// does, not what the client logs.
+func QuietClient() { redis.SetLogger(quiet{}) }
+
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
