@@ -11,7 +11,7 @@
 #      $OUTBOX_SERVICES_DIR (default /tmp/outbox-relay-services): MariaDB on 127.0.0.1:13306
 #      (user outbox, password outbox, created by this script in that private data directory)
 #      and Redis on 127.0.0.1:16379. Missing binaries are installed from Debian's packages
-#      (mariadb-server, redis-server) when running as root with apt-get. Servers that a
+#      (mariadb-server, redis-server, redis-sentinel) when running as root with apt-get. Servers that a
 #      previous run started are reused.
 #
 # `scripts/services.sh stop` stops the private servers.
@@ -163,6 +163,13 @@ else
 	start_private_redis
 	REDIS_ADDR=$REDIS_ADDR_PRIVATE
 	log "redis: started a private Redis at $REDIS_ADDR (data in $DIR/redis)"
+fi
+
+# The Sentinel and Redlock tests (internal/redisconn) start redis-server and redis-sentinel
+# processes of their own on free ports; Debian ships redis-sentinel as a package of its own.
+if ! have redis-sentinel; then
+	apt_install redis-sentinel ||
+		log "redis-sentinel is not installed and cannot be installed here: the Sentinel tests will skip (fail under CI=true)"
 fi
 
 mkdir -p bin

@@ -58,7 +58,7 @@ error, and the counts are still printed. --json prints the same as a list of obj
 					return err
 				}
 				r.Database = a.cfg.DatabaseLabel()
-				lock, err := ops.ReadLock(ctx, rdb, a.cfg.LockKey(table))
+				lock, err := rdb.ReadLock(ctx, a.cfg.LockKey(table))
 				if err != nil {
 					lock.Error = err.Error()
 				}

@@ -10,13 +10,13 @@ import (
 	"time"
 
 	_ "github.com/go-sql-driver/mysql" // the "mysql" database/sql driver
-	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/logging"
+	"github.com/outbox-relay/outbox-relay/internal/redisconn"
 )
 
 // Exit codes, documented in docs/cli.md.
@@ -183,10 +183,10 @@ func configFrom(flags *pflag.FlagSet) (config.Config, error) {
 	return cfg, nil
 }
 
-// openRedis returns a client of the configured Redis; it connects on first use.
-func (a *app) openRedis() *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: a.cfg.Redis.Addr, Password: a.cfg.Redis.Password, DB: a.cfg.Redis.DB,
-		DialTimeout: 3 * time.Second, MaxRetries: 1})
+// openRedis returns the configured Redis clients (the lock's Redlock masters included);
+// they connect on first use.
+func (a *app) openRedis() *redisconn.Conn {
+	return redisconn.Open(a.cfg, redisconn.Options{DialTimeout: 3 * time.Second, MaxRetries: 1})
 }
 
 // openDB opens and pings the configured database (see openMySQL).

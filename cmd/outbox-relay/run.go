@@ -24,6 +24,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/dashboard"
 	"github.com/outbox-relay/outbox-relay/internal/ops"
+	"github.com/outbox-relay/outbox-relay/internal/redisconn"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
@@ -40,7 +41,7 @@ released, exit 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			a.log.Info().Strs("tables", a.cfg.Tables()).Strs("nameservers", a.cfg.RocketMQ.NameServers).
-				Str("redis", a.cfg.Redis.Addr).Str("http", a.cfg.HTTP.Addr).Str("version", version).Msg("starting")
+				Str("redis", redisconn.Describe(a.cfg)).Str("http", a.cfg.HTTP.Addr).Str("version", version).Msg("starting")
 			return runRelay(cmd.Context(), a.cfg, a.log)
 		},
 	}
@@ -65,13 +66,14 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 			return fmt.Errorf("table %s is not ready (run `outbox-relay migrate`): %v", table, problems)
 		}
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addr, Password: cfg.Redis.Password, DB: cfg.Redis.DB})
-	defer rdb.Close()
+	rconn := redisconn.Open(cfg, redisconn.Options{})
+	defer rconn.Close()
+	rdb := rconn.Client
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = rdb.Ping(pctx).Err()
+	err = rconn.Ping(pctx)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("connect to Redis at %s: %w", cfg.Redis.Addr, err)
+		return fmt.Errorf("connect to Redis: %w", err)
 	}
 	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{
 		NameServers: cfg.RocketMQ.NameServers, Group: cfg.RocketMQ.Group, SendTimeout: cfg.RocketMQ.SendTimeout,
@@ -104,7 +106,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 			PollInterval: cfg.Relay.PollInterval, DisableBatchSend: !cfg.Relay.BatchSend,
 			MaxBodyBytes: cfg.Relay.MaxBodyBytes, Backoff: cfg.Backoff, Router: router,
 			Database: cfg.DatabaseLabel(),
-			LockKey:  cfg.LockKey(table), LockTTL: cfg.Lock.TTL, ShutdownTimeout: cfg.Relay.ShutdownTimeout,
+			LockKey:  cfg.LockKey(table), LockClients: rconn.Redlock, LockTTL: cfg.Lock.TTL, ShutdownTimeout: cfg.Relay.ShutdownTimeout,
 			DisableNudge: !cfg.Relay.Nudge, Logger: &log, Metrics: metrics, TracerProvider: tp,
 			Partitions: cfg.Relay.Partitions,
 		}
@@ -119,7 +121,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 		relays = append(relays, g.Relays()...)
 	}
 
-	ui, err := dashboard.New(db, rdb, dashboard.Config{Tables: cfg.Tables(), LockKey: cfg.LockKey,
+	ui, err := dashboard.New(db, rconn.LockReader(), dashboard.Config{Tables: cfg.Tables(), LockKey: cfg.LockKey,
 		Database: cfg.DatabaseLabel(), AdminToken: cfg.HTTP.AdminToken, Logger: &log})
 	if err != nil {
 		return err
@@ -241,7 +243,7 @@ func routeRules(routes []config.Route) []relay.PatternRule {
 // /healthz fails when a leading relay has heard nothing from the database for its stall
 // timeout (it is about to give its lock up); /readyz fails when MySQL or Redis does not
 // answer, and says which tables this process leads and which it waits for.
-func serveHTTP(addr string, reg *prometheus.Registry, db *sql.DB, rdb *redis.Client, relays []*relay.Relay, ui http.Handler, log zerolog.Logger) (*http.Server, error) {
+func serveHTTP(addr string, reg *prometheus.Registry, db *sql.DB, rdb redis.UniversalClient, relays []*relay.Relay, ui http.Handler, log zerolog.Logger) (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/ui/", ui)
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))

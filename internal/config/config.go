@@ -73,14 +73,46 @@ type MySQL struct {
 	Tables []string
 }
 
-// Redis holds the connection used for the leader lock and nudges.
+// Redis holds the connection used for the leader lock and nudges: one node (Addr), a
+// Sentinel-managed master (Addrs + MasterName) or a Cluster (Addrs + Cluster).
 type Redis struct {
-	// Addr is host:port (redis.addr). Defaults to 127.0.0.1:6379.
+	// Addr is host:port of a single Redis (redis.addr), used when Addrs is empty. Defaults to
+	// 127.0.0.1:6379.
 	Addr string
-	// Password is the AUTH password (redis.password). Defaults to empty. Secret.
+	// Password is the AUTH password of the Redis nodes (redis.password); Redlock masters
+	// (lock.redlock_addrs) use it too. Defaults to empty. Secret.
 	Password string
-	// DB is the database number (redis.db). Defaults to 0.
+	// DB is the database number (redis.db); a Cluster has only 0. Defaults to 0.
 	DB int
+	// Addrs, when not empty, replaces Addr (redis.addrs; comma-separated in the environment):
+	// the Sentinels' host:port when MasterName is set, the Cluster's seed nodes when Cluster
+	// is true. One of the two must be set with it. Defaults to empty.
+	Addrs []string
+	// MasterName is the Sentinel-monitored master's name (redis.master_name): the client asks
+	// the Sentinels in Addrs where the master is and follows failovers. Defaults to empty.
+	MasterName string
+	// SentinelPassword is the Sentinels' own AUTH password (redis.sentinel_password), when
+	// they have one. Defaults to empty. Secret.
+	SentinelPassword string
+	// Username is the ACL user of the Redis nodes (redis.username), empty for the default
+	// user. Defaults to empty.
+	Username string
+	// Cluster says that Addrs are seeds of a Redis Cluster (redis.cluster). It is never
+	// inferred from the number of addresses, so a Sentinel list missing its master name is an
+	// error rather than a Cluster client. Defaults to false.
+	Cluster bool
+}
+
+// Mode names how the Redis connection is made: "single", "sentinel" or "cluster".
+func (r Redis) Mode() string {
+	switch {
+	case len(r.Addrs) > 0 && r.MasterName != "":
+		return "sentinel"
+	case len(r.Addrs) > 0 && r.Cluster:
+		return "cluster"
+	default:
+		return "single"
+	}
 }
 
 // RocketMQ holds the producer's connection and default settings.
@@ -148,7 +180,17 @@ type Lock struct {
 	// so that services sharing a Redis never wait on each other's locks. Defaults to
 	// outbox-relay:lock:{db}:{table}.
 	Key string
+	// RedlockAddrs, when not empty, are independent Redis masters (host:port, no replicas
+	// between them) that hold the lock as a Redlock quorum: a relay leads while a majority
+	// of them holds its lock (lock.redlock_addrs; comma-separated in the environment). An odd
+	// number, at least MinRedlockMasters. They use redis.username, redis.password and
+	// redis.db; nudges still go through redis.*. Defaults to empty: the lock lives on redis.*.
+	RedlockAddrs []string
 }
+
+// MinRedlockMasters is the fewest masters lock.redlock_addrs accepts: with fewer, losing one
+// master loses the quorum, which is no better than a single Redis.
+const MinRedlockMasters = 3
 
 // KeyFor returns the lock key for table of database db (a DatabaseLabel).
 func (l Lock) KeyFor(db, table string) string {
@@ -277,6 +319,7 @@ func (c Config) problems() []problem {
 	if c.Redis.DB < 0 {
 		bad(KeyRedisDB, "must be >= 0, got %d", c.Redis.DB)
 	}
+	out = append(out, c.Redis.problems()...)
 
 	// rocketmq
 	if len(c.RocketMQ.NameServers) == 0 {
@@ -319,6 +362,7 @@ func (c Config) problems() []problem {
 	} else if len(c.Tables()) > 1 && !strings.Contains(c.Lock.Key, "{table}") {
 		bad(KeyLockKey, "must contain {table} when several tables are relayed, got %q", c.Lock.Key)
 	}
+	out = append(out, c.Lock.redlockProblems()...)
 
 	// backoff
 	positive(bad, KeyBackoffBase, c.Backoff.Base)

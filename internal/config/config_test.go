@@ -48,14 +48,14 @@ func TestDefaults(t *testing.T) {
 	t.Parallel()
 	want := Config{
 		MySQL:    MySQL{DSN: "root:@tcp(127.0.0.1:3306)/test", Table: "local_message", Tables: []string{}},
-		Redis:    Redis{Addr: "127.0.0.1:6379"},
+		Redis:    Redis{Addr: "127.0.0.1:6379", Addrs: []string{}},
 		RocketMQ: RocketMQ{NameServers: []string{"127.0.0.1:9876"}, Group: "outbox-relay", SendTimeout: 3 * time.Second},
 		Relay: Relay{
 			PollInterval: time.Second, BatchSize: 500, Concurrency: 16, BatchSend: true, Nudge: true,
 			Unrouted: "default", MaxBodyBytes: 4194304, ShutdownTimeout: 15 * time.Second,
 			PurgeRetention: 0, PurgeInterval: 10 * time.Minute, Partitions: 1,
 		},
-		Lock:    Lock{TTL: 2 * time.Second, Key: "outbox-relay:lock:{db}:{table}"},
+		Lock:    Lock{TTL: 2 * time.Second, Key: "outbox-relay:lock:{db}:{table}", RedlockAddrs: []string{}},
 		Backoff: backoff.Default(),
 		Routes:  []Route{},
 		HTTP:    HTTP{Addr: ":9464"},

@@ -16,6 +16,12 @@ const (
 	KeyRedisAddr     = "redis.addr"
 	KeyRedisPassword = "redis.password"
 	KeyRedisDB       = "redis.db"
+	// Highly available Redis: Sentinel (addrs + master_name) or Cluster (addrs + cluster).
+	KeyRedisAddrs            = "redis.addrs"
+	KeyRedisMasterName       = "redis.master_name"
+	KeyRedisSentinelPassword = "redis.sentinel_password"
+	KeyRedisUsername         = "redis.username"
+	KeyRedisCluster          = "redis.cluster"
 
 	KeyRocketMQNameServers = "rocketmq.nameservers"
 	KeyRocketMQAccessKey   = "rocketmq.access_key"
@@ -37,6 +43,8 @@ const (
 
 	KeyLockTTL = "lock.ttl"
 	KeyLockKey = "lock.key"
+	// KeyLockRedlockAddrs lists independent Redis masters holding the lock as a Redlock quorum.
+	KeyLockRedlockAddrs = "lock.redlock_addrs"
 
 	KeyBackoffBase       = "backoff.base"
 	KeyBackoffMultiplier = "backoff.multiplier"
@@ -67,6 +75,11 @@ var defaults = []struct {
 	{KeyRedisAddr, "127.0.0.1:6379"},
 	{KeyRedisPassword, ""},
 	{KeyRedisDB, 0},
+	{KeyRedisAddrs, []string{}},
+	{KeyRedisMasterName, ""},
+	{KeyRedisSentinelPassword, ""},
+	{KeyRedisUsername, ""},
+	{KeyRedisCluster, false},
 	{KeyRocketMQNameServers, []string{"127.0.0.1:9876"}},
 	{KeyRocketMQAccessKey, ""},
 	{KeyRocketMQSecretKey, ""},
@@ -85,6 +98,7 @@ var defaults = []struct {
 	{KeyRelayPartitions, 1},
 	{KeyLockTTL, 2 * time.Second},
 	{KeyLockKey, "outbox-relay:lock:{db}:{table}"},
+	{KeyLockRedlockAddrs, []string{}},
 	{KeyBackoffBase, time.Second},
 	{KeyBackoffMultiplier, 2.0},
 	{KeyBackoffMax, time.Hour},

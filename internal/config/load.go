@@ -51,6 +51,12 @@ func loadFrom(v *viper.Viper, file string, environ []string) (Config, error) {
 			Addr:     d.str(KeyRedisAddr),
 			Password: d.str(KeyRedisPassword),
 			DB:       d.int(KeyRedisDB),
+
+			Addrs:            d.list(KeyRedisAddrs),
+			MasterName:       d.str(KeyRedisMasterName),
+			SentinelPassword: d.str(KeyRedisSentinelPassword),
+			Username:         d.str(KeyRedisUsername),
+			Cluster:          d.bool(KeyRedisCluster),
 		},
 		RocketMQ: RocketMQ{
 			NameServers: d.list(KeyRocketMQNameServers),
@@ -75,6 +81,8 @@ func loadFrom(v *viper.Viper, file string, environ []string) (Config, error) {
 		Lock: Lock{
 			TTL: d.duration(KeyLockTTL),
 			Key: d.str(KeyLockKey),
+
+			RedlockAddrs: d.list(KeyLockRedlockAddrs),
 		},
 		HTTP: HTTP{Addr: d.str(KeyHTTPAddr), AdminToken: d.str(KeyHTTPAdminToken)},
 		Log: Log{

@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,13 +13,19 @@ import (
 const Mask = "*****"
 
 // Redacted returns a copy of c whose secrets are replaced by Mask: the password in
-// mysql.dsn, redis.password, rocketmq.secret_key and http.admin_token. Empty secrets stay empty, so the output
+// mysql.dsn, redis.password, redis.sentinel_password, rocketmq.secret_key and
+// http.admin_token. Empty secrets stay empty, so the output
 // still shows whether one is set.
 func (c Config) Redacted() Config {
 	c.MySQL.DSN = RedactDSN(c.MySQL.DSN)
 	if c.Redis.Password != "" {
 		c.Redis.Password = Mask
 	}
+	if c.Redis.SentinelPassword != "" {
+		c.Redis.SentinelPassword = Mask
+	}
+	c.Redis.Addrs = slices.Clone(c.Redis.Addrs)
+	c.Lock.RedlockAddrs = slices.Clone(c.Lock.RedlockAddrs)
 	if c.RocketMQ.SecretKey != "" {
 		c.RocketMQ.SecretKey = Mask
 	}
@@ -77,13 +84,14 @@ func (c Config) YAML() ([]byte, error) {
 	}
 	doc := yamlConfig{
 		MySQL: yamlMySQL{r.MySQL.DSN, r.MySQL.Table, nonNil(r.MySQL.Tables)},
-		Redis: yamlRedis{r.Redis.Addr, r.Redis.Password, r.Redis.DB},
+		Redis: yamlRedis{r.Redis.Addr, r.Redis.Password, r.Redis.DB,
+			nonNil(r.Redis.Addrs), r.Redis.MasterName, r.Redis.SentinelPassword, r.Redis.Username, r.Redis.Cluster},
 		RocketMQ: yamlRocketMQ{nonNil(r.RocketMQ.NameServers), r.RocketMQ.AccessKey, r.RocketMQ.SecretKey,
 			r.RocketMQ.Group, fmtDuration(r.RocketMQ.SendTimeout)},
 		Relay: yamlRelay{fmtDuration(r.Relay.PollInterval), r.Relay.BatchSize, r.Relay.Concurrency, r.Relay.BatchSend,
 			r.Relay.Nudge, r.Relay.Unrouted, r.Relay.MaxBodyBytes, fmtDuration(r.Relay.ShutdownTimeout),
 			fmtDuration(r.Relay.PurgeRetention), fmtDuration(r.Relay.PurgeInterval)},
-		Lock:    yamlLock{fmtDuration(r.Lock.TTL), r.Lock.Key},
+		Lock:    yamlLock{fmtDuration(r.Lock.TTL), r.Lock.Key, nonNil(r.Lock.RedlockAddrs)},
 		Backoff: yamlBackoff{fmtDuration(r.Backoff.Base), r.Backoff.Multiplier, fmtDuration(r.Backoff.Max), r.Backoff.Jitter},
 		Routes:  routes,
 		HTTP:    yamlHTTP{r.HTTP.Addr, r.HTTP.AdminToken},
@@ -145,6 +153,12 @@ type yamlRedis struct {
 	Addr     string `yaml:"addr"`
 	Password string `yaml:"password"`
 	DB       int    `yaml:"db"`
+
+	Addrs            []string `yaml:"addrs"`
+	MasterName       string   `yaml:"master_name"`
+	SentinelPassword string   `yaml:"sentinel_password"`
+	Username         string   `yaml:"username"`
+	Cluster          bool     `yaml:"cluster"`
 }
 
 type yamlRocketMQ struct {
@@ -171,6 +185,8 @@ type yamlRelay struct {
 type yamlLock struct {
 	TTL string `yaml:"ttl"`
 	Key string `yaml:"key"`
+
+	RedlockAddrs []string `yaml:"redlock_addrs"`
 }
 
 type yamlBackoff struct {
