@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -187,9 +186,4 @@ func configFrom(flags *pflag.FlagSet) (config.Config, error) {
 func (a *app) openRedis() *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: a.cfg.Redis.Addr, Password: a.cfg.Redis.Password, DB: a.cfg.Redis.DB,
 		DialTimeout: 3 * time.Second, MaxRetries: 1})
-}
-
-// openDB opens and pings the configured database (see openMySQL).
-func (a *app) openDB(ctx context.Context) (*sql.DB, error) {
-	return openMySQL(ctx, a.cfg.MySQL.DSN)
 }
