@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
@@ -33,7 +32,6 @@ type runDatabase struct {
 	qualify bool
 	pool    *sql.DB
 	relays  []*relay.Relay
-	up      prometheus.Gauge
 
 	mu       sync.Mutex
 	notReady error // nil once its relays run
@@ -59,21 +57,11 @@ func (d *runDatabase) setWhy(err error) {
 	d.mu.Lock()
 	d.notReady = err
 	d.mu.Unlock()
-	if err == nil {
-		d.up.Set(1)
-	} else {
-		d.up.Set(0)
-	}
 }
 
-// newRunDatabases makes a pool per configured database (none connects yet) and the gauge
-// outbox_relay_database_up on reg. Close the pools with closeDatabases.
-func newRunDatabases(cfg config.Config, reg prometheus.Registerer) ([]*runDatabase, error) {
-	up := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "outbox_relay_database_up",
-		Help: "1 when the database answered and its tables were checked, so its relays run; 0 while the relay retries it.",
-	}, []string{"database"})
-	reg.MustRegister(up)
+// newRunDatabases makes a pool per configured database; none connects yet. Close the pools
+// with closeDatabases.
+func newRunDatabases(cfg config.Config) ([]*runDatabase, error) {
 	var out []*runDatabase
 	for _, db := range cfg.EffectiveDatabases() {
 		pool, err := mysqlPool(db.DSN)
@@ -81,7 +69,7 @@ func newRunDatabases(cfg config.Config, reg prometheus.Registerer) ([]*runDataba
 			closeDatabases(out)
 			return nil, fmt.Errorf("database %s: %w", db.Name, err)
 		}
-		d := &runDatabase{Database: db, qualify: cfg.MultiDatabase(), pool: pool, up: up.WithLabelValues(db.Label())}
+		d := &runDatabase{Database: db, qualify: cfg.MultiDatabase(), pool: pool}
 		d.setWhy(errors.New("not checked yet"))
 		out = append(out, d)
 	}

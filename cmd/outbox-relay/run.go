@@ -31,11 +31,12 @@ func (a *app) newRunCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "run",
 		Short: "Run the relay (the default command)",
-		Long: `Run the relay: hold the leader lock for each configured table, publish due rows to
-RocketMQ, retry failures with backoff, serve /metrics, /healthz, /readyz and the dashboard
-(/ui/) on http.addr, and purge old sent rows when relay.purge_retention is set. SIGINT or
-SIGTERM stops it cleanly: the in-flight batch finishes or is left due, the lock is
-released, exit 0.`,
+		Long: `Run the relay: hold the leader lock for each configured table (of every configured
+database), publish due rows to RocketMQ, retry failures with backoff, serve /metrics,
+/healthz, /readyz and the dashboard (/ui/) on http.addr, and purge old sent rows when
+relay.purge_retention is set. SIGINT or SIGTERM stops it cleanly: the in-flight batch
+finishes or is left due, the lock is released, exit 0. With several databases, one that is
+down at start is retried while the others are relayed (docs/cli.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			a.log.Info().Strs("databases", describeDatabases(a.cfg.EffectiveDatabases())).Strs("nameservers", a.cfg.RocketMQ.NameServers).
@@ -50,8 +51,7 @@ released, exit 0.`,
 // (exit 1). cfg is validated; log is the process logger.
 func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error {
 	useClientLogger(log)
-	reg := prometheus.NewRegistry()
-	dbs, err := newRunDatabases(cfg, reg)
+	dbs, err := newRunDatabases(cfg)
 	if err != nil {
 		return err
 	}
@@ -79,6 +79,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	if err != nil {
 		return err
 	}
+	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: routeRules(cfg.Routes)})
 	v, c, _ := buildInfo()
