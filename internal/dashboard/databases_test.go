@@ -37,7 +37,7 @@ func TestTwoDatabases(t *testing.T) {
 	t.Cleanup(srv.Close)
 	// The same msg_id dead in both databases: only the one named may move.
 	for _, db := range []*testenv.DB{shopA, shopB} {
-		if _, err := db.Exec("INSERT INTO `"+table+"` (msg_id, topic, content, status, fail_reason) VALUES ('order-1', 'orders', 'x', 3, 'boom')"); err != nil {
+		if _, err := db.Exec("INSERT INTO `" + table + "` (msg_id, topic, content, status, fail_reason) VALUES ('order-1', 'orders', 'x', 3, 'boom')"); err != nil {
 			t.Fatal(err)
 		}
 	}
