@@ -1,11 +1,7 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -172,26 +168,6 @@ func TestLeaderDatabasePathFrozen(t *testing.T) {
 // leaderGauge is the value of outbox_relay_leader on p's /metrics ("" if not there yet).
 func leaderGauge(t *testing.T, p *proc) string {
 	t.Helper()
-	var addr string
-	for _, line := range strings.Split(p.out.String(), "\n") {
-		var entry struct{ Addr, Message string }
-		if json.Unmarshal([]byte(line), &entry) == nil && strings.HasPrefix(entry.Message, "http:") {
-			addr = entry.Addr
-		}
-	}
-	if addr == "" {
-		return ""
-	}
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, "outbox_relay_leader{") {
-			return line[strings.LastIndexByte(line, ' ')+1:]
-		}
-	}
-	return ""
+	body, _ := httpGet(p, "/metrics")
+	return metricValue(body, "outbox_relay_leader{")
 }
