@@ -15,7 +15,7 @@ BENCHTIME ?= 1s
 # BENCH_ROWS is the backlog drained by the relay's benchmarks and by `outbox-relay bench`.
 BENCH_ROWS ?= 100000
 
-.PHONY: help build check-build services services-stop rocketmq rocketmq-stop sql-recipes-deps test test-race test-short test-alerts bench bench-local bench-load bench-failover lint vet demo clean
+.PHONY: help build check-build services services-stop rocketmq rocketmq-stop sql-recipes-deps test test-race test-short test-alerts bench bench-local bench-load bench-failover bench-partitions lint vet demo clean
 
 help:
 	@echo "make demo        run the order service example end to end (starts MariaDB and Redis)"
@@ -27,6 +27,7 @@ help:
 	@echo "make bench-local drain BENCH_ROWS rows to the in-process test broker (no RocketMQ needed)"
 	@echo "make bench-load  production load: writers, relay processes, outbox-relay vs seed 002 (~8 min)"
 	@echo "make bench-failover  delivery gap after kill -9 and SIGTERM of the leader"
+	@echo "make bench-partitions  a relay group sharing one table: rows/s with 1-3 relays, takeover, Redis upkeep"
 	@echo "make lint        gofmt and go vet"
 	@echo "make build       static binary $(BIN) (CGO_ENABLED=0, -trimpath, version stamps)"
 	@echo "make services    start or reuse MariaDB and Redis on 127.0.0.1"
@@ -119,6 +120,9 @@ bench-load: services
 
 bench-failover: services
 	$(WITH_SERVICES) $(GO) run ./internal/cmd/relaybench failover
+
+bench-partitions: services
+	$(WITH_SERVICES) $(GO) run ./internal/cmd/relaybench partitions $(PARTITIONS_ARGS)
 
 lint: vet
 	@files=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

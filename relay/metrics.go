@@ -3,6 +3,7 @@ package relay
 import (
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -53,6 +54,8 @@ type Metrics struct {
 	lockWait    *prometheus.GaugeVec
 	lockLosses  *prometheus.CounterVec
 	writeBacks  *prometheus.CounterVec
+	partOwned   *prometheus.GaugeVec
+	members     *prometheus.GaugeVec
 	buildInfo   *prometheus.GaugeVec
 
 	mu     sync.Mutex
@@ -114,6 +117,12 @@ func NewMetricsWith(reg prometheus.Registerer, opts MetricsOptions) *Metrics {
 		writeBacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outbox_relay_writeback_failures_total", Help: "Write-backs the database refused or did not answer; publishing pauses until one succeeds.",
 		}, byTable),
+		partOwned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "outbox_relay_partition_owned", Help: "1 while this process holds the lock of the table's partition and publishes its rows, else 0 (relay.partitions > 1).",
+		}, []string{"database", "table", "partition"}),
+		members: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "outbox_relay_group_members", Help: "Relays sharing the table's partitions, as this process last saw them in Redis (relay.partitions > 1).",
+		}, byTable),
 		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "outbox_relay_build_info", Help: "Always 1; its labels name the relay's version, commit and Go version.",
 		}, []string{"version", "commit", "goversion"}),
@@ -122,7 +131,7 @@ func NewMetricsWith(reg prometheus.Registerer, opts MetricsOptions) *Metrics {
 	m.SetBuildInfo(moduleVersion())
 	if reg != nil {
 		reg.MustRegister(m.published, m.failed, m.dead, m.pending, m.oldestDue, m.deadRows, m.publishTime,
-			m.batchTime, m.leader, m.lockWait, m.lockLosses, m.writeBacks, m.buildInfo)
+			m.batchTime, m.leader, m.lockWait, m.lockLosses, m.writeBacks, m.partOwned, m.members, m.buildInfo)
 	}
 	return m
 }
@@ -228,6 +237,7 @@ type TableMetrics struct {
 	writeBacks      prometheus.Counter
 
 	mu     sync.Mutex
+	owned  map[int]bool               // partitions whose lock this process holds
 	pairs  map[[2]string]pairCounters // topic and tag labels -> their counters
 	topics map[string]bool            // topics with a label of their own
 	others int                        // pairs admitted under the budget
@@ -286,6 +296,46 @@ func (t *TableMetrics) SetLeader(on bool) {
 		return
 	}
 	t.leader.Set(0)
+}
+
+// InitPartitions exports outbox_relay_partition_owned at 0 for each of the table's n
+// partitions, and outbox_relay_group_members at 0.
+func (t *TableMetrics) InitPartitions(n int) {
+	if t == nil {
+		return
+	}
+	for p := 0; p < n; p++ {
+		t.m.partOwned.WithLabelValues(t.database, t.table, strconv.Itoa(p)).Set(0)
+	}
+	t.m.members.WithLabelValues(t.database, t.table).Set(0)
+}
+
+// SetPartitionOwned sets whether this process holds partition p's lock. outbox_relay_leader
+// is 1 while it holds any.
+func (t *TableMetrics) SetPartitionOwned(p int, on bool) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.owned == nil {
+		t.owned = map[int]bool{}
+	}
+	if on {
+		t.owned[p] = true
+		t.m.partOwned.WithLabelValues(t.database, t.table, strconv.Itoa(p)).Set(1)
+	} else {
+		delete(t.owned, p)
+		t.m.partOwned.WithLabelValues(t.database, t.table, strconv.Itoa(p)).Set(0)
+	}
+	t.SetLeader(len(t.owned) > 0)
+}
+
+// SetGroupMembers records how many relays share the table's partitions.
+func (t *TableMetrics) SetGroupMembers(n int) {
+	if t != nil {
+		t.m.members.WithLabelValues(t.database, t.table).Set(float64(n))
+	}
 }
 
 // LockLost counts a failed extension of the table's lock.

@@ -33,6 +33,12 @@ const (
 type Config struct {
 	// Table is the outbox table. Defaults to "local_message".
 	Table string
+	// Partitions splits the table into this many partitions by schema.PartitionColumn
+	// (relay.partitions), each relayed under its own lock; NewGroup runs them and shares
+	// them with the other relays of the table. Defaults to 1: the whole table, one lock.
+	Partitions int
+	// Partition is the partition this relay serves, 0 to Partitions-1. Set by NewGroup.
+	Partition int
 	// Database names the database in metrics and logs (server/schema, no credentials).
 	// Defaults to empty.
 	Database string
@@ -159,6 +165,9 @@ func (c *Config) setDefaults() {
 	if c.LockTTL == 0 {
 		c.LockTTL = 2 * time.Second
 	}
+	if c.Partitions == 0 {
+		c.Partitions = 1
+	}
 	if c.StallTimeout == 0 {
 		c.StallTimeout = max(3*c.LockTTL, 2*c.QueryTimeout)
 	}
@@ -196,6 +205,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("relay: LockTTL: must be at least 30ms, got %s", c.LockTTL)
 	case c.ShutdownTimeout < 0:
 		return fmt.Errorf("relay: ShutdownTimeout: must be positive, got %s", c.ShutdownTimeout)
+	case c.Partitions < 1 || c.Partitions > schema.MaxPartitions:
+		return fmt.Errorf("relay: Partitions: must be between 1 and %d, got %d", schema.MaxPartitions, c.Partitions)
+	case c.Partition < 0 || c.Partition >= c.Partitions:
+		return fmt.Errorf("relay: Partition: must be between 0 and Partitions-1 (%d), got %d", c.Partitions-1, c.Partition)
 	case c.Unrouted != UnroutedDefault && c.Unrouted != UnroutedDead:
 		return fmt.Errorf("relay: Unrouted: unknown policy %d", c.Unrouted)
 	}
@@ -223,6 +236,11 @@ type Relay struct {
 
 	metrics *TableMetrics // nil without cfg.Metrics
 	tracer  trace.Tracer  // nil without cfg.TracerProvider
+
+	// Set by a Group for each of its partitions: gate says whether this process should
+	// hold the partition, and nudgeIn carries the nudges of the group's one subscription.
+	gate    *gate
+	nudgeIn chan struct{}
 }
 
 // New checks cfg and returns a relay of cfg.Table. rdb holds the lock and carries nudges;
@@ -239,9 +257,13 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Rel
 	if cfg.Database != "" {
 		log = log.With().Str("database", cfg.Database).Logger()
 	}
+	if cfg.Partitions > 1 {
+		log = log.With().Int("partition", cfg.Partition).Int("partitions", cfg.Partitions).Logger()
+	}
 	r := &Relay{
 		cfg: cfg, db: db, rdb: rdb, pub: pub, metrics: cfg.Metrics.Table(cfg.Database, cfg.Table),
-		store:     store{db: db, table: schema.QuoteIdent(cfg.Table), name: cfg.Table, timeout: cfg.QueryTimeout},
+		store: store{db: db, table: schema.QuoteIdent(cfg.Table), name: cfg.Table, timeout: cfg.QueryTimeout,
+			partition: cfg.Partition, partitions: cfg.Partitions},
 		log:       log,
 		incidents: newIncidents(log),
 		tracer:    msgtrace.Tracer(cfg.TracerProvider),
@@ -252,6 +274,14 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Rel
 
 // Table returns the table the relay serves.
 func (r *Relay) Table() string { return r.cfg.Table }
+
+// Name is the table, followed by "[p/P]" for partition p of P.
+func (r *Relay) Name() string {
+	if r.cfg.Partitions <= 1 {
+		return r.cfg.Table
+	}
+	return fmt.Sprintf("%s[%d/%d]", r.cfg.Table, r.cfg.Partition, r.cfg.Partitions)
+}
 
 // Stats counts what one DrainOnce did.
 type Stats struct {

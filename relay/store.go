@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outbox-relay/outbox-relay/internal/ops"
+	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 // store holds every statement the relay runs against one table. The table name was
@@ -22,6 +23,9 @@ type store struct {
 	table, name string
 	// timeout bounds each statement.
 	timeout time.Duration
+	// partition, when partitions > 1, restricts the scan and the idle probe to the rows of
+	// one partition (schema.PartitionColumn = partition).
+	partition, partitions int
 
 	// scanMu guards scanHint, the page query's FORCE INDEX clause, found once (scanIndex).
 	scanMu   sync.Mutex
@@ -62,12 +66,25 @@ type cursor struct {
 // "next >= c.next AND (next > c.next OR id > c.id)" bounds it by next only and re-examines
 // every row held back earlier in the pass on each page: 99,504 index entries read for a
 // page of 500 behind 99,000 held rows, against 500 for this form (Handler_icp_attempts).
+//
+// A partition's relay adds "relay_partition = ? AND" in front: its index is
+// (relay_partition, status, next_retry_time), the same range one level down.
 func (s *store) pageQuery(status int, nowMs int64, c cursor, limit, maxBody int) (string, []any) {
+	where, args := s.partitionWhere([]any{maxBody})
 	return `SELECT id, msg_id, topic, tag, IF(LENGTH(content) <= ?, content, NULL), COALESCE(LENGTH(content), 0), msg_keys, sharding_key,
 			properties, retry_count, max_retry_count, next_retry_time
 		FROM ` + s.table + s.scanHint + `
-		WHERE status = ? AND next_retry_time <= ? AND ((next_retry_time = ? AND id > ?) OR next_retry_time > ?) AND is_deleted = 0
-		ORDER BY next_retry_time, id LIMIT ?`, []any{maxBody, status, nowMs, c.next, c.id, c.next, limit}
+		WHERE ` + where + `status = ? AND next_retry_time <= ? AND ((next_retry_time = ? AND id > ?) OR next_retry_time > ?) AND is_deleted = 0
+		ORDER BY next_retry_time, id LIMIT ?`, append(args, status, nowMs, c.next, c.id, c.next, limit)
+}
+
+// partitionWhere returns the partition condition ("" for an unpartitioned table) and args
+// followed by its argument.
+func (s *store) partitionWhere(args []any) (string, []any) {
+	if s.partitions <= 1 {
+		return "", args
+	}
+	return schema.QuoteIdent(schema.PartitionColumn) + " = ? AND ", append(args, s.partition)
 }
 
 // anyDue reports whether a row may be due at nowMs: one statement of two index range seeks
@@ -77,8 +94,16 @@ func (s *store) anyDue(ctx context.Context, nowMs int64) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var n int
+	where, args := s.partitionWhere(nil)
+	if where != "" {
+		// One range of the partition index per status.
+		where = "(" + where + "status = 0 AND next_retry_time <= ?) OR (" + where + "status = 1 AND next_retry_time <= ?)"
+		args = []any{s.partition, nowMs, s.partition, nowMs}
+	} else {
+		where, args = "status IN (0, 1) AND next_retry_time <= ?", []any{nowMs}
+	}
 	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM `+s.table+`
-		WHERE status IN (0, 1) AND next_retry_time <= ? LIMIT 1) due`, nowMs).Scan(&n)
+		WHERE `+where+` LIMIT 1) due`, args...).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("probe due rows of %s: %w", s.name, err)
 	}
@@ -102,10 +127,14 @@ func (s *store) scanIndex(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var name string
+	cols := "status,next_retry_time"
+	if s.partitions > 1 {
+		cols = schema.PartitionColumn + "," + cols
+	}
 	err := s.db.QueryRowContext(ctx, `SELECT INDEX_NAME FROM information_schema.STATISTICS
 		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?
-		GROUP BY INDEX_NAME HAVING GROUP_CONCAT(LOWER(COLUMN_NAME) ORDER BY SEQ_IN_INDEX) = 'status,next_retry_time'
-		ORDER BY INDEX_NAME LIMIT 1`, s.name).Scan(&name)
+		GROUP BY INDEX_NAME HAVING GROUP_CONCAT(LOWER(COLUMN_NAME) ORDER BY SEQ_IN_INDEX) = ?
+		ORDER BY INDEX_NAME LIMIT 1`, s.name, cols).Scan(&name)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:

@@ -43,17 +43,28 @@ type Step struct {
 // table on MySQL and MariaDB, and writes wait for the copy. A column of an incompatible
 // type is an error; it is never altered.
 func Plan(ctx context.Context, db *sql.DB, table string) ([]Step, error) {
-	problems, err := Check(ctx, db, table)
+	return PlanPartitioned(ctx, db, table, 1)
+}
+
+// PlanPartitioned is Plan for a table split into partitions partitions (relay.partitions):
+// after Plan's steps come the online ALTERs that add PartitionColumn and its index, or
+// replace them when the table has another number of partitions, or drop them for 1.
+func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions int) ([]Step, error) {
+	problems, st, err := check(ctx, db, table, partitions)
 	if err != nil {
 		return nil, err
 	}
-	if len(problems) == 1 && problems[0].Kind == "missing table" {
+	if len(problems) > 0 && problems[0].Kind == "missing table" {
 		ddl, _ := DDL(table)
-		return []Step{{SQL: strings.TrimSpace(ddl), Online: true}}, nil
+		return append([]Step{{SQL: strings.TrimSpace(ddl), Online: true}}, partitionSteps(table, partitions, st)...), nil
 	}
 	var online, wrong []string
 	autoInc := false
 	for _, p := range problems {
+		switch {
+		case p.Object == PartitionColumn || p.Object == partitionIndex.name:
+			continue // partitionSteps
+		}
 		switch p.Kind {
 		case "missing column":
 			online = append(online, fmt.Sprintf("ADD COLUMN %s %s", QuoteIdent(p.Object), p.Want))
@@ -94,7 +105,7 @@ func Plan(ctx context.Context, db *sql.DB, table string) ([]Step, error) {
 				"reads continue, writes wait until the copy ends (minutes on a large table)",
 		})
 	}
-	return steps, nil
+	return append(steps, partitionSteps(table, partitions, st)...), nil
 }
 
 // DedupePlan returns the CREATE TABLE of the consumer dedupe table named table (see

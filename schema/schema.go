@@ -91,18 +91,34 @@ func (p Problem) String() string {
 	return s
 }
 
-// Check compares table with the contract and returns every difference; an up-to-date table
-// gives none. Only what the relay relies on is checked: extra columns and indexes are fine.
+// Check compares table with the contract of an unpartitioned table (relay.partitions = 1)
+// and returns every difference; an up-to-date table gives none. Only what the relay relies
+// on is checked: extra columns and indexes are fine.
 func Check(ctx context.Context, db *sql.DB, table string) ([]Problem, error) {
+	return CheckPartitioned(ctx, db, table, 1)
+}
+
+// CheckPartitioned is Check for a table split into partitions partitions (relay.partitions):
+// the table must also have PartitionColumn for that many partitions and its index, or,
+// with 1, no such column.
+func CheckPartitioned(ctx context.Context, db *sql.DB, table string, partitions int) ([]Problem, error) {
+	problems, _, err := check(ctx, db, table, partitions)
+	return problems, err
+}
+
+func check(ctx context.Context, db *sql.DB, table string, partitions int) ([]Problem, partitionState, error) {
 	if err := ValidateIdent(table); err != nil {
-		return nil, err
+		return nil, partitionState{}, err
+	}
+	if partitions < 1 || partitions > MaxPartitions {
+		return nil, partitionState{}, fmt.Errorf("partitions: must be between 1 and %d, got %d", MaxPartitions, partitions)
 	}
 	found, err := readColumns(ctx, db, table)
 	if err != nil {
-		return nil, err
+		return nil, partitionState{}, err
 	}
 	if len(found) == 0 {
-		return []Problem{{Kind: "missing table", Object: table}}, nil
+		return []Problem{{Kind: "missing table", Object: table}}, partitionState{got: 1}, nil
 	}
 	var problems []Problem
 	for _, c := range columns {
@@ -118,7 +134,7 @@ func Check(ctx context.Context, db *sql.DB, table string) ([]Problem, error) {
 	}
 	have, err := readIndexes(ctx, db, table)
 	if err != nil {
-		return nil, err
+		return nil, partitionState{}, err
 	}
 	for _, ix := range indexes {
 		key := strings.Join(ix.columns, ",")
@@ -130,7 +146,11 @@ func Check(ctx context.Context, db *sql.DB, table string) ([]Problem, error) {
 			problems = append(problems, Problem{Kind: "not unique", Object: ix.name, Want: "UNIQUE (" + key + ")", Got: "non-unique"})
 		}
 	}
-	return problems, nil
+	more, st, err := checkPartitions(ctx, db, table, partitions, have)
+	if err != nil {
+		return nil, st, err
+	}
+	return append(problems, more...), st, nil
 }
 
 // Migrate creates table when it does not exist, or upgrades it in place: missing columns
@@ -140,7 +160,13 @@ func Check(ctx context.Context, db *sql.DB, table string) ([]Problem, error) {
 // every step of Plan, the blocking ones included (see Apply); on a live table, look at Plan
 // first.
 func Migrate(ctx context.Context, db *sql.DB, table string) error {
-	steps, err := Plan(ctx, db, table)
+	return MigratePartitioned(ctx, db, table, 1)
+}
+
+// MigratePartitioned is Migrate for a table split into partitions partitions
+// (relay.partitions; see PlanPartitioned).
+func MigratePartitioned(ctx context.Context, db *sql.DB, table string, partitions int) error {
+	steps, err := PlanPartitioned(ctx, db, table, partitions)
 	if err != nil {
 		return err
 	}

@@ -31,7 +31,8 @@ type runDatabase struct {
 	// the configuration lists databases (the single-database form keeps bare table names).
 	qualify bool
 	pool    *sql.DB
-	relays  []*relay.Relay
+	groups  []*relay.Group // one per table
+	relays  []*relay.Relay // every group's, one per partition
 
 	mu       sync.Mutex
 	notReady error // nil once its relays run
@@ -82,15 +83,16 @@ func closeDatabases(dbs []*runDatabase) {
 	}
 }
 
-// check pings the database and checks each of its tables; an error says what is missing.
-func (d *runDatabase) check(ctx context.Context) error {
+// check pings the database and checks each of its tables for partitions partitions; an error
+// says what is missing.
+func (d *runDatabase) check(ctx context.Context, partitions int) error {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := d.pool.PingContext(pctx); err != nil {
 		return fmt.Errorf("connect to MySQL (%s): %w", config.RedactDSN(d.DSN), err)
 	}
 	for _, table := range d.Tables {
-		problems, err := schema.Check(pctx, d.pool, table)
+		problems, err := schema.CheckPartitioned(pctx, d.pool, table, partitions)
 		if err != nil {
 			return err
 		}
@@ -104,10 +106,10 @@ func (d *runDatabase) check(ctx context.Context) error {
 // checkAtStart checks every database once. With one database, a failure stops the start (as
 // it always did). With several, the relay starts if at least one is ready; each one that is
 // not is logged at error level and retried by runWhenReady (docs/decisions.md).
-func checkAtStart(ctx context.Context, dbs []*runDatabase, log zerolog.Logger) error {
+func checkAtStart(ctx context.Context, dbs []*runDatabase, partitions int, log zerolog.Logger) error {
 	var errs []error
 	for _, d := range dbs {
-		err := d.check(ctx)
+		err := d.check(ctx, partitions)
 		if err != nil && len(dbs) == 1 {
 			return err
 		}
@@ -125,7 +127,7 @@ func checkAtStart(ctx context.Context, dbs []*runDatabase, log zerolog.Logger) e
 	return nil
 }
 
-// runWhenReady runs the database's relays, and its periodic purge when rc.PurgeRetention is
+// runWhenReady runs the database's relay groups, and its periodic purge when rc.PurgeRetention is
 // set, until ctx ends; while the database is not ready (see checkAtStart) it retries it on a
 // doubling interval, logging each failure.
 func (d *runDatabase) runWhenReady(ctx context.Context, rc config.Relay, log zerolog.Logger) {
@@ -137,7 +139,7 @@ func (d *runDatabase) runWhenReady(ctx context.Context, rc config.Relay, log zer
 			return
 		case <-time.After(wait):
 		}
-		err := d.check(ctx)
+		err := d.check(ctx, rc.Partitions)
 		if ctx.Err() != nil {
 			return
 		}
@@ -158,12 +160,12 @@ func (d *runDatabase) runWhenReady(ctx context.Context, rc config.Relay, log zer
 			_ = ops.PurgeLoop(ctx, d.pool, d.Tables, ops.PurgeOptions{OlderThan: rc.PurgeRetention}, rc.PurgeInterval, log)
 		}()
 	}
-	for _, r := range d.relays {
+	for _, g := range d.groups {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := r.Run(ctx); err != nil {
-				log.Error().Err(err).Str("table", r.Table()).Msg("relay stopped")
+			if err := g.Run(ctx); err != nil {
+				log.Error().Err(err).Msg("relay stopped")
 			}
 		}()
 	}

@@ -91,7 +91,7 @@ func (a *app) migrateDatabase(cmd *cobra.Command, d opDatabase, o migrateOptions
 	}
 	for _, tbl := range d.Tables {
 		table := d.qualified(tbl) // as printed; tbl is the table's name in SQL
-		before, err := schema.Check(ctx, db, tbl)
+		before, err := schema.CheckPartitioned(ctx, db, tbl, a.cfg.Relay.Partitions)
 		if err != nil {
 			return pending, fmt.Errorf("check table %s: %w", table, err)
 		}
@@ -106,7 +106,7 @@ func (a *app) migrateDatabase(cmd *cobra.Command, d opDatabase, o migrateOptions
 			}
 			continue
 		}
-		steps, err := schema.Plan(ctx, db, tbl)
+		steps, err := schema.PlanPartitioned(ctx, db, tbl, a.cfg.Relay.Partitions)
 		if err != nil {
 			return pending, err
 		}

@@ -56,7 +56,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 		return err
 	}
 	defer closeDatabases(dbs)
-	if err := checkAtStart(ctx, dbs, log); err != nil {
+	if err := checkAtStart(ctx, dbs, cfg.Relay.Partitions, log); err != nil {
 		return err
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: cfg.Redis.Addr, Password: cfg.Redis.Password, DB: cfg.Redis.DB})
@@ -98,11 +98,12 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 			deps.log = log.With().Str("database_name", d.Name).Logger()
 		}
 		for _, table := range d.Tables {
-			r, err := relay.New(d.pool, rdb, pub, tableRelayConfig(cfg, d.Database, table, deps))
+			g, err := relay.NewGroup(d.pool, rdb, pub, tableRelayConfig(cfg, d.Database, table, deps))
 			if err != nil {
 				return fmt.Errorf("database %s: %w", d.Name, err)
 			}
-			d.relays = append(d.relays, r)
+			d.groups = append(d.groups, g)
+			d.relays = append(d.relays, g.Relays()...)
 		}
 		db := d.Database
 		sources = append(sources, dashboard.Source{Name: d.Name, Label: d.Label(), DB: d.pool, Tables: d.Tables,
@@ -164,6 +165,7 @@ func tableRelayConfig(cfg config.Config, db config.Database, table string, deps 
 		Database: db.Label(),
 		LockKey:  cfg.LockKeyIn(db, table), LockTTL: cfg.Lock.TTL, ShutdownTimeout: cfg.Relay.ShutdownTimeout,
 		DisableNudge: !cfg.Relay.Nudge, Logger: &deps.log, Metrics: deps.metrics, TracerProvider: deps.tracer,
+		Partitions: cfg.Relay.Partitions,
 	}
 	if cfg.Relay.Unrouted == config.UnroutedDead {
 		rcfg.Unrouted = relay.UnroutedDead
@@ -273,7 +275,7 @@ func serveHTTP(addr string, reg *prometheus.Registry, dbs []*runDatabase, rdb *r
 		for _, d := range dbs {
 			for _, r := range d.relays {
 				if h := r.Health(); h.Stalled {
-					http.Error(w, fmt.Sprintf("stalled: %s: no answer from the database for %.1fs", d.tableName(r.Table()), h.SinceProgress.Seconds()), http.StatusServiceUnavailable)
+					http.Error(w, fmt.Sprintf("stalled: %s: no answer from the database for %.1fs", d.tableName(r.Name()), h.SinceProgress.Seconds()), http.StatusServiceUnavailable)
 					return
 				}
 			}
@@ -308,13 +310,16 @@ func serveHTTP(addr string, reg *prometheus.Registry, dbs []*runDatabase, rdb *r
 		}
 		for _, d := range dbs {
 			for _, rl := range d.relays {
+				name := d.tableName(rl.Name())
 				switch h := rl.Health(); {
 				case d.why() != nil:
-					fmt.Fprintf(w, "%s: waiting for its database\n", d.tableName(rl.Table()))
+					fmt.Fprintf(w, "%s: waiting for its database\n", name)
 				case h.Leader:
-					fmt.Fprintf(w, "%s: leader\n", d.tableName(rl.Table()))
+					fmt.Fprintf(w, "%s: leader\n", name)
+				case h.LockWait > 0:
+					fmt.Fprintf(w, "%s: standby, waiting for the lock for %.0fs\n", name, h.LockWait.Seconds())
 				default:
-					fmt.Fprintf(w, "%s: standby, waiting for the lock for %.0fs\n", d.tableName(rl.Table()), h.LockWait.Seconds())
+					fmt.Fprintf(w, "%s: held by another relay of the group\n", name)
 				}
 			}
 		}

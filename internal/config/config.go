@@ -134,6 +134,11 @@ type Relay struct {
 	// PurgeInterval is the time between periodic purges (relay.purge_interval).
 	// Defaults to 10 minutes.
 	PurgeInterval time.Duration
+	// Partitions splits each table into this many partitions, each under its own lock,
+	// shared among the relays running the table (relay.partitions), 1 to 1024. The table
+	// needs the partition column for the same number: run migrate. Defaults to 1: one lock
+	// per table, one relay publishing.
+	Partitions int
 }
 
 // Lock configures the leader lock held in Redis.
@@ -295,6 +300,7 @@ func (c Config) problems() []problem {
 		bad(KeyRelayPurgeRetention, "must be >= 0 (0 turns purging off), got %s", c.Relay.PurgeRetention)
 	}
 	positive(bad, KeyRelayPurgeInterval, c.Relay.PurgeInterval)
+	between(bad, KeyRelayPartitions, c.Relay.Partitions, 1, schema.MaxPartitions)
 
 	// lock
 	if c.Lock.TTL < 100*time.Millisecond {

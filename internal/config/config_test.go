@@ -53,7 +53,7 @@ func TestDefaults(t *testing.T) {
 		Relay: Relay{
 			PollInterval: time.Second, BatchSize: 500, Concurrency: 16, BatchSend: true, Nudge: true,
 			Unrouted: "default", MaxBodyBytes: 4194304, ShutdownTimeout: 15 * time.Second,
-			PurgeRetention: 0, PurgeInterval: 10 * time.Minute,
+			PurgeRetention: 0, PurgeInterval: 10 * time.Minute, Partitions: 1,
 		},
 		Lock:    Lock{TTL: 2 * time.Second, Key: "outbox-relay:lock:{db}:{table}"},
 		Backoff: backoff.Default(),
@@ -195,6 +195,8 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 		{"relay: {batch_size: 10001}", "relay.batch_size"},
 		{"relay: {batch_size: 1.5}", "relay.batch_size"},
 		{"relay: {concurrency: 0}", "relay.concurrency"},
+		{"relay: {partitions: 0}", "relay.partitions"},
+		{"relay: {partitions: 1025}", "relay.partitions"},
 		{"relay: {batch_send: maybe}", "relay.batch_send"},
 		{"relay: {nudge: 2}", "relay.nudge"},
 		{"relay: {unrouted: drop}", "relay.unrouted"},

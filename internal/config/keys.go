@@ -37,6 +37,7 @@ const (
 	KeyRelayShutdownTimeout = "relay.shutdown_timeout"
 	KeyRelayPurgeRetention  = "relay.purge_retention"
 	KeyRelayPurgeInterval   = "relay.purge_interval"
+	KeyRelayPartitions      = "relay.partitions"
 
 	KeyLockTTL = "lock.ttl"
 	KeyLockKey = "lock.key"
@@ -86,6 +87,7 @@ var defaults = []struct {
 	{KeyRelayShutdownTimeout, 15 * time.Second},
 	{KeyRelayPurgeRetention, time.Duration(0)},
 	{KeyRelayPurgeInterval, 10 * time.Minute},
+	{KeyRelayPartitions, 1},
 	{KeyLockTTL, 2 * time.Second},
 	{KeyLockKey, "outbox-relay:lock:{db}:{table}"},
 	{KeyBackoffBase, time.Second},

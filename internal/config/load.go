@@ -72,6 +72,7 @@ func loadFrom(v *viper.Viper, file string, environ []string) (Config, error) {
 			ShutdownTimeout: d.duration(KeyRelayShutdownTimeout),
 			PurgeRetention:  d.duration(KeyRelayPurgeRetention),
 			PurgeInterval:   d.duration(KeyRelayPurgeInterval),
+			Partitions:      d.int(KeyRelayPartitions),
 		},
 		Lock: Lock{
 			TTL: d.duration(KeyLockTTL),

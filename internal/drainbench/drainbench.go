@@ -81,7 +81,7 @@ func Run(ctx context.Context, db *sql.DB, pub relay.Publisher, o Options, out io
 	}
 
 	start := time.Now()
-	if err := fill(ctx, db, table, o); err != nil {
+	if err := Fill(ctx, db, table, o); err != nil {
 		return err
 	}
 	fillTook := time.Since(start)
@@ -112,8 +112,8 @@ func Run(ctx context.Context, db *sql.DB, pub relay.Publisher, o Options, out io
 	return dropErr
 }
 
-// fill inserts o.Rows due rows with multi-row INSERTs of 1,000 rows.
-func fill(ctx context.Context, db *sql.DB, table string, o Options) error {
+// Fill inserts o.Rows due rows of o.Topic into table with multi-row INSERTs of 1,000 rows.
+func Fill(ctx context.Context, db *sql.DB, table string, o Options) error {
 	const perStmt = 1000
 	body := strings.Repeat("x", o.BodyBytes)
 	prefix := "bench-" + randomHex(4) + "-"

@@ -81,13 +81,7 @@ func runCLI(t *testing.T, environ []string, args ...string) (string, int) {
 // httpGet returns the body and status of path on the relay's HTTP server ("" before it
 // listens).
 func httpGet(p *proc, path string) (string, int) {
-	var addr string
-	for _, line := range strings.Split(p.out.String(), "\n") {
-		var entry struct{ Addr, Message string }
-		if json.Unmarshal([]byte(line), &entry) == nil && strings.HasPrefix(entry.Message, "http:") {
-			addr = entry.Addr
-		}
-	}
+	addr := p.httpAddr()
 	if addr == "" {
 		return "", 0
 	}
@@ -214,12 +208,7 @@ databases:
 	}
 
 	// Metrics: a series per database, told apart by its label.
-	var metrics string
-	eventually(t, 10*time.Second, "/metrics to answer", func() bool {
-		var code int
-		metrics, code = httpGet(p, "/metrics")
-		return code == 200
-	})
+	metrics := metricsOf(p)
 	for _, c := range []struct{ prefix, want string }{
 		{`outbox_relay_leader{database="` + labelA + `",table="local_message"}`, "1"},
 		{`outbox_relay_leader{database="` + labelB + `",table="local_message"}`, "1"},

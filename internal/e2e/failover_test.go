@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -168,6 +170,17 @@ func TestLeaderDatabasePathFrozen(t *testing.T) {
 // leaderGauge is the value of outbox_relay_leader on p's /metrics ("" if not there yet).
 func leaderGauge(t *testing.T, p *proc) string {
 	t.Helper()
-	body, _ := httpGet(p, "/metrics")
-	return metricValue(body, "outbox_relay_leader{")
+	return metricValue(metricsOf(p), "outbox_relay_leader{")
+}
+
+// httpAddr is the address p's HTTP server logged ("" before it did).
+func (p *proc) httpAddr() string {
+	var addr string
+	for _, line := range strings.Split(p.out.String(), "\n") {
+		var entry struct{ Addr, Message string }
+		if json.Unmarshal([]byte(line), &entry) == nil && strings.HasPrefix(entry.Message, "http:") {
+			addr = entry.Addr
+		}
+	}
+	return addr
 }

@@ -35,7 +35,8 @@ type relaySpec struct {
 	group     string // producer group: tells at the broker which process published
 	poll      time.Duration
 	nudge     bool
-	defaults  bool // outbox-relay with its default poll interval, lock TTL and nudge
+	defaults  bool     // outbox-relay with its default poll interval, lock TTL and nudge
+	extra     []string // more OUTBOX_ variables for outbox-relay
 }
 
 const (
@@ -67,6 +68,7 @@ func startRelay(s relaySpec) (*proc, error) {
 			cmd.Env = append(cmd.Env, "OUTBOX_RELAY_POLL_INTERVAL="+s.poll.String(),
 				"OUTBOX_RELAY_NUDGE="+strconv.FormatBool(s.nudge))
 		}
+		cmd.Env = append(cmd.Env, s.extra...)
 	case algoSeed:
 		self, err := os.Executable()
 		if err != nil {

@@ -1,0 +1,360 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/drainbench"
+	"github.com/outbox-relay/outbox-relay/schema"
+)
+
+// partitionsResult is one relay count's measures.
+type partitionsResult struct {
+	relays       int
+	rowsPerSec   float64       // rows / (last sent_time - first sent_time)
+	cpu          time.Duration // the relay processes' CPU during the drain
+	idleCmds     float64       // Redis commands/s with the relays idle: lock and group upkeep
+	killTakeover time.Duration // kill -9 of one relay until the others own every partition
+	joinTakeover time.Duration // a relay started until every partition is owned once, shares even
+}
+
+// runPartitions measures a relay group on one table split into partitions: the drain rate
+// of a backlog with 1, 2, 3... relay processes, the Redis commands the group spends when
+// idle, the time until the survivors own every partition after a kill -9, and the time a
+// joining relay takes to get its share; and seed 002's single relay on the same backlog.
+func runPartitions(ctx context.Context, args []string) error {
+	var s serverFlags
+	fs := flag.NewFlagSet("partitions", flag.ContinueOnError)
+	s.register(fs)
+	rows := fs.Int("rows", 100000, "due rows in the backlog of each run")
+	parts := fs.Int("partitions", 8, "relay.partitions")
+	relaysFlag := fs.String("relays", "1,2,3", "relay process counts to measure, comma-separated")
+	seed := fs.Bool("seed002", true, "also drain the same backlog with seed 002's relay")
+	idle := fs.Duration("idle", 10*time.Second, "idle window over which Redis commands are counted")
+	relayBin := fs.String("relay-bin", "", "outbox-relay binary (default: built from this checkout)")
+	ownRedis := fs.Bool("own-redis", true, "run a private redis-server for the run, so that its command count is the group's alone")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var counts []int
+	for _, f := range strings.Split(*relaysFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("--relays: %q is not a relay count", f)
+		}
+		counts = append(counts, n)
+	}
+	if *parts < 1 || *parts > schema.MaxPartitions {
+		return fmt.Errorf("--partitions: must be between 1 and %d, got %d", schema.MaxPartitions, *parts)
+	}
+	tmp, err := os.MkdirTemp("", "relaybench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	bin, err := relayBinary(ctx, *relayBin, tmp)
+	if err != nil {
+		return err
+	}
+	if *ownRedis {
+		addr, stop, err := startRedis(ctx, tmp)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		s.redisAddr = addr
+	}
+	w, err := newWorld(ctx, s)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+
+	var results []partitionsResult
+	for _, n := range counts {
+		r, err := measurePartitions(ctx, w, bin, n, *parts, *rows, *idle)
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+		fmt.Printf("relays=%d: %.0f rows/s, relay CPU %.1fs, idle Redis %.1f commands/s, takeover after kill -9 %s, join %s\n",
+			n, r.rowsPerSec, r.cpu.Seconds(), r.idleCmds, r.killTakeover.Round(time.Millisecond), r.joinTakeover.Round(time.Millisecond))
+	}
+	var seedRate float64
+	if *seed {
+		if seedRate, err = measureSeedDrain(ctx, w, *rows); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("\n%d rows, relay.partitions=%d, lock TTL 2s, in-process broker; %s\n\n", *rows, *parts, w.cfg.Addr)
+	fmt.Println("| relays | rows/s | vs 1 relay | relay CPU s | idle Redis cmds/s | takeover after kill -9 | join until even |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	for _, r := range results {
+		kill, join := "-", "-"
+		if r.killTakeover > 0 {
+			kill = r.killTakeover.Round(time.Millisecond).String()
+		}
+		if r.joinTakeover > 0 {
+			join = r.joinTakeover.Round(time.Millisecond).String()
+		}
+		fmt.Printf("| %d | %.0f | %.2f× | %.1f | %.1f | %s | %s |\n", r.relays, r.rowsPerSec, r.rowsPerSec/results[0].rowsPerSec,
+			r.cpu.Seconds(), r.idleCmds, kill, join)
+	}
+	if *seed {
+		fmt.Printf("| seed 002 (1 relay) | %.0f | %.2f× | | | | |\n", seedRate, seedRate/results[0].rowsPerSec)
+	}
+	return nil
+}
+
+// measurePartitions drains a backlog of rows with n relay processes sharing parts partitions.
+func measurePartitions(ctx context.Context, w *world, bin string, n, parts, rows int, idle time.Duration) (partitionsResult, error) {
+	res := partitionsResult{relays: n}
+	table := fmt.Sprintf("lm_part_%d", n)
+	if err := schema.MigratePartitioned(ctx, w.db, table, parts); err != nil {
+		return res, err
+	}
+	if err := drainbench.Fill(ctx, w.db, table, drainbench.Options{Rows: rows, BodyBytes: 200, Topic: "partitions"}); err != nil {
+		return res, err
+	}
+	start := func(i int) (*proc, error) {
+		return startRelay(relaySpec{algo: algoRelay, relayBin: bin, dsn: w.cfg.FormatDSN(), table: table,
+			redisAddr: w.rdb.Options().Addr, lockKey: w.prefix + "lock:" + table, nameSrv: w.broker.NameServerAddr(),
+			group: fmt.Sprintf("relay-%d", i), defaults: true, extra: []string{"OUTBOX_RELAY_PARTITIONS=" + strconv.Itoa(parts)}})
+	}
+	var procs []*proc
+	defer func() {
+		for _, p := range procs {
+			p.stop(10 * time.Second)
+		}
+	}()
+	for i := 0; i < n; i++ {
+		p, err := start(i)
+		if err != nil {
+			return res, err
+		}
+		procs = append(procs, p)
+	}
+	if err := pollUntil(ctx, 10*time.Minute, 100*time.Millisecond, "every row sent", func() (bool, error) {
+		var sent int
+		err := w.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table+" WHERE status = 2").Scan(&sent)
+		return sent == rows, err
+	}); err != nil {
+		return res, err
+	}
+	res.cpu = cpuOf(procs)
+	var first, last int64
+	if err := w.db.QueryRowContext(ctx, "SELECT MIN(sent_time), MAX(sent_time) FROM "+table).Scan(&first, &last); err != nil {
+		return res, err
+	}
+	res.rowsPerSec = float64(rows) / (float64(max(last-first, 1)) / 1000)
+
+	// Idle upkeep: every Redis command in the window is the group's (the bench runs alone).
+	time.Sleep(2 * time.Second)
+	before, err := redisCommands(ctx, w)
+	if err != nil {
+		return res, err
+	}
+	time.Sleep(idle)
+	after, err := redisCommands(ctx, w)
+	if err != nil {
+		return res, err
+	}
+	// Commands run by scripts count as well as the EVALSHA: an extension is 3 (EVALSHA, GET,
+	// PEXPIRE), a heartbeat 5. The INFO itself counts once.
+	res.idleCmds = float64(after-before-1) / idle.Seconds()
+
+	if n < 2 {
+		return res, nil
+	}
+	// A relay killed with -9: until the survivors own every partition exactly once.
+	if err := pollUntil(ctx, time.Minute, 10*time.Millisecond, "even shares", func() (bool, error) {
+		return evenlyOwned(procs, parts), nil
+	}); err != nil {
+		return res, err
+	}
+	killed := time.Now()
+	_ = procs[0].cmd.Process.Signal(syscall.SIGKILL)
+	<-procs[0].done
+	survivors := procs[1:]
+	if err := pollUntil(ctx, time.Minute, 10*time.Millisecond, "survivors owning every partition", func() (bool, error) {
+		return evenlyOwned(survivors, parts), nil
+	}); err != nil {
+		return res, err
+	}
+	res.killTakeover = time.Since(killed)
+	// A relay joins: until every partition is owned once with even shares again.
+	joined := time.Now()
+	p, err := start(n)
+	if err != nil {
+		return res, err
+	}
+	procs = append(procs, p)
+	all := append(survivors[:len(survivors):len(survivors)], p)
+	if err := pollUntil(ctx, time.Minute, 10*time.Millisecond, "even shares after a join", func() (bool, error) {
+		return evenlyOwned(all, parts), nil
+	}); err != nil {
+		return res, err
+	}
+	res.joinTakeover = time.Since(joined)
+	return res, nil
+}
+
+// measureSeedDrain drains rows with seed 002's relay (one process, its 1s job) and returns
+// its rate.
+func measureSeedDrain(ctx context.Context, w *world, rows int) (float64, error) {
+	table := "lm_part_seed"
+	if err := schema.Migrate(ctx, w.db, table); err != nil {
+		return 0, err
+	}
+	if err := drainbench.Fill(ctx, w.db, table, drainbench.Options{Rows: rows, BodyBytes: 200, Topic: "partitions"}); err != nil {
+		return 0, err
+	}
+	p, err := startRelay(relaySpec{algo: algoSeed, dsn: w.cfg.FormatDSN(), table: table, redisAddr: w.rdb.Options().Addr,
+		lockKey: w.prefix + "lock:" + table, nameSrv: w.broker.NameServerAddr(), group: "seed002", poll: time.Second})
+	if err != nil {
+		return 0, err
+	}
+	defer p.stop(10 * time.Second)
+	if err := pollUntil(ctx, 30*time.Minute, 200*time.Millisecond, "seed 002 to send every row", func() (bool, error) {
+		var sent int
+		err := w.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table+" WHERE status = 2").Scan(&sent)
+		return sent == rows, err
+	}); err != nil {
+		return 0, err
+	}
+	var first, last int64
+	if err := w.db.QueryRowContext(ctx, "SELECT MIN(sent_time), MAX(sent_time) FROM "+table).Scan(&first, &last); err != nil {
+		return 0, err
+	}
+	return float64(rows) / (float64(max(last-first, 1)) / 1000), nil
+}
+
+// startRedis runs redis-server on a free loopback port, without persistence, in dir.
+func startRedis(ctx context.Context, dir string) (addr string, stop func(), err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	if err := cmd.Start(); err != nil {
+		return "", nil, fmt.Errorf("start redis-server (or pass --own-redis=false): %w", err)
+	}
+	stop = func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	addr = fmt.Sprintf("127.0.0.1:%d", port)
+	if err := pollUntil(ctx, 10*time.Second, 20*time.Millisecond, "redis-server to listen", func() (bool, error) {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil, nil
+	}); err != nil {
+		stop()
+		return "", nil, err
+	}
+	return addr, stop, nil
+}
+
+// redisCommands is the server's total_commands_processed.
+func redisCommands(ctx context.Context, w *world) (int64, error) {
+	info, err := w.rdb.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("INFO stats has no total_commands_processed")
+}
+
+// evenlyOwned reports whether every partition is owned by exactly one of procs, by their
+// metrics, with shares that differ by at most one.
+func evenlyOwned(procs []*proc, parts int) bool {
+	count := map[int]int{}
+	for _, p := range procs {
+		owned := ownedPartitions(p)
+		if len(owned) < parts/len(procs) || len(owned) > parts/len(procs)+1 {
+			return false
+		}
+		for _, o := range owned {
+			count[o]++
+		}
+	}
+	if len(count) != parts {
+		return false
+	}
+	for _, c := range count {
+		if c != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// ownedPartitions reads outbox_relay_partition_owned from p's /metrics.
+func ownedPartitions(p *proc) []int {
+	addr := ""
+	for _, line := range strings.Split(p.out.String(), "\n") {
+		var entry struct{ Addr, Message string }
+		if json.Unmarshal([]byte(line), &entry) == nil && strings.HasPrefix(entry.Message, "http:") {
+			addr = entry.Addr
+		}
+	}
+	if addr == "" {
+		return nil
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var out []int
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "outbox_relay_partition_owned{") || !strings.HasSuffix(line, " 1") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `partition="`)
+		v, _, _ := strings.Cut(rest, `"`)
+		if n, err := strconv.Atoi(v); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// pollUntil calls cond every interval until it is true, errs, or within passes.
+func pollUntil(ctx context.Context, within, interval time.Duration, what string, cond func() (bool, error)) error {
+	deadline := time.Now().Add(within)
+	for {
+		ok, err := cond()
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not within %s", what, within)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+}

@@ -1,0 +1,355 @@
+package relay
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
+)
+
+// Group relays one table split into Config.Partitions partitions, each under its own lock,
+// and shares them with the other relays running the same table: each process holds about
+// P/N of the P partitions when N relays run. The relays find each other through a sorted set
+// in Redis, the only coordinator: every quarter of the lock TTL each one renews its entry,
+// drops the entries not renewed for half a TTL, and computes the same assignment from the
+// members it sees. A partition moves when its assignment changes: its holder finishes the
+// sends in flight, writes them back and releases the lock, and the new owner takes it.
+// With Partitions = 1 every relay of the group competes for the table's one lock, as
+// before partitions existed; the membership only keeps relays with another number of
+// partitions from publishing beside them.
+type Group struct {
+	cfg     Config
+	rdb     redis.UniversalClient
+	parts   []*Relay
+	member  string
+	members string // the Redis key of the group's sorted set
+	log     zerolog.Logger
+
+	mu       sync.Mutex
+	assigned []int    // partitions this process is to hold, as last computed
+	seen     []string // live members, as last read
+	conflict string   // a member with another number of partitions, if any
+}
+
+// NewGroup checks cfg and returns the group of cfg.Table's cfg.Partitions partitions. The
+// lock of partition p is cfg.LockKey followed by ":p/P"; the members' set is cfg.LockKey
+// followed by ":members".
+func NewGroup(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Group, error) {
+	cfg.setDefaults()
+	g := &Group{cfg: cfg, rdb: rdb, members: cfg.LockKey + ":members"}
+	for p := 0; p < cfg.Partitions; p++ {
+		pc := cfg
+		pc.Partition = p
+		if cfg.Partitions > 1 {
+			pc.LockKey = partitionLockKey(cfg.LockKey, p, cfg.Partitions)
+		}
+		r, err := New(db, rdb, pub, pc)
+		if err != nil {
+			return nil, err
+		}
+		r.gate = &gate{changed: make(chan struct{}, 1)}
+		r.nudgeIn = make(chan struct{}, 1)
+		g.parts = append(g.parts, r)
+	}
+	host, _ := os.Hostname()
+	token := make([]byte, 6)
+	if _, err := rand.Read(token); err != nil {
+		return nil, fmt.Errorf("relay: group member id: %w", err)
+	}
+	// The number of partitions leads the member's name: relays configured with different
+	// numbers would split the rows two ways and publish some twice, so only those with the
+	// oldest member's number hold partitions.
+	g.member = fmt.Sprintf("%d|since=%d host=%s pid=%d token=%s", cfg.Partitions, time.Now().UnixMilli(), host, os.Getpid(), hex.EncodeToString(token))
+	g.log = g.parts[0].log.With().Str("member", g.member).Logger()
+	if cfg.Partitions > 1 {
+		cfg.Metrics.Table(cfg.Database, cfg.Table).InitPartitions(cfg.Partitions)
+	}
+	return g, nil
+}
+
+// partitionLockKey is the lock key of partition p of n.
+func partitionLockKey(key string, p, n int) string { return fmt.Sprintf("%s:%d/%d", key, p, n) }
+
+// Relays returns the group's relays, one per partition.
+func (g *Group) Relays() []*Relay { return slices.Clone(g.parts) }
+
+// Owned returns the partitions whose lock this process holds.
+func (g *Group) Owned() []int {
+	var out []int
+	for p, r := range g.parts {
+		if r.leading.Load() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Run relays the group's partitions until ctx ends, then leaves the group (the others take
+// its partitions at once) and returns nil. Any other return is an error of configuration.
+func (g *Group) Run(ctx context.Context) error {
+	if g.rdb == nil {
+		return errors.New("relay: Group.Run needs a Redis client")
+	}
+	var wg sync.WaitGroup
+	for _, r := range g.parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = r.Run(ctx)
+		}()
+	}
+	go g.parts[0].sampleBacklogEvery(ctx, 5*time.Second) // table-wide, whoever leads
+	if !g.cfg.DisableNudge {
+		go g.fanOutNudges(ctx)
+	}
+	g.coordinate(ctx)
+	wg.Wait()
+	lctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := g.rdb.ZRem(lctx, g.members, g.member).Err(); err != nil {
+		g.log.Warn().Err(err).Msg("group: could not leave; the others notice within lock.ttl")
+	}
+	return nil
+}
+
+// coordinate renews the membership and applies the assignment every quarter of the lock
+// TTL until ctx ends.
+func (g *Group) coordinate(ctx context.Context) {
+	tick := time.NewTicker(g.cfg.LockTTL / 4)
+	defer tick.Stop()
+	for {
+		g.heartbeat(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// membership renews member's entry, drops the entries not renewed for ARGV[2] ms (by the
+// Redis server's clock, so the relays' clocks do not matter) and returns the live members.
+var membership = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], 4 * tonumber(ARGV[2]))
+return redis.call('ZRANGE', KEYS[1], 0, -1)
+`)
+
+// heartbeat renews the membership and opens or closes each partition's gate. When Redis
+// does not answer the gates stay as they are: the partitions' locks cannot be extended
+// either, and their relays stop on their own when the locks' validity runs out.
+func (g *Group) heartbeat(ctx context.Context) {
+	hctx, cancel := context.WithTimeout(ctx, g.cfg.LockTTL/4)
+	members, err := membership.Run(hctx, g.rdb, []string{g.members}, g.member, memberTTL(g.cfg.LockTTL).Milliseconds()).StringSlice()
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			g.log.Warn().Err(err).Msg("group: membership not renewed")
+		}
+		return
+	}
+	conflict := g.conflicting(members)
+	var mine []int
+	switch {
+	case conflict != "":
+	case g.cfg.Partitions == 1:
+		mine = []int{0} // every relay competes for the one lock
+	default:
+		mine = assign(members, g.cfg.Partitions)[g.member]
+	}
+	g.mu.Lock()
+	changed := !slices.Equal(mine, g.assigned) || len(members) != len(g.seen) || conflict != g.conflict
+	g.assigned, g.seen = mine, members
+	newConflict := conflict != "" && conflict != g.conflict
+	g.conflict = conflict
+	g.mu.Unlock()
+	g.cfg.Metrics.Table(g.cfg.Database, g.cfg.Table).SetGroupMembers(len(members))
+	if newConflict {
+		g.log.Error().Str("other", conflict).Int("partitions", g.cfg.Partitions).
+			Msg("group: an older relay of this table runs with another relay.partitions; this one holds no partition until every relay has the same")
+	}
+	if changed {
+		g.log.Info().Ints("partitions", mine).Int("members", len(members)).Msg("group: assignment")
+	}
+	own := make([]bool, len(g.parts))
+	for _, p := range mine {
+		own[p] = true
+	}
+	for p, r := range g.parts {
+		r.gate.set(own[p])
+	}
+}
+
+// conflicting returns the oldest member when its number of partitions is not ours, else "".
+// The oldest configuration wins so that a relay started with another number cannot stop a
+// group that is delivering; when the number is changed on purpose, the new relays wait for
+// the last old one to stop.
+func (g *Group) conflicting(members []string) string {
+	oldest, oldestSince := "", int64(0)
+	for _, m := range members {
+		var n int
+		var since int64
+		if _, err := fmt.Sscanf(m, "%d|since=%d", &n, &since); err != nil {
+			continue // not a member written by this version
+		}
+		if oldest == "" || since < oldestSince || (since == oldestSince && m < oldest) {
+			oldest, oldestSince = m, since
+		}
+	}
+	if n, _, _ := strings.Cut(oldest, "|"); oldest != "" && n != strconv.Itoa(g.cfg.Partitions) {
+		return oldest
+	}
+	return ""
+}
+
+// memberTTL is how long a member stays in the group without renewing its entry: two missed
+// renewals. Shorter than the lock's TTL, so that the survivors of a dead relay know its
+// partitions are theirs before its locks expire, and take each within milliseconds of its
+// expiry (Relay.lockExpiry). A relay paused longer drops out of the others' assignment for
+// a moment; it holds its locks meanwhile, so nothing moves unless it loses them.
+func memberTTL(lockTTL time.Duration) time.Duration { return lockTTL / 2 }
+
+// fanOutNudges forwards the table's nudges, from one subscription, to every partition.
+func (g *Group) fanOutNudges(ctx context.Context) {
+	sub := g.rdb.Subscribe(ctx, outbox.NudgeChannel(g.cfg.Table))
+	defer sub.Close()
+	ch := sub.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+			for _, r := range g.parts {
+				select {
+				case r.nudgeIn <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+}
+
+// assign shares n partitions among members, the same way in every process: each member
+// gets n/len(members) partitions, or one more (the first n%len(members) members in sorted
+// order), and each partition goes to the member that ranks it highest (a hash of member and
+// partition) among those not yet full. A member joining or leaving moves few partitions
+// besides its own: the rest keep their owner unless its share changed.
+func assign(members []string, n int) map[string][]int {
+	members = slices.Clone(members)
+	slices.Sort(members)
+	members = slices.Compact(members)
+	out := map[string][]int{}
+	if len(members) == 0 {
+		return out
+	}
+	capacity := map[string]int{}
+	for i, m := range members {
+		capacity[m] = n / len(members)
+		if i < n%len(members) {
+			capacity[m]++
+		}
+	}
+	ranked := make([]string, len(members))
+	for p := 0; p < n; p++ {
+		copy(ranked, members)
+		slices.SortFunc(ranked, func(a, b string) int {
+			ha, hb := rank(a, p), rank(b, p)
+			switch {
+			case ha > hb:
+				return -1
+			case ha < hb:
+				return 1
+			}
+			return strings.Compare(a, b)
+		})
+		for _, m := range ranked {
+			if len(out[m]) < capacity[m] {
+				out[m] = append(out[m], p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// rank is member's preference for partition p.
+func rank(member string, p int) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(member))
+	h.Write([]byte{0, byte(p >> 8), byte(p)})
+	x := h.Sum64()
+	// fnv's low bits mix poorly over short suffixes: finish with a 64-bit mixer.
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	return x
+}
+
+// gate tells a partition's relay whether its process should hold the partition. All its
+// methods are safe on a nil gate (an unpartitioned relay), which always wants the lock.
+type gate struct {
+	want    atomic.Bool
+	changed chan struct{} // holds one signal after want changed
+}
+
+func (g *gate) wanted() bool { return g == nil || g.want.Load() }
+
+func (g *gate) set(on bool) {
+	if g.want.Swap(on) != on {
+		select {
+		case g.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// changedChan is the channel signalled when want changes; nil (never ready) for a nil gate.
+func (g *gate) changedChan() <-chan struct{} {
+	if g == nil {
+		return nil
+	}
+	return g.changed
+}
+
+// handover returns a context that ends with ctx or when the gate closes, and its cancel.
+func (g *gate) handover(ctx context.Context) (context.Context, context.CancelFunc) {
+	if g == nil {
+		return ctx, func() {}
+	}
+	hctx, cancel := context.WithCancel(ctx)
+	go func() {
+		for {
+			if !g.wanted() {
+				cancel()
+				return
+			}
+			select {
+			case <-hctx.Done():
+				return
+			case <-g.changed:
+			}
+		}
+	}()
+	return hctx, cancel
+}
