@@ -289,13 +289,7 @@ func TestBrowserTwoDatabases(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the browser test failed: %v", err)
 	}
-	statusOf := func(db *testenv.DB) (st int) {
-		if err := db.QueryRow("SELECT status FROM `" + table + "` WHERE msg_id = 'order-1'").Scan(&st); err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
-	if a, b := statusOf(shopA), statusOf(shopB); a != 3 || b != 2 {
+	if a, b := msgStatus(t, shopA, "order-1"), msgStatus(t, shopB, "order-1"); a != 3 || b != 2 {
 		t.Fatalf("shop-a's row has status %d (want 3, untouched), shop-b's %d (want 2, sent)", a, b)
 	}
 	if msgs := broker.Messages("orders"); len(msgs) != 1 || string(msgs[0].Body) != "from shop-b" {

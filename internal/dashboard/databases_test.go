@@ -77,13 +77,16 @@ func TestTwoDatabases(t *testing.T) {
 	if code, body := b.do(t, "POST", "/ui/api/requeue", auth, `{"database":"shop-b","table":"`+table+`","msg_ids":["order-1"]}`, nil); code != 200 || !strings.Contains(body, "order-1") {
 		t.Fatalf("requeue in shop-b: %d %s", code, body)
 	}
-	statusOf := func(db *testenv.DB) (st int) {
-		if err := db.QueryRow("SELECT status FROM `" + table + "` WHERE msg_id = 'order-1'").Scan(&st); err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
-	if a, b := statusOf(shopA), statusOf(shopB); a != 3 || b != 0 {
+	if a, b := msgStatus(t, shopA, "order-1"), msgStatus(t, shopB, "order-1"); a != 3 || b != 0 {
 		t.Fatalf("after requeue in shop-b: shop-a's row has status %d (want 3, untouched), shop-b's %d (want 0)", a, b)
 	}
+}
+
+// msgStatus is the status of the row msgID of table in db.
+func msgStatus(t *testing.T, db *testenv.DB, msgID string) (st int) {
+	t.Helper()
+	if err := db.QueryRow("SELECT status FROM `"+table+"` WHERE msg_id = ?", msgID).Scan(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

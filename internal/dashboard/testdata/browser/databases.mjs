@@ -4,23 +4,11 @@
 // delivered. Inputs (environment): BASE_URL, ADMIN_TOKEN, SEED (JSON: {table, msg_id}),
 // CHROMIUM.
 import { launchChromium } from './chromium.mjs';
+import { until } from './poll.mjs';
 import assert from 'node:assert/strict';
 
 const base = process.env.BASE_URL;
 const seed = JSON.parse(process.env.SEED);
-
-async function until(what, fn, ms = 30000) {
-  const end = Date.now() + ms;
-  let last;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v) return v;
-    } catch (e) { last = e; }
-    if (Date.now() > end) throw new Error('timed out waiting for ' + what + (last ? ': ' + last.message : ''));
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 const browser = await launchChromium();
 try {
