@@ -88,6 +88,14 @@ func partitionLockKey(key string, p, n int) string { return fmt.Sprintf("%s:%d/%
 // Relays returns the group's relays, one per partition.
 func (g *Group) Relays() []*Relay { return slices.Clone(g.parts) }
 
+// Members returns how many relays of the group this process saw in Redis at its last
+// renewal, whatever their number of partitions.
+func (g *Group) Members() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.seen)
+}
+
 // Owned returns the partitions whose lock this process holds.
 func (g *Group) Owned() []int {
 	var out []int
@@ -113,7 +121,7 @@ func (g *Group) Run(ctx context.Context) error {
 			_ = r.Run(ctx)
 		}()
 	}
-	go g.parts[0].sampleBacklogEvery(ctx, 5*time.Second) // table-wide, whoever leads
+	go g.sampleBacklogEvery(ctx, 5*time.Second)
 	if !g.cfg.DisableNudge {
 		go g.fanOutNudges(ctx)
 	}
@@ -166,14 +174,14 @@ func (g *Group) heartbeat(ctx context.Context) {
 		}
 		return
 	}
-	conflict := g.conflicting(members)
+	conflict, peers := g.conflicting(members)
 	var mine []int
 	switch {
 	case conflict != "":
 	case g.cfg.Partitions == 1:
 		mine = []int{0} // every relay competes for the one lock
 	default:
-		mine = assign(members, g.cfg.Partitions)[g.member]
+		mine = assign(peers, g.cfg.Partitions)[g.member]
 	}
 	g.mu.Lock()
 	changed := !slices.Equal(mine, g.assigned) || len(members) != len(g.seen) || conflict != g.conflict
@@ -198,26 +206,31 @@ func (g *Group) heartbeat(ctx context.Context) {
 	}
 }
 
-// conflicting returns the oldest member when its number of partitions is not ours, else "".
-// The oldest configuration wins so that a relay started with another number cannot stop a
-// group that is delivering; when the number is changed on purpose, the new relays wait for
-// the last old one to stop.
-func (g *Group) conflicting(members []string) string {
+// conflicting returns the oldest member when its number of partitions is not ours (else
+// ""), and the members with our number, among whom the partitions are shared. The oldest
+// configuration wins so that a relay started with another number cannot stop a group that
+// is delivering; when the number is changed on purpose, the new relays wait for the last old
+// one to stop.
+func (g *Group) conflicting(members []string) (conflict string, peers []string) {
 	oldest, oldestSince := "", int64(0)
+	ours := strconv.Itoa(g.cfg.Partitions)
 	for _, m := range members {
 		var n int
 		var since int64
 		if _, err := fmt.Sscanf(m, "%d|since=%d", &n, &since); err != nil {
 			continue // not a member written by this version
 		}
+		if strconv.Itoa(n) == ours {
+			peers = append(peers, m)
+		}
 		if oldest == "" || since < oldestSince || (since == oldestSince && m < oldest) {
 			oldest, oldestSince = m, since
 		}
 	}
-	if n, _, _ := strings.Cut(oldest, "|"); oldest != "" && n != strconv.Itoa(g.cfg.Partitions) {
-		return oldest
+	if n, _, _ := strings.Cut(oldest, "|"); oldest != "" && n != ours {
+		return oldest, nil
 	}
-	return ""
+	return "", peers
 }
 
 // memberTTL is how long a member stays in the group without renewing its entry: two missed
@@ -226,6 +239,33 @@ func (g *Group) conflicting(members []string) string {
 // expiry (Relay.lockExpiry). A relay paused longer drops out of the others' assignment for
 // a moment; it holds its locks meanwhile, so nothing moves unless it loses them.
 func memberTTL(lockTTL time.Duration) time.Duration { return lockTTL / 2 }
+
+// sampleBacklogEvery samples the table's backlog and dead rows until ctx is done. With one
+// partition every relay samples, leader and standbys alike, as before partitions. With
+// several, only the holder of partition 0 does and the others export 0: sixteen relays
+// counting a large backlog every 5 s would load the database for one number, and the
+// alerts aggregate with max.
+func (g *Group) sampleBacklogEvery(ctx context.Context, every time.Duration) {
+	first := g.parts[0]
+	if first.metrics == nil {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if g.cfg.Partitions == 1 || first.leading.Load() {
+			first.sampleBacklog(ctx)
+		} else {
+			first.metrics.SetBacklog(0, 0)
+			first.metrics.SetDeadRows(0)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
 
 // fanOutNudges forwards the table's nudges, from one subscription, to every partition.
 func (g *Group) fanOutNudges(ctx context.Context) {

@@ -198,6 +198,7 @@ func TestGroupWithAnotherPartitionCountHoldsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	runGroup(t, newcomer)
+	eventually(t, 30*time.Second, "both relays to see each other", func() bool { return newcomer.Members() == 2 && old.Members() == 2 })
 	for i := 0; i < 20; i++ {
 		b.insert(t, outbox.Message{MsgID: fmt.Sprintf("m%02d", i), Topic: "orders", Body: []byte("x")})
 	}

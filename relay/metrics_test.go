@@ -634,6 +634,21 @@ func TestAlertsFireOnTheRelaysMetrics(t *testing.T) {
 	s.quiet(45, "OutboxRelayLockFlapping", "OutboxRelayNoLeader", "OutboxRelayLockWaitLong")
 	add(s)
 
+	// A partitioned table: a and b hold one partition each; a stops holding its partition
+	// (killed, or another relay.partitions) and b does not take it.
+	s = newScenario(t, "a partition nobody holds", "a", "b")
+	a, b = s.relays["a"], s.relays["b"]
+	a.tm.InitPartitions(2)
+	b.tm.InitPartitions(2)
+	s.run(30, func(m int) {
+		a.tm.SetPartitionOwned(0, m < 10)
+		b.tm.SetPartitionOwned(1, true)
+	})
+	s.quiet(9, "OutboxRelayPartitionUnowned", "OutboxRelayNoLeader")
+	s.fires(13, "OutboxRelayPartitionUnowned", map[string]string{"database": testDatabase, "table": testTable, "partition": "0"})
+	s.quiet(20, "OutboxRelayNoLeader")
+	add(s)
+
 	// The standby dies, then the leader: each is down, the table has nobody, then nothing
 	// exports any relay series at all.
 	s = newScenario(t, "relays go down", "a", "b")
@@ -676,6 +691,7 @@ func realSeries(t *testing.T) map[string]map[string]bool {
 	reg := prometheus.NewRegistry()
 	m := relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: testRoutes})
 	tm := m.Table(testDatabase, testTable)
+	tm.InitPartitions(2) // the series of a partitioned table (relay.partitions > 1)
 	tm.Published("orders", "created", 1)
 	tm.ObservePublish(time.Millisecond)
 	out := map[string]map[string]bool{}
@@ -836,7 +852,7 @@ func TestMetricsDocMatchesTheRelay(t *testing.T) {
 	raw := readRepoFile(t, "docs/metrics.md")
 	doc := string(raw)
 	reg := prometheus.NewRegistry()
-	relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: testRoutes}).Table(testDatabase, testTable)
+	relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: testRoutes}).Table(testDatabase, testTable).InitPartitions(2)
 	text := scrape(t, reg)
 	types := map[string]string{}
 	for _, line := range strings.Split(text, "\n") {
