@@ -40,13 +40,13 @@ been waiting. Sent rows are counted in total only, so the command stays cheap on
 history. With a databases list it shows every database's tables, or those of --database.
 
 For each table it also shows its leader lock in Redis (the key from lock.key): "held" with
-the time left before it expires unless the holder extends it, or "free" (no relay is
-delivering that table). The lock's value is a random token, so status tells that a relay
-holds it, not which one. When Redis cannot be read the lock shows as "unknown" with the
+the relay holding it (host and pid, as the lock's value names them; a bare token of an older
+relay names no one) and the time left before it expires unless the holder extends it, or
+"free" (no relay is delivering that table). When Redis cannot be read the lock shows as "unknown" with the
 error, and the counts are still printed. A database that cannot be reached is reported and
 the others are still shown; the command then exits 1. --json prints the same as a list of
 objects with "database" (server/schema), "database_name" (with a databases list) and
-"lock": {"key", "held", "ttl_ms", "error"}.`,
+"lock": {"key", "held", "ttl_ms", "holder", "error"}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -128,6 +128,13 @@ func (a *app) databaseStatus(ctx context.Context, rdb redis.Cmdable, d config.Da
 			r.DatabaseName = d.Name
 		}
 		lock, err := ops.ReadLock(ctx, rdb, a.cfg.LockKeyIn(d, table))
+		if err == nil && lock.Held {
+			var h ops.LockHolder
+			var named bool
+			if h, named, err = ops.ReadLockHolder(ctx, rdb, lock.Key); named {
+				lock.Holder = fmt.Sprintf("%s pid %d", h.Host, h.PID)
+			}
+		}
 		if err != nil {
 			lock.Error = err.Error()
 		}
@@ -144,6 +151,8 @@ func lockText(l ops.LockState) string {
 		return "unknown (" + l.Error + ")"
 	case !l.Held:
 		return "free (" + l.Key + "; no relay delivers this table)"
+	case l.Holder != "":
+		return fmt.Sprintf("held by %s, expires in %s unless extended (%s)", l.Holder, l.TTL.Round(100*time.Millisecond), l.Key)
 	case l.TTL == 0:
 		return "held, no expiry (" + l.Key + ")"
 	default:

@@ -226,7 +226,8 @@ databases:
 		t.Errorf("/readyz: %d\n%s", code, ready)
 	}
 
-	// status lists both databases' tables with their locks held; --database one of them.
+	// status lists both databases' tables with their locks held by this relay; --database one
+	// of them.
 	out, exit := runCLI(t, environ, "status", "--json")
 	var reports []ops.StatusReport
 	if exit != 0 || json.Unmarshal([]byte(out), &reports) != nil {
@@ -235,7 +236,7 @@ databases:
 	got := map[string]int64{}
 	for _, r := range reports {
 		got[r.DatabaseName+"/"+r.Table] = r.Sent
-		if r.Lock == nil || !r.Lock.Held || r.Pending != 0 {
+		if r.Lock == nil || !r.Lock.Held || !strings.HasSuffix(r.Lock.Holder, fmt.Sprintf(" pid %d", p.cmd.Process.Pid)) || r.Pending != 0 {
 			t.Errorf("status of %s/%s: lock %+v, pending %d", r.DatabaseName, r.Table, r.Lock, r.Pending)
 		}
 	}
