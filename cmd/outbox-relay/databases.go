@@ -127,9 +127,9 @@ func checkAtStart(ctx context.Context, dbs []*runDatabase, partitions int, log z
 	return nil
 }
 
-// runWhenReady runs the database's relay groups, and its periodic purge when rc.PurgeRetention is
-// set, until ctx ends; while the database is not ready (see checkAtStart) it retries it on a
-// doubling interval, logging each failure.
+// runWhenReady runs the database's relay groups, and its periodic purge when
+// rc.PurgeRetention is set, until ctx ends; while the database is not ready (see
+// checkAtStart) it retries it on a doubling interval, logging each failure.
 func (d *runDatabase) runWhenReady(ctx context.Context, rc config.Relay, log zerolog.Logger) {
 	log = log.With().Str("database_name", d.Name).Str("database", d.Label()).Logger()
 	wait := dbRetryFirst
