@@ -56,7 +56,7 @@ func NewGroup(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) 
 		pc := cfg
 		pc.Partition = p
 		if cfg.Partitions > 1 {
-			pc.LockKey = partitionLockKey(cfg.LockKey, p, cfg.Partitions)
+			pc.LockKey = PartitionLockKey(cfg.LockKey, p, cfg.Partitions)
 		}
 		r, err := New(db, rdb, pub, pc)
 		if err != nil {
@@ -82,8 +82,8 @@ func NewGroup(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) 
 	return g, nil
 }
 
-// partitionLockKey is the lock key of partition p of n.
-func partitionLockKey(key string, p, n int) string { return fmt.Sprintf("%s:%d/%d", key, p, n) }
+// PartitionLockKey is the lock key of partition p of n, for a table whose lock key is key.
+func PartitionLockKey(key string, p, n int) string { return fmt.Sprintf("%s:%d/%d", key, p, n) }
 
 // Relays returns the group's relays, one per partition.
 func (g *Group) Relays() []*Relay { return slices.Clone(g.parts) }

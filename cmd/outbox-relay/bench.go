@@ -13,6 +13,7 @@ import (
 
 func (a *app) newBenchCmd() *cobra.Command {
 	var o drainbench.Options
+	var dbName string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure relay throughput on this database and broker",
@@ -21,6 +22,7 @@ table outbox_bench_<random> in the configured database (mysql.dsn), fill it with
 due rows, relay them all once with the configured batch size and concurrency to the
 configured RocketMQ (rocketmq.nameservers), topic --topic, which must exist there or be
 auto-created, print the rows/s, and drop the table. The configured tables are not touched.
+With a databases list, choose the database with --database.
 
 To measure without a RocketMQ (the database's and the client's share, against an in-memory
 test broker), run the development tool from a checkout: make bench-local.`,
@@ -35,7 +37,14 @@ test broker), run the development tool from a checkout: make bench-local.`,
 			if err := o.Validate(); err != nil {
 				return usageError("%v", err)
 			}
-			return a.bench(cmd.Context(), o)
+			dbs, err := a.selectDatabases(dbName)
+			if err != nil {
+				return err
+			}
+			if len(dbs) > 1 {
+				return usageError("bench: several databases are configured: choose one with --database")
+			}
+			return a.bench(cmd.Context(), dbs[0], o)
 		},
 	}
 	fs := cmd.Flags()
@@ -43,13 +52,14 @@ test broker), run the development tool from a checkout: make bench-local.`,
 	fs.IntVar(&o.BodyBytes, "body-bytes", 200, "bytes of each message body")
 	fs.BoolVar(&o.BatchSend, "batch-send", true, "send messages of one topic in batch requests (default: relay.batch_send)")
 	fs.StringVar(&o.Topic, "topic", "outbox_bench", "topic of the messages")
+	addDatabaseFlag(cmd, &dbName)
 	return cmd
 }
 
-// bench runs the measure against the configured database and broker.
-func (a *app) bench(ctx context.Context, o drainbench.Options) error {
+// bench runs the measure against database d and the configured broker.
+func (a *app) bench(ctx context.Context, d config.Database, o drainbench.Options) error {
 	useClientLogger(a.log)
-	db, err := openMySQL(ctx, a.cfg.MySQL.DSN)
+	db, err := openMySQL(ctx, d.DSN)
 	if err != nil {
 		return err
 	}
@@ -63,7 +73,7 @@ func (a *app) bench(ctx context.Context, o drainbench.Options) error {
 	}
 	defer pub.Close()
 	o.BatchSize, o.Concurrency, o.MaxBodyBytes = a.cfg.Relay.BatchSize, a.cfg.Relay.Concurrency, a.cfg.Relay.MaxBodyBytes
-	o.Database = config.RedactDSN(a.cfg.MySQL.DSN)
+	o.Database = config.RedactDSN(d.DSN)
 	o.Broker = "RocketMQ at " + strings.Join(a.cfg.RocketMQ.NameServers, ",")
 	return drainbench.Run(ctx, db, pub, o, a.out)
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -14,6 +16,8 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/ops"
+	"github.com/outbox-relay/outbox-relay/internal/redisconn"
+	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 // confirmAbove is the number of rows requeue changes without asking.
@@ -27,54 +31,67 @@ func writeJSON(w io.Writer, v any) error {
 
 func (a *app) newStatusCmd() *cobra.Command {
 	var asJSON bool
+	var dbName string
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Count rows by status and topic, and show the backlog",
 		Long: `Count the rows of each outbox table by status (pending, failed, sent, dead), break the
 unsent ones down by topic, and show how many rows are due now and how long the oldest has
 been waiting. Sent rows are counted in total only, so the command stays cheap on a large
-history.
+history. With a databases list it shows every database's tables, or those of --database.
 
 For each table it also shows its leader lock in Redis (the key from lock.key): "held" with
-the time left before it expires unless the holder extends it, or "free" (no relay is
-delivering that table). The lock's value is a random token, so status tells that a relay
-holds it, not which one. When Redis cannot be read the lock shows as "unknown" with the
-error, and the counts are still printed. --json prints the same as a list of objects with
-"database" and "lock": {"key", "held", "ttl_ms", "error"}.`,
+the relay holding it (host and pid, as the lock's value names them; a bare token of an older
+relay names no one) and the time left before it expires unless the holder extends it, or
+"free" (no relay is delivering that table). When Redis cannot be read the lock shows as "unknown" with the
+error, and the counts are still printed. A database that cannot be reached is reported and
+the others are still shown; the command then exits 1. --json prints the same as a list of
+objects with "database" (server/schema), "database_name" (with a databases list) and
+"lock": {"key", "held", "ttl_ms", "holder", "error"}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			db, err := a.openDB(ctx)
+			dbs, err := a.selectDatabases(dbName)
 			if err != nil {
 				return err
 			}
-			defer db.Close()
 			rdb := a.openRedis()
 			defer rdb.Close()
 			reports := []ops.StatusReport{}
-			for _, table := range a.cfg.Tables() {
-				r, err := ops.Status(ctx, db, table, time.Now())
-				if err != nil {
+			var failed []error
+			for _, d := range dbs {
+				got, err := a.databaseStatus(ctx, rdb, d)
+				if err != nil && len(dbs) == 1 && !a.cfg.MultiDatabase() {
 					return err
 				}
-				r.Database = a.cfg.DatabaseLabel()
-				lock, err := rdb.ReadLock(ctx, a.cfg.LockKey(table))
 				if err != nil {
-					lock.Error = err.Error()
+					failed = append(failed, fmt.Errorf("database %s (%s): %w", d.Name, d.Label(), err))
+					continue
 				}
-				r.Lock = &lock
-				reports = append(reports, r)
+				reports = append(reports, got...)
 			}
 			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), reports)
+				if err := writeJSON(cmd.OutOrStdout(), reports); err != nil {
+					return err
+				}
+				return errors.Join(failed...)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			for i, r := range reports {
 				if i > 0 {
 					fmt.Fprintln(tw)
 				}
-				fmt.Fprintf(tw, "table %s (%s)\n", r.Table, r.Database)
-				fmt.Fprintf(tw, "  lock\t%s\n", lockText(*r.Lock))
+				if r.DatabaseName != "" {
+					fmt.Fprintf(tw, "table %s (database %s, %s)\n", r.Table, r.DatabaseName, r.Database)
+				} else {
+					fmt.Fprintf(tw, "table %s (%s)\n", r.Table, r.Database)
+				}
+				if len(r.Partitions) == 0 {
+					fmt.Fprintf(tw, "  lock\t%s\n", lockText(*r.Lock))
+				}
+				for p, l := range r.Partitions {
+					fmt.Fprintf(tw, "  partition %d/%d\t%s\n", p, len(r.Partitions), lockText(l))
+				}
 				fmt.Fprintf(tw, "  pending\t%d\n  failed\t%d\n  sent\t%d\n  dead\t%d\n", r.Pending, r.Failed, r.Sent, r.Dead)
 				fmt.Fprintf(tw, "  due now\t%d\n  oldest due\t%s\n", r.Due, r.OldestDueAge.Round(time.Second))
 				if len(r.ByTopic) > 0 {
@@ -88,20 +105,72 @@ error, and the counts are still printed. --json prints the same as a list of obj
 					}
 				}
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			return errors.Join(failed...)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	addDatabaseFlag(cmd, &dbName)
 	return cmd
 }
 
-// lockText shows a lock state on one line: held with its TTL, free, or unknown.
+// databaseStatus reports each table of d with its lock, or with relay.partitions > 1 the
+// lock of each partition.
+func (a *app) databaseStatus(ctx context.Context, rdb *redisconn.Conn, d config.Database) ([]ops.StatusReport, error) {
+	db, err := openMySQL(ctx, d.DSN)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	var out []ops.StatusReport
+	for _, table := range d.Tables {
+		r, err := ops.Status(ctx, db, table, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		r.Database = d.Label()
+		if a.cfg.MultiDatabase() {
+			r.DatabaseName = d.Name
+		}
+		key := a.cfg.LockKeyIn(d, table)
+		lock := readLock(ctx, rdb, key)
+		r.Lock = &lock
+		if n := a.cfg.Relay.Partitions; n > 1 {
+			for p := 0; p < n; p++ {
+				r.Partitions = append(r.Partitions, readLock(ctx, rdb, relay.PartitionLockKey(key, p, n)))
+			}
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// readLock reads the lock of key and who holds it; a failure is recorded in its Error.
+func readLock(ctx context.Context, rdb *redisconn.Conn, key string) ops.LockState {
+	lock, err := rdb.ReadLock(ctx, key)
+	if err == nil && lock.Held {
+		var h ops.LockHolder
+		var named bool
+		if h, named, err = ops.ReadLockHolder(ctx, rdb.LockReader(), lock.Key); named {
+			lock.Holder = fmt.Sprintf("%s pid %d", h.Host, h.PID)
+		}
+	}
+	if err != nil {
+		lock.Error = err.Error()
+	}
+	return lock
+}
+
 func lockText(l ops.LockState) string {
 	switch {
 	case l.Error != "":
 		return "unknown (" + l.Error + ")"
 	case !l.Held:
 		return "free (" + l.Key + "; no relay delivers this table)"
+	case l.Holder != "":
+		return fmt.Sprintf("held by %s, expires in %s unless extended (%s)", l.Holder, l.TTL.Round(100*time.Millisecond), l.Key)
 	case l.TTL == 0:
 		return "held, no expiry (" + l.Key + ")"
 	default:
@@ -149,7 +218,7 @@ func (a *app) newDeadCmd() *cobra.Command {
 	var ff filterFlags
 	var limit int
 	var afterID int64
-	var after string
+	var after, dbName string
 	var asJSON bool
 	list := &cobra.Command{
 		Use:   "list",
@@ -158,7 +227,9 @@ func (a *app) newDeadCmd() *cobra.Command {
 (in the configured order), oldest id first. Filters combine: --topic order-* --older-than 24h
 lists the order topics' rows dead for a day or more. When more rows match than --limit, the
 last line gives the next page's cursor: --after TABLE:ID (the table and id of the last row
-printed; with --json, take them from the last element).`,
+printed; with --json, take them from the last element). With a databases list the rows come
+database by database, the TABLE column reads DATABASE/TABLE, and so does the cursor:
+--after shop-a/local_message:1234.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f, err := ff.filter()
@@ -168,27 +239,21 @@ printed; with --json, take them from the last element).`,
 			if limit < 1 || limit > 100000 {
 				return usageError("--limit must be between 1 and 100000, got %d", limit)
 			}
-			tables := a.cfg.Tables()
-			cur, err := ops.ParseCursor(after)
-			if err != nil {
-				return usageError("--after: %v", err)
-			}
-			if cur.Table != "" && !slices.Contains(tables, cur.Table) {
-				return usageError("--after: table %s is not configured (tables: %s)", cur.Table, strings.Join(tables, ", "))
-			}
-			if cmd.Flags().Changed("after-id") {
-				if len(tables) > 1 || after != "" {
-					return usageError("--after-id pages one table only: with several tables use --after TABLE:ID")
-				}
-				cur = ops.Cursor{Table: tables[0], ID: afterID}
-			}
-			ctx := cmd.Context()
-			db, err := a.openDB(ctx)
+			dbs, err := a.selectDatabases(dbName)
 			if err != nil {
 				return err
 			}
-			defer db.Close()
-			rows, next, err := ops.DeadPage(ctx, db, tables, f, cur, limit)
+			cur, start, err := a.deadCursor(dbs, after)
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("after-id") {
+				if len(dbs) > 1 || len(dbs[0].Tables) > 1 || after != "" {
+					return usageError("--after-id pages one table only: with several tables use --after TABLE:ID")
+				}
+				cur = ops.Cursor{Table: dbs[0].Tables[0], ID: afterID}
+			}
+			rows, next, err := a.deadRows(cmd.Context(), dbs[start:], f, cur, limit)
 			if err != nil {
 				return err
 			}
@@ -202,7 +267,11 @@ printed; with --json, take them from the last element).`,
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "TABLE\tID\tMSG_ID\tTOPIC\tTAG\tRETRIES\tDEAD SINCE\tREASON")
 			for _, r := range rows {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", r.Table, r.ID, r.MsgID, r.Topic, r.Tag,
+				name := r.Table
+				if r.DatabaseName != "" {
+					name = r.DatabaseName + "/" + r.Table
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", name, r.ID, r.MsgID, r.Topic, r.Tag,
 					r.RetryCount, r.MaxRetryCount, r.UpdateTime.Format(time.RFC3339), oneLine(r.FailReason, 80))
 			}
 			if err := tw.Flush(); err != nil {
@@ -219,8 +288,83 @@ printed; with --json, take them from the last element).`,
 	list.Flags().StringVar(&after, "after", "", "start after this TABLE:ID (paging; the cursor printed by the previous page)")
 	list.Flags().Int64Var(&afterID, "after-id", 0, "start after this id (paging one table only; see --after)")
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	addDatabaseFlag(list, &dbName)
 	dead.AddCommand(list)
 	return dead
+}
+
+// deadCursor reads --after for the selected databases: the cursor, and the index in dbs of
+// the database it starts in. With a databases list the cursor is DATABASE/TABLE:ID.
+func (a *app) deadCursor(dbs []config.Database, after string) (ops.Cursor, int, error) {
+	cur, err := ops.ParseCursor(after)
+	if err != nil {
+		return cur, 0, usageError("--after: %v", err)
+	}
+	if cur.Table == "" {
+		return cur, 0, nil
+	}
+	multi := a.cfg.MultiDatabase()
+	switch {
+	case multi && cur.Database == "":
+		return cur, 0, usageError("--after: with a databases list, give DATABASE/TABLE:ID (as printed by the previous page)")
+	case !multi && cur.Database != "":
+		return cur, 0, usageError("--after: a DATABASE/ prefix needs a databases list; give TABLE:ID")
+	}
+	names := make([]string, len(dbs))
+	for i, d := range dbs {
+		names[i] = d.Name
+		if multi && d.Name != cur.Database {
+			continue
+		}
+		if !slices.Contains(d.Tables, cur.Table) {
+			return cur, 0, usageError("--after: table %s is not configured (tables: %s)", cur.Table, strings.Join(d.Tables, ", "))
+		}
+		return cur, i, nil
+	}
+	return cur, 0, usageError("--after: database %s is not selected (databases: %s)", cur.Database, strings.Join(names, ", "))
+}
+
+// deadRows lists up to limit dead rows of dbs, database by database, starting at cur (in
+// dbs[0]); next is the cursor of the following page, or nil when none is left.
+func (a *app) deadRows(ctx context.Context, dbs []config.Database, f ops.Filter, cur ops.Cursor, limit int) (rows []ops.DeadRow, next *ops.Cursor, err error) {
+	rows = []ops.DeadRow{}
+	for i, d := range dbs {
+		od, err := a.openDatabase(ctx, d)
+		if err != nil {
+			return nil, nil, err
+		}
+		after := ops.Cursor{}
+		if i == 0 {
+			after = ops.Cursor{Table: cur.Table, ID: cur.ID}
+		}
+		if len(rows) == limit {
+			// The page is full: one row more in a later database means a next page.
+			more, _, err := ops.DeadPage(ctx, od.db, d.Tables, f, after, 1)
+			od.db.Close()
+			if err != nil {
+				return nil, nil, err
+			}
+			if len(more) > 0 {
+				last := rows[len(rows)-1]
+				return rows, &ops.Cursor{Database: last.DatabaseName, Table: last.Table, ID: last.ID}, nil
+			}
+			continue
+		}
+		got, n, err := ops.DeadPage(ctx, od.db, d.Tables, f, after, limit-len(rows))
+		od.db.Close()
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, r := range got {
+			r.DatabaseName = od.dbName()
+			rows = append(rows, r)
+		}
+		if n != nil {
+			n.Database = od.dbName()
+			return rows, n, nil
+		}
+	}
+	return rows, nil, nil
 }
 
 func oneLine(s string, n int) string {
@@ -234,6 +378,7 @@ func oneLine(s string, n int) string {
 func (a *app) newRequeueCmd() *cobra.Command {
 	var ff filterFlags
 	var all, yes, dryRun, asJSON bool
+	var dbName string
 	cmd := &cobra.Command{
 		Use:   "requeue",
 		Short: "Send dead messages again",
@@ -243,7 +388,9 @@ dead are changed. Select them with --msg-id (repeatable), --topic, --tag, --olde
 take every dead row with --all-dead; selections combine with AND.
 
 More than 10 rows are changed only after a confirmation on the terminal, or with --yes.
-Without a terminal and without --yes the command refuses and exits 3.`,
+Without a terminal and without --yes the command refuses and exits 3. With a databases list
+it acts on every database's tables, or on those of --database; the count and the
+confirmation cover them all.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f, err := ff.filter()
@@ -255,20 +402,23 @@ Without a terminal and without --yes the command refuses and exits 3.`,
 				return usageError("requeue: choose the rows with --msg-id, --topic, --tag, --older-than, or --all-dead")
 			}
 			ctx := cmd.Context()
-			db, err := a.openDB(ctx)
+			dbs, err := a.openDatabases(ctx, dbName)
 			if err != nil {
 				return err
 			}
-			defer db.Close()
+			defer closeOpDatabases(dbs)
 			out := cmd.OutOrStdout()
-			tables := a.cfg.Tables()
+			var tables []string
 			var total int64
-			for _, table := range tables {
-				n, err := ops.CountDead(ctx, db, table, f)
-				if err != nil {
-					return err
+			for _, d := range dbs {
+				for _, table := range d.Tables {
+					n, err := ops.CountDead(ctx, d.db, table, f)
+					if err != nil {
+						return err
+					}
+					total += n
+					tables = append(tables, d.qualified(table))
 				}
-				total += n
 			}
 			if dryRun {
 				fmt.Fprintf(out, "would requeue %d dead row(s) in %s\n", total, strings.Join(tables, ", "))
@@ -285,13 +435,17 @@ Without a terminal and without --yes the command refuses and exits 3.`,
 				}
 			}
 			results := []ops.RequeueResult{}
-			for _, table := range tables {
-				res, err := ops.Requeue(ctx, db, table, f)
-				if err != nil {
-					return err
+			for _, d := range dbs {
+				for _, table := range d.Tables {
+					res, err := ops.Requeue(ctx, d.db, table, f)
+					if err != nil {
+						return err
+					}
+					res.DatabaseName = d.dbName()
+					results = append(results, res)
+					a.log.Info().Str("database_name", d.Name).Str("database", d.Label()).Str("table", table).
+						Int("requeued", len(res.Requeued)).Msg("requeued dead messages")
 				}
-				results = append(results, res)
-				a.log.Info().Str("table", table).Int("requeued", len(res.Requeued)).Msg("requeued dead messages")
 			}
 			missed := notRequeued(f.MsgIDs, results)
 			if asJSON {
@@ -300,7 +454,7 @@ Without a terminal and without --yes the command refuses and exits 3.`,
 				}
 			} else {
 				for _, res := range results {
-					fmt.Fprintf(out, "%s: requeued %d row(s)\n", res.Table, len(res.Requeued))
+					fmt.Fprintf(out, "%s: requeued %d row(s)\n", resultName(res.DatabaseName, res.Table), len(res.Requeued))
 					const show = 50
 					for i, id := range res.Requeued {
 						if i == show {
@@ -323,7 +477,16 @@ Without a terminal and without --yes the command refuses and exits 3.`,
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only count the rows that would be requeued")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	addDatabaseFlag(cmd, &dbName)
 	return cmd
+}
+
+// resultName names a table in a command's output: DATABASE/TABLE with a databases list.
+func resultName(database, table string) string {
+	if database != "" {
+		return database + "/" + table
+	}
+	return table
 }
 
 // notRequeued explains each msg-id of asked that no table requeued, one line per id: why
@@ -339,7 +502,7 @@ func notRequeued(asked []string, results []ops.RequeueResult) []string {
 				break
 			}
 			if r, ok := res.Skipped[id]; ok && r != ops.SkipNotFound {
-				why = append(why, res.Table+": "+r)
+				why = append(why, resultName(res.DatabaseName, res.Table)+": "+r)
 			}
 		}
 		switch {
@@ -347,7 +510,7 @@ func notRequeued(asked []string, results []ops.RequeueResult) []string {
 		case len(why) == 0:
 			tables := make([]string, len(results))
 			for i, res := range results {
-				tables[i] = res.Table
+				tables[i] = resultName(res.DatabaseName, res.Table)
 			}
 			out = append(out, fmt.Sprintf("%s: not found in %s", id, strings.Join(tables, ", ")))
 		default:
@@ -367,13 +530,15 @@ func (a *app) newPurgeCmd() *cobra.Command {
 	var olderThan time.Duration
 	var batch int
 	var dryRun, asJSON bool
+	var dbName string
 	cmd := &cobra.Command{
 		Use:   "purge",
 		Short: "Delete sent rows older than a retention, in small batches",
 		Long: `Delete the sent rows (status 2) last updated and sent longer ago than --older-than
 (default: relay.purge_retention), in batches of --delete-batch-size rows, each its own short
 statement walking the (status, update_time) index. Pending, failed and dead rows are never
-touched, and it is safe while the relay runs. --dry-run only counts.`,
+touched, and it is safe while the relay runs. --dry-run only counts. With a databases list it
+purges every database's tables, or those of --database.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("older-than") {
@@ -386,20 +551,24 @@ touched, and it is safe while the relay runs. --dry-run only counts.`,
 				return usageError("--delete-batch-size must be between 1 and 100000, got %d", batch)
 			}
 			ctx := cmd.Context()
-			db, err := a.openDB(ctx)
+			dbs, err := a.openDatabases(ctx, dbName)
 			if err != nil {
 				return err
 			}
-			defer db.Close()
+			defer closeOpDatabases(dbs)
 			results := []ops.PurgeResult{}
-			for _, table := range a.cfg.Tables() {
-				res, err := ops.Purge(ctx, db, table, ops.PurgeOptions{OlderThan: olderThan, BatchSize: batch, DryRun: dryRun})
-				if err != nil {
-					return err
-				}
-				results = append(results, res)
-				if !dryRun {
-					a.log.Info().Str("table", table).Int64("deleted", res.Deleted).Msg("purged sent rows")
+			for _, d := range dbs {
+				for _, table := range d.Tables {
+					res, err := ops.Purge(ctx, d.db, table, ops.PurgeOptions{OlderThan: olderThan, BatchSize: batch, DryRun: dryRun})
+					if err != nil {
+						return err
+					}
+					res.DatabaseName = d.dbName()
+					results = append(results, res)
+					if !dryRun {
+						a.log.Info().Str("database_name", d.Name).Str("database", d.Label()).Str("table", table).
+							Int64("deleted", res.Deleted).Msg("purged sent rows")
+					}
 				}
 			}
 			if asJSON {
@@ -410,7 +579,7 @@ touched, and it is safe while the relay runs. --dry-run only counts.`,
 				if r.DryRun {
 					verb = "would delete"
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s %d sent row(s) last updated before %s\n", r.Table, verb, r.Deleted, r.Cutoff)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s %d sent row(s) last updated before %s\n", resultName(r.DatabaseName, r.Table), verb, r.Deleted, r.Cutoff)
 			}
 			return nil
 		},
@@ -419,5 +588,6 @@ touched, and it is safe while the relay runs. --dry-run only counts.`,
 	cmd.Flags().IntVar(&batch, "delete-batch-size", 1000, "rows deleted per statement")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only count the rows that would be deleted")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	addDatabaseFlag(cmd, &dbName)
 	return cmd
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -187,9 +186,4 @@ func configFrom(flags *pflag.FlagSet) (config.Config, error) {
 // they connect on first use.
 func (a *app) openRedis() *redisconn.Conn {
 	return redisconn.Open(a.cfg, redisconn.Options{DialTimeout: 3 * time.Second, MaxRetries: 1})
-}
-
-// openDB opens and pings the configured database (see openMySQL).
-func (a *app) openDB(ctx context.Context) (*sql.DB, error) {
-	return openMySQL(ctx, a.cfg.MySQL.DSN)
 }

@@ -20,27 +20,27 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/dashboard"
-	"github.com/outbox-relay/outbox-relay/internal/ops"
 	"github.com/outbox-relay/outbox-relay/internal/redisconn"
 	"github.com/outbox-relay/outbox-relay/relay"
-	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 func (a *app) newRunCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "run",
 		Short: "Run the relay (the default command)",
-		Long: `Run the relay: hold the leader lock for each configured table, publish due rows to
-RocketMQ, retry failures with backoff, serve /metrics, /healthz, /readyz and the dashboard
-(/ui/) on http.addr, and purge old sent rows when relay.purge_retention is set. SIGINT or
-SIGTERM stops it cleanly: the in-flight batch finishes or is left due, the lock is
-released, exit 0.`,
+		Long: `Run the relay: hold the leader lock for each configured table (of every configured
+database), publish due rows to RocketMQ, retry failures with backoff, serve /metrics,
+/healthz, /readyz and the dashboard (/ui/) on http.addr, and purge old sent rows when
+relay.purge_retention is set. SIGINT or SIGTERM stops it cleanly: the in-flight batch
+finishes or is left due, the lock is released, exit 0. With several databases, one that is
+down at start is retried while the others are relayed (docs/cli.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a.log.Info().Strs("tables", a.cfg.Tables()).Strs("nameservers", a.cfg.RocketMQ.NameServers).
+			a.log.Info().Strs("databases", describeDatabases(a.cfg.EffectiveDatabases())).Strs("nameservers", a.cfg.RocketMQ.NameServers).
 				Str("redis", redisconn.Describe(a.cfg)).Str("http", a.cfg.HTTP.Addr).Str("version", version).Msg("starting")
 			return runRelay(cmd.Context(), a.cfg, a.log)
 		},
@@ -52,19 +52,13 @@ released, exit 0.`,
 // (exit 1). cfg is validated; log is the process logger.
 func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error {
 	useClientLogger(log)
-	db, err := openMySQL(ctx, cfg.MySQL.DSN)
+	dbs, err := newRunDatabases(cfg)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	for _, table := range cfg.Tables() {
-		problems, err := schema.CheckPartitioned(ctx, db, table, cfg.Relay.Partitions)
-		if err != nil {
-			return err
-		}
-		if len(problems) > 0 {
-			return fmt.Errorf("table %s is not ready (run `outbox-relay migrate`): %v", table, problems)
-		}
+	defer closeDatabases(dbs)
+	if err := checkAtStart(ctx, dbs, cfg.Relay.Partitions, log); err != nil {
+		return err
 	}
 	rconn := redisconn.Open(cfg, redisconn.Options{})
 	defer rconn.Close()
@@ -98,31 +92,27 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	}
 	defer stopTracing()
 
-	var groups []*relay.Group
-	var relays []*relay.Relay
-	for _, table := range cfg.Tables() {
-		rcfg := relay.Config{
-			Table: table, BatchSize: cfg.Relay.BatchSize, Concurrency: cfg.Relay.Concurrency,
-			PollInterval: cfg.Relay.PollInterval, DisableBatchSend: !cfg.Relay.BatchSend,
-			MaxBodyBytes: cfg.Relay.MaxBodyBytes, Backoff: cfg.Backoff, Router: router,
-			Database: cfg.DatabaseLabel(),
-			LockKey:  cfg.LockKey(table), LockClients: rconn.Redlock, LockTTL: cfg.Lock.TTL, ShutdownTimeout: cfg.Relay.ShutdownTimeout,
-			DisableNudge: !cfg.Relay.Nudge, Logger: &log, Metrics: metrics, TracerProvider: tp,
-			Partitions: cfg.Relay.Partitions,
+	deps := relayDeps{router: router, metrics: metrics, tracer: tp, lockClients: rconn.Redlock}
+	var sources []dashboard.Source
+	for _, d := range dbs {
+		deps.log = log
+		if d.qualify {
+			deps.log = log.With().Str("database_name", d.Name).Logger()
 		}
-		if cfg.Relay.Unrouted == config.UnroutedDead {
-			rcfg.Unrouted = relay.UnroutedDead
+		for _, table := range d.Tables {
+			g, err := relay.NewGroup(d.pool, rdb, pub, tableRelayConfig(cfg, d.Database, table, deps))
+			if err != nil {
+				return fmt.Errorf("database %s: %w", d.Name, err)
+			}
+			d.groups = append(d.groups, g)
+			d.relays = append(d.relays, g.Relays()...)
 		}
-		g, err := relay.NewGroup(db, rdb, pub, rcfg)
-		if err != nil {
-			return err
-		}
-		groups = append(groups, g)
-		relays = append(relays, g.Relays()...)
+		db := d.Database
+		sources = append(sources, dashboard.Source{Name: d.Name, Label: d.Label(), DB: d.pool, Tables: d.Tables,
+			LockKey: func(table string) string { return cfg.LockKeyIn(db, table) }})
 	}
 
-	ui, err := dashboard.New(db, rconn.LockReader(), dashboard.Config{Tables: cfg.Tables(), LockKey: cfg.LockKey,
-		Database: cfg.DatabaseLabel(), AdminToken: cfg.HTTP.AdminToken, Logger: &log})
+	ui, err := dashboard.New(rconn.LockReader(), dashboard.Config{Databases: sources, AdminToken: cfg.HTTP.AdminToken, Logger: &log})
 	if err != nil {
 		return err
 	}
@@ -130,25 +120,16 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 		return err
 	}
 	defer ui.Stop()
-	srv, err := serveHTTP(cfg.HTTP.Addr, reg, db, rdb, relays, ui, log)
+	srv, err := serveHTTP(cfg.HTTP.Addr, reg, dbs, rdb, ui, log)
 	if err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
-	for _, g := range groups {
+	for _, d := range dbs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := g.Run(ctx); err != nil {
-				log.Error().Err(err).Msg("relay stopped")
-			}
-		}()
-	}
-	if cfg.Relay.PurgeRetention > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = ops.PurgeLoop(ctx, db, cfg.Tables(), ops.PurgeOptions{OlderThan: cfg.Relay.PurgeRetention}, cfg.Relay.PurgeInterval, log)
+			d.runWhenReady(ctx, cfg.Relay, log)
 		}()
 	}
 	wg.Wait()
@@ -159,9 +140,61 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	return nil
 }
 
-// openMySQL opens and pings the database, with interpolateParams on unless the DSN says
-// otherwise: it saves a round trip per statement.
+// describeDatabases lists the databases for the start line: name, label and tables each.
+func describeDatabases(dbs []config.Database) []string {
+	out := make([]string, len(dbs))
+	for i, d := range dbs {
+		out[i] = d.Name + " " + d.Label() + " " + strings.Join(d.Tables, ",")
+	}
+	return out
+}
+
+// relayDeps are the parts every table's relay shares.
+type relayDeps struct {
+	router  relay.Router
+	metrics *relay.Metrics
+	tracer  trace.TracerProvider
+	log     zerolog.Logger
+	// lockClients are the Redlock masters, when lock.redlock_addrs lists them.
+	lockClients []redis.UniversalClient
+}
+
+// tableRelayConfig is the relay.Config of one table of db: the one place where the
+// configuration becomes a relay's settings.
+func tableRelayConfig(cfg config.Config, db config.Database, table string, deps relayDeps) relay.Config {
+	rcfg := relay.Config{
+		Table: table, BatchSize: cfg.Relay.BatchSize, Concurrency: cfg.Relay.Concurrency,
+		PollInterval: cfg.Relay.PollInterval, DisableBatchSend: !cfg.Relay.BatchSend,
+		MaxBodyBytes: cfg.Relay.MaxBodyBytes, Backoff: cfg.Backoff, Router: deps.router,
+		Database: db.Label(),
+		LockKey:  cfg.LockKeyIn(db, table), LockClients: deps.lockClients, LockTTL: cfg.Lock.TTL, ShutdownTimeout: cfg.Relay.ShutdownTimeout,
+		DisableNudge: !cfg.Relay.Nudge, Logger: &deps.log, Metrics: deps.metrics, TracerProvider: deps.tracer,
+		Partitions: cfg.Relay.Partitions,
+	}
+	if cfg.Relay.Unrouted == config.UnroutedDead {
+		rcfg.Unrouted = relay.UnroutedDead
+	}
+	return rcfg
+}
+
+// openMySQL opens and pings the database (see mysqlPool).
 func openMySQL(ctx context.Context, dsn string) (*sql.DB, error) {
+	db, err := mysqlPool(dsn)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connect to MySQL (%s): %w", config.RedactDSN(dsn), err)
+	}
+	return db, nil
+}
+
+// mysqlPool returns a pool of the database that connects on first use, with
+// interpolateParams on unless the DSN says otherwise: it saves a round trip per statement.
+func mysqlPool(dsn string) (*sql.DB, error) {
 	mc, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("mysql.dsn: %w", err)
@@ -187,12 +220,6 @@ func openMySQL(ctx context.Context, dsn string) (*sql.DB, error) {
 	db := sql.OpenDB(readCommitted{conn})
 	db.SetMaxOpenConns(32)
 	db.SetMaxIdleConns(32)
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := db.PingContext(pctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("connect to MySQL (%s): %w", config.RedactDSN(dsn), err)
-	}
 	return db, nil
 }
 
@@ -240,18 +267,21 @@ func routeRules(routes []config.Route) []relay.PatternRule {
 }
 
 // serveHTTP serves /metrics, /healthz, /readyz and the dashboard ui (under /ui/) on addr.
-// /healthz fails when a leading relay has heard nothing from the database for its stall
-// timeout (it is about to give its lock up); /readyz fails when MySQL or Redis does not
-// answer, and says which tables this process leads and which it waits for.
-func serveHTTP(addr string, reg *prometheus.Registry, db *sql.DB, rdb redis.UniversalClient, relays []*relay.Relay, ui http.Handler, log zerolog.Logger) (*http.Server, error) {
+// /healthz fails when a leading relay has heard nothing from its database for its stall
+// timeout (it is about to give its lock up); /readyz fails when a database is not ready (down
+// at start and being retried) or does not answer, or Redis does not answer, and says which
+// tables this process leads and which it waits for.
+func serveHTTP(addr string, reg *prometheus.Registry, dbs []*runDatabase, rdb redis.UniversalClient, ui http.Handler, log zerolog.Logger) (*http.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/ui/", ui)
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		for _, r := range relays {
-			if h := r.Health(); h.Stalled {
-				http.Error(w, fmt.Sprintf("stalled: no answer from the database for %.1fs", h.SinceProgress.Seconds()), http.StatusServiceUnavailable)
-				return
+		for _, d := range dbs {
+			for _, r := range d.relays {
+				if h := r.Health(); h.Stalled {
+					http.Error(w, fmt.Sprintf("stalled: %s: no answer from the database for %.1fs", d.tableName(r.Name()), h.SinceProgress.Seconds()), http.StatusServiceUnavailable)
+					return
+				}
 			}
 		}
 		fmt.Fprintln(w, "ok")
@@ -259,24 +289,42 @@ func serveHTTP(addr string, reg *prometheus.Registry, db *sql.DB, rdb redis.Univ
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := db.PingContext(ctx); err != nil {
-			http.Error(w, "mysql: "+err.Error(), http.StatusServiceUnavailable)
-			return
+		var problems []string
+		for _, d := range dbs {
+			what := "mysql"
+			if d.qualify {
+				what = "mysql " + d.Name
+			}
+			if err := d.why(); err != nil {
+				problems = append(problems, what+": not relayed yet: "+err.Error())
+			} else if err := d.pool.PingContext(ctx); err != nil {
+				problems = append(problems, what+": "+err.Error())
+			}
 		}
 		if err := rdb.Ping(ctx).Err(); err != nil {
-			http.Error(w, "redis: "+err.Error(), http.StatusServiceUnavailable)
-			return
+			problems = append(problems, "redis: "+err.Error())
 		}
-		fmt.Fprintln(w, "ready")
-		for _, rl := range relays {
-			h := rl.Health()
-			switch {
-			case h.Leader:
-				fmt.Fprintf(w, "%s: leader\n", rl.Name())
-			case h.LockWait > 0:
-				fmt.Fprintf(w, "%s: standby, waiting for the lock for %.0fs\n", rl.Name(), h.LockWait.Seconds())
-			default:
-				fmt.Fprintf(w, "%s: held by another relay of the group\n", rl.Name())
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if len(problems) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, strings.Join(problems, "\n"))
+		} else {
+			fmt.Fprintln(w, "ready")
+		}
+		for _, d := range dbs {
+			for _, rl := range d.relays {
+				name := d.tableName(rl.Name())
+				switch h := rl.Health(); {
+				case d.why() != nil:
+					fmt.Fprintf(w, "%s: waiting for its database\n", name)
+				case h.Leader:
+					fmt.Fprintf(w, "%s: leader\n", name)
+				case h.LockWait > 0:
+					fmt.Fprintf(w, "%s: standby, waiting for the lock for %.0fs\n", name, h.LockWait.Seconds())
+				default:
+					fmt.Fprintf(w, "%s: held by another relay of the group\n", name)
+				}
 			}
 		}
 	})

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/backoff"
@@ -46,11 +45,15 @@ const (
 // Config is the sidecar's whole configuration, as produced by Load. The zero value is not
 // useful: use Load, or Default for the documented defaults.
 type Config struct {
-	MySQL    MySQL
-	Redis    Redis
-	RocketMQ RocketMQ
-	Relay    Relay
-	Lock     Lock
+	MySQL MySQL
+	// Databases lists several databases relayed by one process (databases), instead of the
+	// single-database form of MySQL. Defaults to none. Read the databases to relay through
+	// EffectiveDatabases, which covers both forms.
+	Databases []Database
+	Redis     Redis
+	RocketMQ  RocketMQ
+	Relay     Relay
+	Lock      Lock
 	// Backoff is the retry delay policy (backoff.base, backoff.multiplier, backoff.max,
 	// backoff.jitter). Defaults to 1s doubling up to 1h, no jitter.
 	Backoff backoff.Policy
@@ -291,26 +294,15 @@ func (c Config) problems() []problem {
 		out = append(out, problem{key, fmt.Sprintf(format, args...)})
 	}
 
-	// mysql
-	if c.MySQL.DSN == "" {
-		bad(KeyMySQLDSN, "must not be empty")
-	} else if mc, err := mysql.ParseDSN(c.MySQL.DSN); err != nil {
-		bad(KeyMySQLDSN, "invalid DSN: %v", err) // the driver's messages do not echo the DSN
-	} else if mc.DBName == "" {
-		bad(KeyMySQLDSN, "names no database: end it with /<schema>, e.g. user:password@tcp(host:3306)/shop")
+	// mysql, databases
+	if p := dsnProblem(c.MySQL.DSN); p != "" {
+		bad(KeyMySQLDSN, "%s", p)
 	}
 	if err := schema.ValidateIdent(c.MySQL.Table); err != nil {
 		bad(KeyMySQLTable, "%v", err)
 	}
-	seen := map[string]bool{}
-	for i, t := range c.MySQL.Tables {
-		if err := schema.ValidateIdent(t); err != nil {
-			bad(fmt.Sprintf("%s[%d]", KeyMySQLTables, i), "%v", err)
-		} else if seen[strings.ToLower(t)] {
-			bad(fmt.Sprintf("%s[%d]", KeyMySQLTables, i), "duplicate table %q", t)
-		}
-		seen[strings.ToLower(t)] = true
-	}
+	tableProblems(bad, KeyMySQLTables, c.MySQL.Tables)
+	c.databaseProblems(bad)
 
 	// redis
 	if err := hostPort(c.Redis.Addr); err != nil {
@@ -359,8 +351,17 @@ func (c Config) problems() []problem {
 	}
 	if c.Lock.Key == "" {
 		bad(KeyLockKey, "must not be empty")
-	} else if len(c.Tables()) > 1 && !strings.Contains(c.Lock.Key, "{table}") {
-		bad(KeyLockKey, "must contain {table} when several tables are relayed, got %q", c.Lock.Key)
+	} else {
+		dbs := c.EffectiveDatabases()
+		if len(dbs) > 1 && !strings.Contains(c.Lock.Key, "{db}") {
+			bad(KeyLockKey, "must contain {db} when several databases are relayed, got %q", c.Lock.Key)
+		}
+		for _, d := range dbs {
+			if len(d.Tables) > 1 && !strings.Contains(c.Lock.Key, "{table}") {
+				bad(KeyLockKey, "must contain {table} when several tables are relayed, got %q", c.Lock.Key)
+				break
+			}
+		}
 	}
 	out = append(out, c.Lock.redlockProblems()...)
 

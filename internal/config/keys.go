@@ -13,6 +13,10 @@ const (
 	KeyMySQLTable  = "mysql.table"
 	KeyMySQLTables = "mysql.tables"
 
+	// KeyDatabases lists several databases, each {name, dsn, tables}; in the environment,
+	// OUTBOX_DATABASES is a JSON array of such objects.
+	KeyDatabases = "databases"
+
 	KeyRedisAddr     = "redis.addr"
 	KeyRedisPassword = "redis.password"
 	KeyRedisDB       = "redis.db"
@@ -72,6 +76,7 @@ var defaults = []struct {
 	{KeyMySQLDSN, "root:@tcp(127.0.0.1:3306)/test"},
 	{KeyMySQLTable, "local_message"},
 	{KeyMySQLTables, []string{}},
+	{KeyDatabases, []any{}},
 	{KeyRedisAddr, "127.0.0.1:6379"},
 	{KeyRedisPassword, ""},
 	{KeyRedisDB, 0},
@@ -108,6 +113,17 @@ var defaults = []struct {
 	{KeyHTTPAdminToken, ""},
 	{KeyLogLevel, "info"},
 	{KeyLogFormat, ""},
+}
+
+// defaultString returns the default of a string key.
+func defaultString(key string) string {
+	for _, d := range defaults {
+		if d.key == key {
+			s, _ := d.val.(string)
+			return s
+		}
+	}
+	return ""
 }
 
 // Keys returns every configuration key in documentation order.

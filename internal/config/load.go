@@ -40,13 +40,15 @@ func loadFrom(v *viper.Viper, file string, environ []string) (Config, error) {
 			d.fail(k, "unknown key")
 		}
 	}
-	d.errs = append(d.errs, envProblems(environ)...)
+	dbs := d.databases(environ)
+	d.errs = append(d.errs, envProblems(environ, dbs)...)
 	c := Config{
 		MySQL: MySQL{
 			DSN:    d.str(KeyMySQLDSN),
 			Table:  d.str(KeyMySQLTable),
 			Tables: d.list(KeyMySQLTables),
 		},
+		Databases: dbs,
 		Redis: Redis{
 			Addr:     d.str(KeyRedisAddr),
 			Password: d.str(KeyRedisPassword),
@@ -288,48 +290,16 @@ var routeFields = []string{"topic", "tag", "group", "send_timeout", "ordered", "
 // routes decodes the routes list; in the environment (OUTBOX_ROUTES) it is a JSON array of
 // objects with the same fields. Unset fields take the defaults of rocketmq.
 func (d *decoder) routes(mq RocketMQ) []Route {
-	raw := d.v.Get(KeyRoutes)
-	if s, ok := raw.(string); ok {
-		if strings.TrimSpace(s) == "" {
-			return nil
-		}
-		var items []any
-		if err := json.Unmarshal([]byte(s), &items); err != nil {
-			d.fail(KeyRoutes, "from the environment must be a JSON array of objects: %v", err)
-			return nil
-		}
-		raw = items
-	}
-	items, ok := raw.([]any)
-	if !ok {
-		if m, isMaps := raw.([]map[string]any); isMaps {
-			for _, e := range m {
-				items = append(items, e)
-			}
-		} else if raw != nil {
-			d.fail(KeyRoutes, "must be a list of {topic, tag, group, send_timeout, ordered, delay_level}, got %T", raw)
-			return nil
-		}
-	}
+	items := d.objects(KeyRoutes, "{topic, tag, group, send_timeout, ordered, delay_level}")
 	out := make([]Route, 0, len(items))
 	for i, item := range items {
 		key := fmt.Sprintf("%s[%d]", KeyRoutes, i)
-		m, ok := item.(map[string]any)
+		sd, ok := d.object(key, item, routeFields)
 		if !ok {
-			d.fail(key, "must be an object with topic, tag, ...; got %v (%T)", item, item)
 			continue
 		}
+		sub := sd.v
 		r := Route{Tag: "*", Group: mq.Group, SendTimeout: mq.SendTimeout}
-		sub := viper.New()
-		for k, val := range m {
-			k = strings.ToLower(k)
-			if !slices.Contains(routeFields, k) {
-				d.fail(key+"."+k, "unknown key (known: %s)", strings.Join(routeFields, ", "))
-				continue
-			}
-			sub.Set(k, val)
-		}
-		sd := decoder{v: sub}
 		if sub.IsSet("topic") {
 			r.Topic = sd.str("topic")
 		}
@@ -350,10 +320,99 @@ func (d *decoder) routes(mq RocketMQ) []Route {
 		if sub.IsSet("delay_level") {
 			r.DelayLevel = sd.int("delay_level")
 		}
-		for _, p := range sd.errs {
-			d.errs = append(d.errs, problem{key + "." + p.key, p.msg})
-		}
+		d.adopt(key, sd)
 		out = append(out, r)
+	}
+	return out
+}
+
+// objects reads key as a list of objects (maps); in the environment it is a JSON array of
+// objects. what describes an object's fields for the error message.
+func (d *decoder) objects(key, what string) []any {
+	raw := d.v.Get(key)
+	if s, ok := raw.(string); ok {
+		if strings.TrimSpace(s) == "" {
+			return nil
+		}
+		var items []any
+		if err := json.Unmarshal([]byte(s), &items); err != nil {
+			d.fail(key, "from the environment must be a JSON array of objects: %v", err)
+			return nil
+		}
+		return items
+	}
+	switch x := raw.(type) {
+	case nil:
+		return nil
+	case []any:
+		return x
+	case []map[string]any:
+		items := make([]any, len(x))
+		for i, e := range x {
+			items[i] = e
+		}
+		return items
+	default:
+		d.fail(key, "must be a list of %s, got %T", what, raw)
+		return nil
+	}
+}
+
+// object returns a decoder of item, one element of a list of objects at key (e.g.
+// routes[2]), whose fields must be among fields; ok is false when item is no object.
+func (d *decoder) object(key string, item any, fields []string) (sd *decoder, ok bool) {
+	m, ok := item.(map[string]any)
+	if !ok {
+		d.fail(key, "must be an object with %s; got %v (%T)", strings.Join(fields, ", "), item, item)
+		return nil, false
+	}
+	sub := viper.New()
+	for k, val := range m {
+		k = strings.ToLower(k)
+		if !slices.Contains(fields, k) {
+			d.fail(key+"."+k, "unknown key (known: %s)", strings.Join(fields, ", "))
+			continue
+		}
+		sub.Set(k, val)
+	}
+	return &decoder{v: sub}, true
+}
+
+// adopt takes the problems of sd, the decoder of the object at key, naming them under key.
+func (d *decoder) adopt(key string, sd *decoder) {
+	for _, p := range sd.errs {
+		d.errs = append(d.errs, problem{key + "." + p.key, p.msg})
+	}
+}
+
+var databaseFields = []string{"name", "dsn", "tables"}
+
+// databases decodes the databases list. A DSN in the environment variable of an entry's name
+// (DatabaseEnvName) wins over the file's, as the environment wins over the file everywhere;
+// an entry without tables relays the default table (mysql.table's default).
+func (d *decoder) databases(environ []string) []Database {
+	env := map[string]string{}
+	for _, kv := range environ {
+		if name, val, ok := strings.Cut(kv, "="); ok {
+			env[name] = val
+		}
+	}
+	var out []Database
+	for i, item := range d.objects(KeyDatabases, "{name, dsn, tables}") {
+		key := fmt.Sprintf("%s[%d]", KeyDatabases, i)
+		sd, ok := d.object(key, item, databaseFields)
+		if !ok {
+			continue
+		}
+		db := Database{Name: sd.str("name"), DSN: sd.str("dsn"), Tables: sd.list("tables")}
+		if dsn, ok := env[DatabaseEnvName(db.Name)]; ok && db.Name != "" {
+			db.DSN = strings.TrimSpace(dsn)
+		}
+		if !sd.v.IsSet("tables") {
+			db.Tables = []string{defaultString(KeyMySQLTable)}
+		}
+		d.adopt(key, sd)
+		out = append(out, db)
 	}
 	return out
 }

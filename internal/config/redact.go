@@ -13,8 +13,8 @@ import (
 const Mask = "*****"
 
 // Redacted returns a copy of c whose secrets are replaced by Mask: the password in
-// mysql.dsn, redis.password, redis.sentinel_password, rocketmq.secret_key and
-// http.admin_token. Empty secrets stay empty, so the output
+// mysql.dsn and in every databases[].dsn, redis.password, redis.sentinel_password,
+// rocketmq.secret_key and http.admin_token. Empty secrets stay empty, so the output
 // still shows whether one is set.
 func (c Config) Redacted() Config {
 	c.MySQL.DSN = RedactDSN(c.MySQL.DSN)
@@ -33,6 +33,13 @@ func (c Config) Redacted() Config {
 		c.HTTP.AdminToken = Mask
 	}
 	c.MySQL.Tables = append([]string(nil), c.MySQL.Tables...)
+	if c.Databases != nil {
+		dbs := make([]Database, len(c.Databases))
+		for i, d := range c.Databases {
+			dbs[i] = Database{Name: d.Name, DSN: RedactDSN(d.DSN), Tables: append([]string(nil), d.Tables...)}
+		}
+		c.Databases = dbs
+	}
 	c.RocketMQ.NameServers = append([]string(nil), c.RocketMQ.NameServers...)
 	c.Routes = append([]Route(nil), c.Routes...)
 	return c
@@ -82,8 +89,13 @@ func (c Config) YAML() ([]byte, error) {
 	if format == LogFormatAuto {
 		format = "auto"
 	}
+	dbs := make([]yamlDatabase, len(r.Databases))
+	for i, d := range r.Databases {
+		dbs[i] = yamlDatabase{d.Name, d.DSN, nonNil(d.Tables)}
+	}
 	doc := yamlConfig{
-		MySQL: yamlMySQL{r.MySQL.DSN, r.MySQL.Table, nonNil(r.MySQL.Tables)},
+		MySQL:     yamlMySQL{r.MySQL.DSN, r.MySQL.Table, nonNil(r.MySQL.Tables)},
+		Databases: dbs,
 		Redis: yamlRedis{r.Redis.Addr, r.Redis.Password, r.Redis.DB,
 			nonNil(r.Redis.Addrs), r.Redis.MasterName, r.Redis.SentinelPassword, r.Redis.Username, r.Redis.Cluster},
 		RocketMQ: yamlRocketMQ{nonNil(r.RocketMQ.NameServers), r.RocketMQ.AccessKey, r.RocketMQ.SecretKey,
@@ -132,20 +144,27 @@ func nonNil(s []string) []string {
 }
 
 type yamlConfig struct {
-	MySQL    yamlMySQL    `yaml:"mysql"`
-	Redis    yamlRedis    `yaml:"redis"`
-	RocketMQ yamlRocketMQ `yaml:"rocketmq"`
-	Relay    yamlRelay    `yaml:"relay"`
-	Lock     yamlLock     `yaml:"lock"`
-	Backoff  yamlBackoff  `yaml:"backoff"`
-	Routes   []yamlRoute  `yaml:"routes"`
-	HTTP     yamlHTTP     `yaml:"http"`
-	Log      yamlLog      `yaml:"log"`
+	MySQL     yamlMySQL      `yaml:"mysql"`
+	Databases []yamlDatabase `yaml:"databases"`
+	Redis     yamlRedis      `yaml:"redis"`
+	RocketMQ  yamlRocketMQ   `yaml:"rocketmq"`
+	Relay     yamlRelay      `yaml:"relay"`
+	Lock      yamlLock       `yaml:"lock"`
+	Backoff   yamlBackoff    `yaml:"backoff"`
+	Routes    []yamlRoute    `yaml:"routes"`
+	HTTP      yamlHTTP       `yaml:"http"`
+	Log       yamlLog        `yaml:"log"`
 }
 
 type yamlMySQL struct {
 	DSN    string   `yaml:"dsn"`
 	Table  string   `yaml:"table"`
+	Tables []string `yaml:"tables"`
+}
+
+type yamlDatabase struct {
+	Name   string   `yaml:"name"`
+	DSN    string   `yaml:"dsn"`
 	Tables []string `yaml:"tables"`
 }
 

@@ -28,14 +28,24 @@ const (
 
 // Overview is the answer of GET /ui/api/overview.
 type Overview struct {
-	// Database names the database (server/schema, as config.DatabaseLabel).
-	Database string    `json:"database"`
-	Now      time.Time `json:"now"`
+	// Database names the database (server/schema, as config.DatabaseLabel) when there is one;
+	// with several, their labels separated by ", ".
+	Database string `json:"database"`
+	// Databases lists every database shown, in order.
+	Databases []DatabaseView `json:"databases"`
+	Now       time.Time      `json:"now"`
 	// Admin is true when requeue is allowed (http.admin_token is set).
-	Admin          bool        `json:"admin"`
-	RefreshSeconds int         `json:"refresh_seconds"`
-	Relay          Relay       `json:"relay"`
-	Tables         []TableView `json:"tables"`
+	Admin          bool  `json:"admin"`
+	RefreshSeconds int   `json:"refresh_seconds"`
+	Relay          Relay `json:"relay"`
+	// Tables are every database's tables, database by database.
+	Tables []TableView `json:"tables"`
+}
+
+// DatabaseView names one database of the overview.
+type DatabaseView struct {
+	Name  string `json:"name"`
+	Label string `json:"label"`
 }
 
 // Relay names the process serving the page.
@@ -46,6 +56,8 @@ type Relay struct {
 
 // TableView is one table in the overview.
 type TableView struct {
+	// Database is the name of the table's database.
+	Database string           `json:"database"`
 	Table    string           `json:"table"`
 	Status   ops.StatusReport `json:"status"`
 	Lock     LockState        `json:"lock"`
@@ -87,24 +99,32 @@ func (d *Dashboard) handleOverview(w http.ResponseWriter, r *http.Request) {
 
 func (d *Dashboard) overview(ctx context.Context) Overview {
 	now := time.Now()
-	o := Overview{Database: d.cfg.Database, Now: now.UTC(), Admin: d.cfg.AdminToken != "", RefreshSeconds: refreshSeconds,
+	o := Overview{Now: now.UTC(), Admin: d.cfg.AdminToken != "", RefreshSeconds: refreshSeconds,
 		Relay: Relay{Host: hostname(), PID: os.Getpid()}, Tables: []TableView{}}
-	for _, t := range d.cfg.Tables {
-		v := TableView{Table: t, Activity: d.activity.view(t)}
-		st, err := ops.Status(ctx, d.db, t, now)
-		if err != nil {
-			v.Error = err.Error()
+	labels := make([]string, len(d.sources))
+	for i, s := range d.sources {
+		labels[i] = s.Label
+		o.Databases = append(o.Databases, DatabaseView{Name: s.Name, Label: s.Label})
+		for _, t := range s.Tables {
+			v := TableView{Database: s.Name, Table: t, Activity: s.activity.view(t)}
+			st, err := ops.Status(ctx, s.DB, t, now)
+			if err != nil {
+				v.Error = err.Error()
+			}
+			v.Status = st
+			v.Status.Database = s.Label
+			v.Lock = readLock(ctx, d.rdb, s.LockKey(t), now)
+			o.Tables = append(o.Tables, v)
 		}
-		v.Status = st
-		v.Lock = readLock(ctx, d.rdb, d.cfg.LockKey(t), now)
-		o.Tables = append(o.Tables, v)
 	}
+	o.Database = strings.Join(labels, ", ")
 	return o
 }
 
 // DeadPage is the answer of GET /ui/api/dead.
 type DeadPage struct {
-	Table string `json:"table"`
+	Database string `json:"database"`
+	Table    string `json:"table"`
 	// Count is how many dead rows match the filter in all.
 	Count    int64             `json:"count"`
 	Messages []ops.DeadMessage `json:"messages"`
@@ -112,11 +132,11 @@ type DeadPage struct {
 	NextAfterID int64 `json:"next_after_id"`
 }
 
-// handleDead lists dead rows: table, topic, tag (exact or * patterns), reason (text),
+// handleDead lists dead rows: database (optional with one database), table, topic, tag (exact or * patterns), reason (text),
 // after and before (epoch seconds, when the rows died), after_id and limit.
 func (d *Dashboard) handleDead(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	table, ok := d.table(w, q.Get("table"))
+	src, table, ok := d.table(w, q.Get("database"), q.Get("table"))
 	if !ok {
 		return
 	}
@@ -134,9 +154,9 @@ func (d *Dashboard) handleDead(w http.ResponseWriter, r *http.Request) {
 	if limit == 0 {
 		limit = 50
 	}
-	page := DeadPage{Table: table}
-	if page.Count, err = ops.CountDeadQuery(r.Context(), d.db, table, f); err == nil {
-		page.Messages, err = ops.DeadSearch(r.Context(), d.db, table, f, afterID, int(limit))
+	page := DeadPage{Database: src.Name, Table: table}
+	if page.Count, err = ops.CountDeadQuery(r.Context(), src.DB, table, f); err == nil {
+		page.Messages, err = ops.DeadSearch(r.Context(), src.DB, table, f, afterID, int(limit))
 	}
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
@@ -148,9 +168,10 @@ func (d *Dashboard) handleDead(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, page)
 }
 
-// handleMessage returns one dead row with its body: table, id.
+// handleMessage returns one dead row with its body: database (optional with one
+// database), table, id.
 func (d *Dashboard) handleMessage(w http.ResponseWriter, r *http.Request) {
-	table, ok := d.table(w, r.URL.Query().Get("table"))
+	src, table, ok := d.table(w, r.URL.Query().Get("database"), r.URL.Query().Get("table"))
 	if !ok {
 		return
 	}
@@ -159,7 +180,7 @@ func (d *Dashboard) handleMessage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "id must be a row id")
 		return
 	}
-	m, err := ops.DeadBody(r.Context(), d.db, table, id, maxBodyChars)
+	m, err := ops.DeadBody(r.Context(), src.DB, table, id, maxBodyChars)
 	switch {
 	case errors.Is(err, ops.ErrNotDead):
 		writeError(w, http.StatusNotFound, "no dead message with this id (requeued, or purged?)")
@@ -172,11 +193,13 @@ func (d *Dashboard) handleMessage(w http.ResponseWriter, r *http.Request) {
 
 // RequeueRequest is the body of POST /ui/api/requeue: either MsgIDs, or a Filter with
 // Confirm set to the number of rows it matches (the answer 409 tells that number first).
+// Database names the table's database; it may be left out when there is one.
 type RequeueRequest struct {
-	Table   string            `json:"table"`
-	MsgIDs  []string          `json:"msg_ids"`
-	Filter  map[string]string `json:"filter"`
-	Confirm *int64            `json:"confirm"`
+	Database string            `json:"database"`
+	Table    string            `json:"table"`
+	MsgIDs   []string          `json:"msg_ids"`
+	Filter   map[string]string `json:"filter"`
+	Confirm  *int64            `json:"confirm"`
 }
 
 // ConfirmNeeded is the answer 409 of a requeue by filter whose Confirm is not the count of
@@ -197,7 +220,7 @@ func (d *Dashboard) handleRequeue(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad request body: "+err.Error())
 		return
 	}
-	table, ok := d.table(w, req.Table)
+	src, table, ok := d.table(w, req.Database, req.Table)
 	if !ok {
 		return
 	}
@@ -218,7 +241,7 @@ func (d *Dashboard) handleRequeue(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		q.All = true // an empty filter is every dead row, confirmed by its count
-		n, err := ops.CountDeadQuery(r.Context(), d.db, table, q)
+		n, err := ops.CountDeadQuery(r.Context(), src.DB, table, q)
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, err.Error())
 			return
@@ -231,12 +254,12 @@ func (d *Dashboard) handleRequeue(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "give msg_ids or filter")
 		return
 	}
-	res, err := ops.RequeueQuery(r.Context(), d.db, table, q)
+	res, err := ops.RequeueQuery(r.Context(), src.DB, table, q)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	d.log.Info().Str("table", table).Int("requeued", len(res.Requeued)).Int("skipped", len(res.Skipped)).
+	d.log.Info().Str("database_name", src.Name).Str("database", src.Label).Str("table", table).Int("requeued", len(res.Requeued)).Int("skipped", len(res.Skipped)).
 		Bool("by_filter", req.Filter != nil).Str("remote", r.RemoteAddr).Msg("dashboard: requeue")
 	writeJSON(w, http.StatusOK, res)
 }
@@ -267,13 +290,24 @@ func optInt(s string) (int64, error) {
 	return strconv.ParseInt(s, 10, 64)
 }
 
-// table returns name if it is one of the dashboard's tables, else answers 404.
-func (d *Dashboard) table(w http.ResponseWriter, name string) (string, bool) {
-	if !d.tables[name] {
-		writeError(w, http.StatusNotFound, "unknown table: give one of the relayed tables")
-		return "", false
+// table returns the database named database (which may be "" when there is only one) and
+// its table name, else answers 404.
+func (d *Dashboard) table(w http.ResponseWriter, database, name string) (*source, string, bool) {
+	var src *source
+	for _, s := range d.sources {
+		if s.Name == database || (database == "" && len(d.sources) == 1) {
+			src = s
+		}
 	}
-	return name, true
+	if src == nil {
+		writeError(w, http.StatusNotFound, "unknown database: give one of the relayed databases by name")
+		return nil, "", false
+	}
+	if !src.tables[name] {
+		writeError(w, http.StatusNotFound, "unknown table: give one of the relayed tables")
+		return nil, "", false
+	}
+	return src, name, true
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

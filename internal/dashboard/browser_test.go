@@ -63,9 +63,16 @@ type relayProcess struct {
 	base string // the dashboard's URL
 }
 
-// startRelayBinary builds the relay and runs it against db, Redis under prefix and broker,
-// with the dashboard on a free port, until the test ends.
+// startRelayBinary builds the relay and runs it against db (tables table and otherTable),
+// Redis under prefix and broker, with the dashboard on a free port, until the test ends.
 func startRelayBinary(t testing.TB, db *testenv.DB, prefix string, broker *rmqtest.Server, extra ...string) *relayProcess {
+	return startRelayOn(t, 2, append([]string{"OUTBOX_MYSQL_DSN=" + db.DSN, "OUTBOX_MYSQL_TABLES=" + table + "," + otherTable,
+		"OUTBOX_LOCK_KEY=" + prefix + "lock:{table}"}, extra...), broker)
+}
+
+// startRelayOn runs the relay with the environment dbEnv (its databases, tables and lock
+// key) and broker, and waits until it leads all its tables (there are tables of them).
+func startRelayOn(t testing.TB, tables int, dbEnv []string, broker *rmqtest.Server) *relayProcess {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "outbox-relay")
 	build := exec.Command("go", "build", "-o", bin, "github.com/outbox-relay/outbox-relay/cmd/outbox-relay")
@@ -81,17 +88,14 @@ func startRelayBinary(t testing.TB, db *testenv.DB, prefix string, broker *rmqte
 	p := &relayProcess{out: &testenv.SyncBuffer{}, base: "http://" + addr + "/ui/"}
 	p.cmd = exec.Command(bin, "run")
 	p.cmd.Env = append(os.Environ(),
-		"OUTBOX_MYSQL_DSN="+db.DSN,
-		"OUTBOX_MYSQL_TABLES="+table+","+otherTable,
 		"OUTBOX_REDIS_ADDR="+testenv.RedisAddr(),
 		"OUTBOX_ROCKETMQ_NAMESERVERS="+broker.NameServerAddr(),
-		"OUTBOX_LOCK_KEY="+prefix+"lock:{table}",
 		"OUTBOX_LOCK_TTL=3s",
 		"OUTBOX_RELAY_POLL_INTERVAL=200ms",
 		"OUTBOX_HTTP_ADDR="+addr,
 		"OUTBOX_LOG_FORMAT=json",
 	)
-	p.cmd.Env = append(p.cmd.Env, extra...)
+	p.cmd.Env = append(p.cmd.Env, dbEnv...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -106,14 +110,14 @@ func startRelayBinary(t testing.TB, db *testenv.DB, prefix string, broker *rmqte
 		}
 	})
 	// Ready when the dashboard answers and the relay leads every table.
-	testenv.Eventually(t, 30*time.Second, "the relay to serve the dashboard and lead both tables", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the relay to serve the dashboard and lead every table", func() bool {
 		var o Overview
 		resp, err := http.Get(p.base + "api/overview")
 		if err != nil {
 			return false
 		}
 		defer resp.Body.Close()
-		if json.NewDecoder(resp.Body).Decode(&o) != nil || len(o.Tables) != 2 {
+		if json.NewDecoder(resp.Body).Decode(&o) != nil || len(o.Tables) != tables {
 			return false
 		}
 		for _, tv := range o.Tables {
@@ -244,5 +248,51 @@ func TestBrowser(t *testing.T) {
 	}
 	if strings.Contains(relay.out.String(), adminToken) {
 		t.Fatal("the relay logged the admin token")
+	}
+}
+
+// TestBrowserTwoDatabases drives the dashboard of a relay serving two databases
+// (testdata/browser/databases.mjs): a card per database, the table selector naming the
+// database, and a requeue that acts on the database chosen, delivered by the running relay.
+func TestBrowserTwoDatabases(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the browser test builds and runs the relay")
+	}
+	node, chromium := browserTools(t)
+	rlog.SetLogLevel("error")
+	_, prefix := testenv.Redis(t)
+	shopA, shopB := testenv.MySQL(t), testenv.MySQL(t)
+	for name, db := range map[string]*testenv.DB{"shop-a": shopA, "shop-b": shopB} {
+		if err := schema.Migrate(context.Background(), db.DB, table); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec("INSERT INTO `"+table+"` (msg_id, topic, content, status, fail_reason) VALUES ('order-1', 'orders', ?, 3, 'boom')", "from "+name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	broker, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Close)
+	dbs, _ := json.Marshal([]map[string]string{{"name": "shop-a", "dsn": shopA.DSN}, {"name": "shop-b", "dsn": shopB.DSN}})
+	relay := startRelayOn(t, 2, []string{"OUTBOX_DATABASES=" + string(dbs), "OUTBOX_LOCK_KEY=" + prefix + "lock:{db}:{table}",
+		"OUTBOX_HTTP_ADMIN_TOKEN=" + adminToken}, broker)
+
+	seed, _ := json.Marshal(map[string]string{"table": table, "msg_id": "order-1"})
+	nctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(nctx, node, filepath.Join(browserDir, "databases.mjs"))
+	cmd.Env = append(os.Environ(), "BASE_URL="+relay.base, "ADMIN_TOKEN="+adminToken, "SEED="+string(seed), "CHROMIUM="+chromium)
+	out, err := cmd.CombinedOutput()
+	t.Logf("browser:\n%s", out)
+	if err != nil {
+		t.Fatalf("the browser test failed: %v", err)
+	}
+	if a, b := msgStatus(t, shopA, "order-1"), msgStatus(t, shopB, "order-1"); a != 3 || b != 2 {
+		t.Fatalf("shop-a's row has status %d (want 3, untouched), shop-b's %d (want 2, sent)", a, b)
+	}
+	if msgs := broker.Messages("orders"); len(msgs) != 1 || string(msgs[0].Body) != "from shop-b" {
+		t.Fatalf("the broker has %d messages, want shop-b's only", len(msgs))
 	}
 }

@@ -20,15 +20,27 @@ import (
 //go:embed web
 var webFiles embed.FS
 
-// Config configures a Dashboard.
-type Config struct {
+// Source is one database the dashboard shows.
+type Source struct {
+	// Name identifies the database in the page and in the API's database parameter
+	// (config.Database.Name). Required, unique.
+	Name string
+	// Label names the database as server/schema, no credentials (config.Database.Label).
+	// Defaults to empty.
+	Label string
+	// DB reads and requeues the database's outbox tables. Required.
+	DB *sql.DB
 	// Tables are the outbox tables shown. Required.
 	Tables []string
-	// LockKey returns the Redis key of a table's leader lock (config.Config.LockKey). Required.
+	// LockKey returns the Redis key of a table's leader lock (config.Config.LockKeyIn).
+	// Required.
 	LockKey func(table string) string
-	// Database names the database shown (config.Config.DatabaseLabel: server/schema, no
-	// credentials). Defaults to empty.
-	Database string
+}
+
+// Config configures a Dashboard.
+type Config struct {
+	// Databases are the databases shown, in order. Required.
+	Databases []Source
 	// AdminToken allows requeue to requests that carry it as a bearer token; empty keeps the
 	// dashboard read-only. Defaults to empty.
 	AdminToken string
@@ -62,16 +74,25 @@ func (c *Config) setDefaults() {
 }
 
 func (c Config) validate() error {
-	if len(c.Tables) == 0 {
-		return errors.New("dashboard: Tables is empty")
+	if len(c.Databases) == 0 {
+		return errors.New("dashboard: Databases is empty")
 	}
-	for _, t := range c.Tables {
-		if err := schema.ValidateIdent(t); err != nil {
-			return fmt.Errorf("dashboard: table: %w", err)
+	names := map[string]bool{}
+	for i, src := range c.Databases {
+		switch {
+		case src.Name == "" || names[src.Name]:
+			return fmt.Errorf("dashboard: Databases[%d]: Name is empty or repeated: %q", i, src.Name)
+		case src.DB == nil || src.LockKey == nil:
+			return fmt.Errorf("dashboard: database %s: DB and LockKey are required", src.Name)
+		case len(src.Tables) == 0:
+			return fmt.Errorf("dashboard: database %s: Tables is empty", src.Name)
 		}
-	}
-	if c.LockKey == nil {
-		return errors.New("dashboard: LockKey is nil")
+		names[src.Name] = true
+		for _, t := range src.Tables {
+			if err := schema.ValidateIdent(t); err != nil {
+				return fmt.Errorf("dashboard: database %s: table: %w", src.Name, err)
+			}
+		}
 	}
 	if c.SampleEvery < time.Second || c.SampleEvery%time.Second != 0 {
 		return fmt.Errorf("dashboard: SampleEvery must be whole seconds, at least 1s, got %s", c.SampleEvery)
@@ -82,16 +103,21 @@ func (c Config) validate() error {
 	return nil
 }
 
+// source is a Source being served, with its activity.
+type source struct {
+	Source
+	tables   map[string]bool
+	activity *activityRing
+}
+
 // Dashboard serves the page and its API under /ui/ (ServeHTTP) and samples the tables'
 // activity in the background between Start and Stop.
 type Dashboard struct {
-	db       *sql.DB
-	rdb      redis.Cmdable
-	cfg      Config
-	log      zerolog.Logger
-	tables   map[string]bool
-	activity *activityRing
-	mux      *http.ServeMux
+	rdb     redis.Cmdable
+	cfg     Config
+	log     zerolog.Logger
+	sources []*source
+	mux     *http.ServeMux
 
 	cache overviewCache
 
@@ -100,17 +126,25 @@ type Dashboard struct {
 	done   chan struct{}
 }
 
-// New returns a Dashboard reading db (the outbox tables) and rdb (the leader locks).
-func New(db *sql.DB, rdb redis.Cmdable, cfg Config) (*Dashboard, error) {
+// New returns a Dashboard of the databases of cfg, reading their leader locks in rdb.
+func New(rdb redis.Cmdable, cfg Config) (*Dashboard, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	d := &Dashboard{db: db, rdb: rdb, cfg: cfg, log: *cfg.Logger, tables: map[string]bool{}}
-	for _, t := range cfg.Tables {
-		d.tables[t] = true
+	d := &Dashboard{rdb: rdb, cfg: cfg, log: *cfg.Logger}
+	for _, src := range cfg.Databases {
+		s := &source{Source: src, tables: map[string]bool{}}
+		for _, t := range src.Tables {
+			s.tables[t] = true
+		}
+		log := d.log
+		if len(cfg.Databases) > 1 {
+			log = log.With().Str("database_name", src.Name).Logger()
+		}
+		s.activity = newActivityRing(src.DB, src.Tables, cfg.SampleEvery, cfg.Window, log)
+		d.sources = append(d.sources, s)
 	}
-	d.activity = newActivityRing(db, cfg.Tables, cfg.SampleEvery, cfg.Window, d.log)
 	static, err := fs.Sub(webFiles, "web")
 	if err != nil {
 		return nil, err
@@ -141,7 +175,7 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d.mux.ServeHTTP(w, r)
 }
 
-// Start samples the tables' activity in the background until Stop or ctx ends.
+// Start samples the tables' activity, each database's on its own, in the background until Stop or ctx ends.
 func (d *Dashboard) Start(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -152,7 +186,15 @@ func (d *Dashboard) Start(ctx context.Context) error {
 	d.done = make(chan struct{})
 	go func() {
 		defer close(d.done)
-		d.activity.run(ctx)
+		var wg sync.WaitGroup
+		for _, s := range d.sources {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.activity.run(ctx)
+			}()
+		}
+		wg.Wait()
 	}()
 	return nil
 }

@@ -43,8 +43,8 @@ func setup(t *testing.T, token string) *bundle {
 			t.Fatal(err)
 		}
 	}
-	d, err := New(b.db.DB, b.rdb, Config{Tables: []string{table, otherTable}, AdminToken: token, Database: "db-server/" + b.db.Name,
-		LockKey: func(t string) string { return b.prefix + "lock:" + t }})
+	d, err := New(b.rdb, Config{AdminToken: token, Databases: []Source{{Name: "default", Label: "db-server/" + b.db.Name,
+		DB: b.db.DB, Tables: []string{table, otherTable}, LockKey: func(t string) string { return b.prefix + "lock:" + t }}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestOverview(t *testing.T) {
 	if err := b.rdb.Set(b.ctx, b.prefix+"lock:"+table, lockVal, 8*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.d.activity.sample(b.ctx); err != nil {
+	if err := b.d.sources[0].activity.sample(b.ctx); err != nil {
 		t.Fatal(err)
 	}
 
@@ -409,11 +409,22 @@ func TestStartStop(t *testing.T) {
 		t.Fatal("second Start accepted")
 	}
 	testenv.Eventually(t, 10*time.Second, "the first activity sample", func() bool {
-		return len(b.d.activity.view(table).Buckets) > 0
+		return len(b.d.sources[0].activity.view(table).Buckets) > 0
 	})
 	b.d.Stop()
 	b.d.Stop()
-	if _, err := New(b.db.DB, b.rdb, Config{Tables: []string{"bad name"}, LockKey: func(string) string { return "" }}); err == nil {
-		t.Fatal("bad table accepted")
+	src := Source{Name: "a", DB: b.db.DB, Tables: []string{table}, LockKey: func(string) string { return "" }}
+	bad := src
+	bad.Tables = []string{"bad name"}
+	for what, cfg := range map[string]Config{
+		"bad table":     {Databases: []Source{bad}},
+		"no database":   {},
+		"repeated name": {Databases: []Source{src, src}},
+		"no lock key":   {Databases: []Source{{Name: "a", DB: b.db.DB, Tables: []string{table}}}},
+		"no tables":     {Databases: []Source{{Name: "a", DB: b.db.DB, LockKey: src.LockKey}}},
+	} {
+		if _, err := New(b.rdb, cfg); err == nil {
+			t.Errorf("%s accepted", what)
+		}
 	}
 }

@@ -170,12 +170,7 @@ func TestLeaderDatabasePathFrozen(t *testing.T) {
 // leaderGauge is the value of outbox_relay_leader on p's /metrics ("" if not there yet).
 func leaderGauge(t *testing.T, p *proc) string {
 	t.Helper()
-	for _, line := range strings.Split(metricsOf(p), "\n") {
-		if strings.HasPrefix(line, "outbox_relay_leader{") {
-			return line[strings.LastIndexByte(line, ' ')+1:]
-		}
-	}
-	return ""
+	return metricValue(metricsOf(p), "outbox_relay_leader{")
 }
 
 // httpAddr is the address p's HTTP server logged ("" before it did).

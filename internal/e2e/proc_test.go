@@ -88,22 +88,7 @@ func (e *env) environ(extra ...string) []string {
 // startRelay starts `outbox-relay run` with the test's settings plus extra OUTBOX_ variables.
 func (e *env) startRelay(t *testing.T, extra ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(binary, "run")
-	cmd.Env = e.environ(extra...)
-	p := &proc{cmd: cmd, out: &testenv.SyncBuffer{}, done: make(chan error, 1)}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("relay pid %d output:\n%s", cmd.Process.Pid, p.out.String())
-		}
-	})
-	return p
+	return startWith(t, e.environ(extra...))
 }
 
 // cli runs an operator command of the binary to completion and returns its output.

@@ -21,6 +21,9 @@ type LockState struct {
 	TTL time.Duration `json:"-"`
 	// TTLMillis is TTL in milliseconds, for JSON.
 	TTLMillis int64 `json:"ttl_ms"`
+	// Holder names the relay holding the lock ("host pid N") when the lock's value says so
+	// (see ReadLockHolder), filled in by the caller; empty when free or not named.
+	Holder string `json:"holder,omitempty"`
 	// Error is set when Redis could not be read; Held is then meaningless.
 	Error string `json:"error,omitempty"`
 }

@@ -56,9 +56,15 @@ type StatusReport struct {
 	// Database is the server and schema the table lives in (config.DatabaseLabel), filled
 	// in by the caller; empty when unknown.
 	Database string `json:"database,omitempty"`
+	// DatabaseName is the database's configured name (databases[].name), filled in by the
+	// caller; empty in the single-database form.
+	DatabaseName string `json:"database_name,omitempty"`
 	// Lock is the state of the table's leader lock (see ReadLock), filled in by the caller;
 	// nil when not read.
 	Lock *LockState `json:"lock,omitempty"`
+	// Partitions, with relay.partitions > 1, are the locks of the table's partitions, in
+	// partition order; Lock is then the unpartitioned key, which no relay holds.
+	Partitions []LockState `json:"partitions,omitempty"`
 }
 
 // Status counts the rows of table by status, and the unsent ones by topic, and measures the
@@ -290,7 +296,10 @@ var ErrNoSelection = errors.New("requeue needs a selection: msg ids, a topic, a 
 
 // RequeueResult reports what Requeue changed.
 type RequeueResult struct {
-	Table string `json:"table"`
+	// DatabaseName is the configured name of the table's database, filled in by the caller;
+	// empty in the single-database form.
+	DatabaseName string `json:"database_name,omitempty"`
+	Table        string `json:"table"`
 	// Requeued lists the msg_ids set back to pending, in id order.
 	Requeued []string `json:"requeued"`
 	// Skipped explains each asked-for msg_id that was left alone (not found, not dead, or
@@ -441,7 +450,10 @@ type PurgeOptions struct {
 
 // PurgeResult reports a purge.
 type PurgeResult struct {
-	Table string `json:"table"`
+	// DatabaseName is the configured name of the table's database, filled in by the caller;
+	// empty in the single-database form.
+	DatabaseName string `json:"database_name,omitempty"`
+	Table        string `json:"table"`
 	// Deleted is the rows deleted, or that would be with DryRun.
 	Deleted int64 `json:"deleted"`
 	Batches int   `json:"batches"`

@@ -12,37 +12,54 @@ import (
 // Cursor is a position in the dead rows of several tables, which are listed table by table
 // (in the configured order), oldest id first within a table. The zero Cursor is the start.
 type Cursor struct {
+	// Database is the configured name of the database of the last row seen, when several
+	// databases are listed; "" otherwise.
+	Database string
 	// Table is the table of the last row seen; "" is the start of the first table.
 	Table string
 	// ID is the id of the last row seen in Table.
 	ID int64
 }
 
-// String returns the cursor as TABLE:ID, the form ParseCursor reads.
+// String returns the cursor as TABLE:ID, or DATABASE/TABLE:ID with a database, the form
+// ParseCursor reads.
 func (c Cursor) String() string {
 	if c.Table == "" {
 		return ""
 	}
-	return c.Table + ":" + strconv.FormatInt(c.ID, 10)
+	s := c.Table + ":" + strconv.FormatInt(c.ID, 10)
+	if c.Database != "" {
+		s = c.Database + "/" + s
+	}
+	return s
 }
 
-// ParseCursor reads a cursor written as TABLE:ID (the form printed by dead list as the next
-// page); "" is the start.
+// ParseCursor reads a cursor written as TABLE:ID or DATABASE/TABLE:ID (the form printed by
+// dead list as the next page); "" is the start.
 func ParseCursor(s string) (Cursor, error) {
 	if s == "" {
 		return Cursor{}, nil
 	}
-	table, id, ok := strings.Cut(s, ":")
-	n, err := strconv.ParseInt(id, 10, 64)
-	if !ok || table == "" || err != nil || n < 0 {
-		return Cursor{}, fmt.Errorf("cursor %q: want TABLE:ID, e.g. local_message:1234", s)
+	var c Cursor
+	rest := s
+	if db, after, ok := strings.Cut(s, "/"); ok {
+		c.Database, rest = db, after
 	}
-	return Cursor{Table: table, ID: n}, nil
+	table, id, ok := strings.Cut(rest, ":")
+	n, err := strconv.ParseInt(id, 10, 64)
+	if !ok || table == "" || err != nil || n < 0 || (strings.Contains(s, "/") && c.Database == "") {
+		return Cursor{}, fmt.Errorf("cursor %q: want TABLE:ID or DATABASE/TABLE:ID, e.g. local_message:1234", s)
+	}
+	c.Table, c.ID = table, n
+	return c, nil
 }
 
 // DeadRow is a dead message with the table it lives in.
 type DeadRow struct {
-	Table string `json:"table"`
+	// DatabaseName is the configured name of the table's database, filled in by the caller
+	// when several databases are listed.
+	DatabaseName string `json:"database_name,omitempty"`
+	Table        string `json:"table"`
 	DeadMessage
 }
 
@@ -74,7 +91,7 @@ func DeadPage(ctx context.Context, db *sql.DB, tables []string, f Filter, after 
 		for _, m := range ms {
 			if len(rows) == limit {
 				last := rows[len(rows)-1]
-				return rows, &Cursor{Table: last.Table, ID: last.ID}, nil
+				return rows, &Cursor{Database: after.Database, Table: last.Table, ID: last.ID}, nil
 			}
 			rows = append(rows, DeadRow{Table: tables[i], DeadMessage: m})
 		}

@@ -18,7 +18,7 @@ function el(tag, props, ...children) {
   return e;
 }
 
-const state = { admin: false, tables: [], dead: [], nextAfter: 0, selected: new Set(), open: null, timer: 0 };
+const state = { admin: false, multi: false, tables: [], dead: [], nextAfter: 0, selected: new Set(), open: null, timer: 0 };
 
 function fmtNum(n) { return Number(n || 0).toLocaleString('en-US'); }
 
@@ -60,7 +60,11 @@ async function refresh() {
 }
 
 function renderOverview(o) {
-  $('where').textContent = 'database ' + o.database + ' · this relay ' + o.relay.host + ' pid ' + o.relay.pid;
+  const dbs = o.databases || [];
+  state.multi = dbs.length > 1;
+  const where = state.multi ? dbs.length + ' databases: ' + dbs.map((d) => d.name + ' (' + d.label + ')').join(', ')
+    : 'database ' + o.database;
+  $('where').textContent = where + ' · this relay ' + o.relay.host + ' pid ' + o.relay.pid;
   state.admin = o.admin;
   const mode = $('mode');
   mode.textContent = o.admin ? 'admin: requeue allowed with the token' : 'read-only';
@@ -70,15 +74,26 @@ function renderOverview(o) {
   for (const b of [$('requeue-selected'), $('requeue-filter'), $('requeue-one')]) b.hidden = !o.admin;
   $('updated').textContent = 'updated ' + new Date(o.now).toLocaleTimeString();
   $('tables').replaceChildren(...o.tables.map(tableCard));
-  const names = o.tables.map((t) => t.table);
+  // The table selector's values are DATABASE/TABLE (neither holds a "/").
+  const names = o.tables.map((t) => t.database + '/' + t.table);
   if (names.join() !== state.tables.join()) {
     state.tables = names;
     const sel = $('f-table');
     const keep = sel.value;
-    sel.replaceChildren(...names.map((n) => el('option', { value: n, textContent: n })));
+    sel.replaceChildren(...o.tables.map((t) => el('option', { value: t.database + '/' + t.table, textContent: tableTitle(t) })));
     if (names.includes(keep)) sel.value = keep;
     loadDead(false);
   }
+}
+
+// tableTitle names a table, with its database when the relay serves several.
+function tableTitle(t) { return state.multi ? t.database + ' / ' + t.table : t.table; }
+
+// chosen returns the database and table selected for the dead messages.
+function chosen() {
+  const v = $('f-table').value;
+  const i = v.indexOf('/');
+  return { database: v.slice(0, i), table: v.slice(i + 1) };
 }
 
 function count(label, value, kind, key) {
@@ -88,8 +103,8 @@ function count(label, value, kind, key) {
 
 function tableCard(t) {
   const s = t.status;
-  const card = el('article', { class: 'card', data: { table: t.table } },
-    el('h2', { textContent: t.table }),
+  const card = el('article', { class: 'card', data: { table: t.table, database: t.database } },
+    el('h2', { textContent: tableTitle(t) }),
     el('div', { class: 'counts' },
       count('pending', fmtNum(s.pending), '', 'pending'),
       count('failed, will retry', fmtNum(s.failed), s.failed ? 'warn' : '', 'failed'),
@@ -162,9 +177,8 @@ function filterValues() {
 }
 
 async function loadDead(more) {
-  const table = $('f-table').value;
-  if (!table) return;
-  const p = new URLSearchParams({ table, ...filterValues(), limit: '50' });
+  if (!$('f-table').value) return;
+  const p = new URLSearchParams({ ...chosen(), ...filterValues(), limit: '50' });
   if (more) p.set('after_id', String(state.nextAfter));
   try {
     const page = await getJSON('api/dead?' + p);
@@ -209,9 +223,8 @@ function renderSelection() {
 }
 
 async function openMessage(id) {
-  const table = $('f-table').value;
   try {
-    const m = await getJSON('api/message?' + new URLSearchParams({ table, id: String(id) }));
+    const m = await getJSON('api/message?' + new URLSearchParams({ ...chosen(), id: String(id) }));
     state.open = m.id;
     $('d-msgid').textContent = m.msg_id;
     const fields = [['id', m.id], ['topic', m.topic], ['tag', m.tag], ['keys', m.msg_keys], ['sharding key', m.sharding_key],
@@ -264,7 +277,7 @@ async function postRequeue(body) {
 }
 
 async function requeue(body, n, what) {
-  const table = body.table;
+  const table = state.multi ? body.database + ' / ' + body.table : body.table;
   if (n > 1 && !(await confirmDialog('Requeue ' + fmtNum(n) + ' dead messages of ' + table + '? ' + what))) return;
   let r = await postRequeue(body);
   if (r.status === 409) { // a filter: the server tells how many rows it matches now
@@ -306,11 +319,11 @@ function init() {
     renderDead();
   });
   $('requeue-one').addEventListener('click', () =>
-    requeue({ table: $('f-table').value, msg_ids: [$('d-msgid').textContent] }, 1, ''));
+    requeue({ ...chosen(), msg_ids: [$('d-msgid').textContent] }, 1, ''));
   $('requeue-selected').addEventListener('click', () =>
-    requeue({ table: $('f-table').value, msg_ids: [...state.selected] }, state.selected.size, 'They get a fresh retry budget.'));
+    requeue({ ...chosen(), msg_ids: [...state.selected] }, state.selected.size, 'They get a fresh retry budget.'));
   $('requeue-filter').addEventListener('click', () =>
-    requeue({ table: $('f-table').value, filter: filterValues() }, 0, ''));
+    requeue({ ...chosen(), filter: filterValues() }, 0, ''));
   refresh();
 }
 

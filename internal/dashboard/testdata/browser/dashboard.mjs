@@ -9,6 +9,7 @@
 //   SHOTS        a folder for screenshots (optional)
 //   CHROMIUM     the browser (default /usr/bin/chromium)
 import { launchChromium } from './chromium.mjs';
+import { until } from './poll.mjs';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 
@@ -20,20 +21,6 @@ const table = seed.table;
 const fmt = (n) => n.toLocaleString('en-US');
 
 function step(what) { console.log('step: ' + what); }
-
-// until polls fn (which may throw) until it returns a truthy value, for up to ms.
-async function until(what, fn, ms = 30000) {
-  const end = Date.now() + ms;
-  let last;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v) return v;
-    } catch (e) { last = e; }
-    if (Date.now() > end) throw new Error('timed out waiting for ' + what + (last ? ': ' + last.message : ''));
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 // shot saves the viewport, or one element of the page, as docs/img/dashboard-<name>.png does.
 async function shot(page, name, locator) {
