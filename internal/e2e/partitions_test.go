@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -99,6 +100,18 @@ func TestThreeRelaysShareEightPartitionsAndSurviveKill9(t *testing.T) {
 		return ok
 	})
 	t.Logf("steady state: %s", desc)
+	// status shows each partition's lock held, by one of the three.
+	cmd := exec.Command(binary, "status")
+	cmd.Env = e.environ("OUTBOX_RELAY_PARTITIONS=8")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("status: %v\n%s", err, out)
+	}
+	for p := 0; p < parts; p++ {
+		if !strings.Contains(string(out), fmt.Sprintf("partition %d/%d  held by ", p, parts)) {
+			t.Fatalf("status does not show partition %d held:\n%s", p, out)
+		}
+	}
 
 	const keys = 40
 	ctx, stopWriters := context.WithCancel(context.Background())
