@@ -43,11 +43,13 @@ history. With a databases list it shows every database's tables, or those of --d
 For each table it also shows its leader lock in Redis (the key from lock.key): "held" with
 the relay holding it (host and pid, as the lock's value names them; a bare token of an older
 relay names no one) and the time left before it expires unless the holder extends it, or
-"free" (no relay is delivering that table). When Redis cannot be read the lock shows as "unknown" with the
-error, and the counts are still printed. A database that cannot be reached is reported and
+"free" (no relay is delivering that table). With relay.partitions > 1 it shows the lock of
+each partition instead ("partition 3/8  held by ..."). When Redis cannot be read the lock
+shows as "unknown" with the error, and the counts are still printed. A database that cannot be reached is reported and
 the others are still shown; the command then exits 1. --json prints the same as a list of
 objects with "database" (server/schema), "database_name" (with a databases list) and
-"lock": {"key", "held", "ttl_ms", "holder", "error"}.`,
+"lock": {"key", "held", "ttl_ms", "holder", "error"}, and "partitions": a list of such
+locks with relay.partitions > 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
