@@ -30,6 +30,10 @@ that has rows only with --allow-blocking; without it, it runs the online steps, 
 stops with exit 1 naming the blocking one. The same holds for an online step the server
 refuses to run online.
 
+With relay.partitions > 1 it also adds the relay_partition column (VIRTUAL, CRC32 of
+sharding_key modulo the number of partitions) and its index online, or replaces them when
+the table was made for another number; with 1 it removes them.
+
 --print-sql prints the statements migrate would run, marked online or BLOCKING, with
 their ALTER clauses for gh-ost and pt-online-schema-change, and runs nothing: hand them to
 Flyway, Liquibase or your DBA. --dedupe-table NAME also creates the consumer dedupe table
