@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -114,5 +116,39 @@ func TestMigrateLiveTableNeedsAllowBlocking(t *testing.T) {
 	}
 	if r := cli(t, "", false, "migrate", dsn, "--dedupe-table=bad-name"); r.code != exitUsage {
 		t.Fatalf("bad dedupe table name: %+v", r)
+	}
+}
+
+// migrate with relay.partitions adds the partition column; a relay or a check configured
+// for another number of partitions finds the table not ready, naming what differs.
+func TestMigratePartitions(t *testing.T) {
+	t.Parallel()
+	db := testenv.MySQL(t)
+	dsn := "--mysql-dsn=" + db.DSN
+	conf := func(p int) string {
+		f := filepath.Join(t.TempDir(), "relay.yaml")
+		if err := os.WriteFile(f, []byte(fmt.Sprintf("relay:\n  partitions: %d\n", p)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return "--config=" + f
+	}
+	if r := cli(t, "", false, "migrate", dsn, conf(8)); r.code != 0 || !strings.Contains(r.out, "local_message: created") {
+		t.Fatalf("migrate with 8 partitions: %+v", r)
+	}
+	if r := cli(t, "", false, "migrate", dsn, conf(8), "--check"); r.code != 0 || !strings.Contains(r.out, "up to date") {
+		t.Fatalf("migrate --check with 8 partitions: %+v", r)
+	}
+	r := cli(t, "", false, "migrate", dsn, conf(4), "--check")
+	if r.code != 1 || !strings.Contains(r.out, "wrong partitions relay_partition (want 4 partitions (relay.partitions), got 8 partitions)") {
+		t.Fatalf("migrate --check with 4 partitions on a table of 8: %+v", r)
+	}
+	if r := cli(t, "", false, "run", dsn, conf(4)); r.code != 1 || !strings.Contains(r.errOut, "wrong partitions") {
+		t.Fatalf("run with 4 partitions on a table of 8: %+v", r)
+	}
+	if r := cli(t, "", false, "migrate", dsn, conf(4)); r.code != 0 || !strings.Contains(r.out, "upgraded") {
+		t.Fatalf("migrate to 4 partitions: %+v", r)
+	}
+	if r := cli(t, "", false, "migrate", dsn, conf(4), "--check"); r.code != 0 {
+		t.Fatalf("migrate --check after going to 4 partitions: %+v", r)
 	}
 }
