@@ -145,8 +145,12 @@ func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Mess
 	if err == nil || !brokerFault(err) || ctx.Err() != nil {
 		return err
 	}
-	broker := p.queues.failed(BrokerOf(err), err)
-	if broker == "" || (route.Ordered && key != "") {
+	broker, err := p.brokerFailed(err)
+	if route.Ordered && key != "" {
+		p.queues.waiting(topic, key, mq)
+		return err
+	}
+	if broker == "" {
 		return err
 	}
 	// The broker failed, not the message: another broker of the topic takes it now, with
@@ -155,13 +159,31 @@ func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Mess
 	if other == nil {
 		return err
 	}
-	if err2 := p.sendTo(ctx, prod, route, out, other); err2 != nil {
-		if brokerFault(err2) {
-			p.queues.failed(BrokerOf(err2), err2)
-		}
-		return err2
+	if err = p.sendTo(ctx, prod, route, out, other); err != nil && brokerFault(err) {
+		_, err = p.brokerFailed(err)
 	}
-	return nil
+	return err
+}
+
+// brokerFailed tells the queue chooser about a send that failed for its broker's reason and
+// returns the broker's name ("" when unknown) and the error, marked ErrBrokerUnreachable
+// when the broker was known to be down.
+func (p *RocketMQPublisher) brokerFailed(err error) (string, error) {
+	addr := BrokerOf(err)
+	var be *BrokerError
+	errors.As(err, &be)
+	if brokerCode(be.Err.Error()) != -1 {
+		// The broker answered (busy, flow control, an error): not down, but an unordered
+		// message is better sent elsewhere now.
+		return p.queues.nameOf(addr), err
+	}
+	broker, wasDown := p.queues.failed(addr, err, errors.Is(err, ErrBrokerUnreachable))
+	if wasDown && !errors.Is(err, ErrBrokerUnreachable) {
+		// A probe of a broker known to be down (a timeout, say): the broker's outage, not
+		// this message's failure.
+		err = AtBroker(addr, fmt.Errorf("%w: broker %s still failing: %w", ErrBrokerUnreachable, broker, err))
+	}
+	return broker, err
 }
 
 // sendTo makes one send of out to mq (nil: the queue selector chooses), within the route's

@@ -17,6 +17,9 @@ import (
 // an unordered message only a send to another broker, and ordered keys wait for it.
 const brokerProbeInterval = time.Second
 
+// strikeWindow is how close two sends without an answer must be to mark their broker down.
+const strikeWindow = 3 * time.Second
+
 // queueRef is one queue of a topic: a broker's name and a queue id on it.
 type queueRef struct {
 	broker string
@@ -52,10 +55,13 @@ type queueChooser struct {
 	topics map[string]*topicQueues
 	down   map[string]*downBroker // by broker name
 	addrs  map[string]string      // broker address -> name, learnt from sends
+	// strikes is, per broker not down, when a send last got no answer.
+	strikes map[string]time.Time
 }
 
 func newQueueChooser(log zerolog.Logger) *queueChooser {
-	return &queueChooser{log: log, topics: map[string]*topicQueues{}, down: map[string]*downBroker{}, addrs: map[string]string{}}
+	return &queueChooser{log: log, topics: map[string]*topicQueues{}, down: map[string]*downBroker{},
+		addrs: map[string]string{}, strikes: map[string]time.Time{}}
 }
 
 // Select implements producer.QueueSelector: the client calls it with the route's write
@@ -200,8 +206,9 @@ func (e *waitError) Error() string {
 }
 
 // pick chooses the queue of a send before it is made, once the topic's route is known (nil
-// otherwise: Select chooses). An ordered key gets its stable queue, or a waitError while
-// that queue's broker is down or out of the route; other messages avoid down brokers.
+// otherwise: Select chooses). An ordered key always gets its stable queue, or a waitError
+// while that queue is out of the route; a send to a down broker fails and the relay defers
+// the row. Other messages avoid down brokers.
 func (c *queueChooser) pick(topic, key string, ordered bool) (*primitive.MessageQueue, *waitError) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -212,27 +219,52 @@ func (c *queueChooser) pick(topic, key string, ordered bool) (*primitive.Message
 	now := time.Now()
 	if key != "" {
 		q := tq.stable(key)
-		if tq.inRoute(q) && c.usable(q.broker, now) {
-			return tq.mq(topic, q), nil
-		}
-		if ordered {
+		switch {
+		case ordered && !tq.inRoute(q):
 			return nil, c.wait(topic, key, q, now)
+		case ordered || (tq.inRoute(q) && c.usable(q.broker, now)):
+			return tq.mq(topic, q), nil
 		}
 	}
 	q, _ := c.roundRobin(tq, "")
 	return tq.mq(topic, q), nil
 }
 
-// wait returns the waitError of key and logs, once per queue and outage, which broker its
-// queue waits for. Caller holds mu.
+// wait returns the waitError of key, whose queue q is out of the route, and logs it.
+// Caller holds mu.
 func (c *queueChooser) wait(topic, key string, q queueRef, now time.Time) *waitError {
 	d := c.down[q.broker]
 	if d == nil {
 		// Out of the route while no send to it failed (read-only, or dropped by the name
-		// server): waiting all the same, since this call.
+		// server): down all the same, since now.
 		d = &downBroker{since: now, probeAt: now.Add(brokerProbeInterval), err: "not in the topic's route"}
 		c.down[q.broker] = d
 	}
+	c.logWait(topic, key, q, d)
+	addr := q.broker
+	for a, b := range c.addrs {
+		if b == q.broker {
+			addr = a
+		}
+	}
+	return &waitError{topic: topic, key: key, broker: q.broker, addr: addr, queue: q.id, since: d.since}
+}
+
+// waiting logs, once per queue and outage, that an ordered key of topic waits for the down
+// broker of its queue mq.
+func (c *queueChooser) waiting(topic, key string, mq *primitive.MessageQueue) {
+	if mq == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d := c.down[mq.BrokerName]; d != nil {
+		c.logWait(topic, key, queueRef{mq.BrokerName, mq.QueueId}, d)
+	}
+}
+
+// logWait logs the first key seen waiting for queue q of down broker d. Caller holds mu.
+func (c *queueChooser) logWait(topic, key string, q queueRef, d *downBroker) {
 	if d.waits == nil {
 		d.waits = map[queueRef]bool{}
 	}
@@ -241,13 +273,6 @@ func (c *queueChooser) wait(topic, key string, q queueRef, now time.Time) *waitE
 		c.log.Warn().Str("topic", topic).Str("broker", q.broker).Int("queue", q.id).Str("sharding_key", key).
 			Msg("ordered messages of this queue wait for its broker (not sent elsewhere, no retry counted)")
 	}
-	addr := q.broker
-	for a, b := range c.addrs {
-		if b == q.broker {
-			addr = a
-		}
-	}
-	return &waitError{topic: topic, key: key, broker: q.broker, addr: addr, queue: q.id, since: d.since}
 }
 
 // failover returns a queue of topic on a usable broker other than broker, or nil.
@@ -279,6 +304,13 @@ func (c *queueChooser) sent(broker, addr string) {
 	}
 }
 
+// nameOf returns the name of the broker at addr, "" when no send went there yet.
+func (c *queueChooser) nameOf(addr string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.addrs[addr]
+}
+
 // attempted records the broker address a send went to.
 func (c *queueChooser) attempted(broker, addr string) {
 	if addr == "" || broker == "" {
@@ -289,17 +321,28 @@ func (c *queueChooser) attempted(broker, addr string) {
 	c.mu.Unlock()
 }
 
-// failed records a send to the broker at addr that failed for a reason of the broker's
-// (unreachable, timeout, busy), and returns the broker's name ("" when unknown).
-func (c *queueChooser) failed(addr string, err error) string {
+// failed records a send to the broker at addr that got no answer (refused, reset, timed
+// out), and returns the broker's name ("" when unknown) and whether it was down already (the
+// send was a probe). The broker is down from the first refused connection (refused), or
+// from the second send without an answer within strikeWindow: a single dropped connection
+// does not stop its ordered keys.
+func (c *queueChooser) failed(addr string, err error, refused bool) (broker string, wasDown bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	broker := c.addrs[addr]
+	broker = c.addrs[addr]
 	if broker == "" {
-		return ""
+		return "", false
 	}
 	now := time.Now()
 	d := c.down[broker]
+	wasDown = d != nil
+	if d == nil && !refused {
+		if last, ok := c.strikes[broker]; !ok || now.Sub(last) > strikeWindow {
+			c.strikes[broker] = now
+			return broker, false
+		}
+	}
+	delete(c.strikes, broker)
 	if d == nil {
 		d = &downBroker{since: now}
 		c.down[broker] = d
@@ -308,5 +351,5 @@ func (c *queueChooser) failed(addr string, err error) string {
 	}
 	d.err = err.Error()
 	d.probeAt = now.Add(brokerProbeInterval)
-	return broker
+	return broker, wasDown
 }

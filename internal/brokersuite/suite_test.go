@@ -52,6 +52,11 @@ type target struct {
 	nameServer string
 	// brokerAddr is where the test's topics are created (rocketmq-client-go's admin API).
 	brokerAddr string
+	// nameServers is what the relay is given (comma-separated); empty: nameServer.
+	nameServers string
+	// peer is another broker of the same cluster (empty: none); clusterTopic gives a topic
+	// queues on it and on brokerAddr.
+	peer string
 	// real is true for Apache RocketMQ.
 	real bool
 	// kill stops the broker hard (kill -9); start brings it back on the same store.
@@ -273,10 +278,14 @@ func (e *env) count(t testing.TB, where string, args ...any) int {
 // variables.
 func (e *env) startRelay(t testing.TB, extra ...string) *testenv.Proc {
 	t.Helper()
+	ns := e.b.nameServers
+	if ns == "" {
+		ns = e.b.nameServer
+	}
 	env := append(os.Environ(),
 		"OUTBOX_MYSQL_DSN="+e.db.DSN,
 		"OUTBOX_REDIS_ADDR="+testenv.RedisAddr(),
-		"OUTBOX_ROCKETMQ_NAMESERVERS="+e.b.nameServer,
+		"OUTBOX_ROCKETMQ_NAMESERVERS="+ns,
 		"OUTBOX_LOCK_KEY="+e.prefix+"lock:{table}",
 		"OUTBOX_LOCK_TTL=2s",
 		"OUTBOX_RELAY_POLL_INTERVAL=100ms",

@@ -1,0 +1,194 @@
+package brokersuite
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/admin"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+
+	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
+	"github.com/outbox-relay/outbox-relay/outbox"
+)
+
+// TestOneBrokerOfTwoDown: a topic of each kind with queues on two brokers of one cluster;
+// the relay is given two name servers, the first of which is dead. While the second broker
+// is down, every unordered row is delivered through the first, and the ordered rows of keys
+// whose queue is on the first flow while those of keys on the second wait; no retry is
+// counted, nothing goes dead. Once it is back every row is delivered, each key's messages in
+// its own queue in row order.
+//
+// "Down" is a stopped broker on rmqtest (connections refused) and a frozen one (kill -STOP:
+// sends time out) on RocketMQ, whose restart takes 20 s on this machine; restarts after
+// kill -9 are TestBrokerKill9AndRestart's.
+func TestOneBrokerOfTwoDown(t *testing.T) {
+	t.Run("rmqtest", func(t *testing.T) {
+		t.Parallel()
+		oneBrokerOfTwoDown(t, rmqtestClusterTarget(t))
+	})
+	t.Run("rocketmq", func(t *testing.T) {
+		t.Parallel()
+		oneBrokerOfTwoDown(t, realClusterTarget(t))
+	})
+}
+
+// rmqtestClusterTarget is an rmqtest cluster of two brokers behind two name servers, the
+// first stopped; kill and start stop and start broker-b.
+func rmqtestClusterTarget(t *testing.T) *target {
+	c, err := rmqtest.StartCluster(rmqtest.ClusterOptions{NameServers: 2, Broker: rmqtest.Options{NoAutoCreateTopics: true, Logf: func(string, ...any) {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	c.StopNameServer(0)
+	ns := c.NameServerAddrs()
+	return &target{
+		name: "rmqtest", nameServer: ns[1], nameServers: strings.Join(ns, ","),
+		brokerAddr: c.Broker(1).BrokerAddr(), peer: c.Broker(0).BrokerAddr(),
+		kill: func(*testing.T) { c.Broker(1).StopBroker() },
+		start: func(t *testing.T) {
+			if err := c.Broker(1).StartBroker(); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+}
+
+// realClusterTarget is broker-a and the fault broker of scripts/rocketmq.sh (one cluster),
+// behind a dead name server and the script's; kill and start freeze and thaw the fault broker.
+func realClusterTarget(t *testing.T) *target {
+	f := faultTarget(t)
+	dead := deadAddr(t)
+	b := &target{
+		name: "rocketmq", nameServer: f.nameServer, nameServers: dead + "," + f.nameServer,
+		brokerAddr: f.brokerAddr, peer: testenv.RocketMQBroker(), real: true,
+		kill: func(t *testing.T) {
+			if _, err := runScript("broker-freeze", faultBrokerName); err != nil {
+				t.Fatal(err)
+			}
+		},
+		start: func(t *testing.T) {
+			if _, err := runScript("broker-thaw", faultBrokerName); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	t.Cleanup(func() { _, _ = runScript("broker-thaw", faultBrokerName) })
+	return b
+}
+
+// deadAddr returns a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// clusterTopic creates a topic of 4 queues on both brokers (updateTopic per broker).
+func (b *target) clusterTopic(t *testing.T, prefix string) string {
+	t.Helper()
+	name := prefix + "_" + testenv.RandomSuffix(8)
+	adm, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver([]string{b.nameServer})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, addr := range []string{b.peer, b.brokerAddr} {
+		if err := adm.CreateTopic(ctx, admin.WithTopicCreate(name), admin.WithBrokerAddrCreate(addr),
+			admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4)); err != nil {
+			t.Fatalf("create topic %s on %s: %v", name, addr, err)
+		}
+	}
+	b.waitSendable(t, name)
+	return name
+}
+
+func oneBrokerOfTwoDown(t *testing.T, b *target) {
+	e := newEnv(t, b)
+	events, orders := b.clusterTopic(t, "clusterev"), b.clusterTopic(t, "clusteror")
+	const keys, unordered = 16, 200
+	ordered := func(from, to int) []outbox.Message {
+		var out []outbox.Message
+		for n := from; n < to; n++ {
+			for k := range keys {
+				out = append(out, outbox.Message{MsgID: fmt.Sprintf("o-%02d-%d", k, n), Topic: orders, ShardingKey: fmt.Sprintf("key%02d", k),
+					Body: []byte(fmt.Sprint(n))})
+			}
+		}
+		return out
+	}
+	e.insert(t, ordered(0, 2)...)
+	e.startRelay(t, `OUTBOX_ROUTES=[{"topic":"`+orders+`","ordered":true}]`, "OUTBOX_ROCKETMQ_SEND_TIMEOUT=1s")
+	first := b.consume(t, orders).wait(t, keys*2, 60*time.Second)
+	home := map[string]string{} // sharding key -> broker/queue
+	for _, m := range first {
+		home[m.GetProperty(primitive.PropertyShardingKey)] = fmt.Sprintf("%s/%d", m.Queue.BrokerName, m.Queue.QueueId)
+	}
+	downBroker := func(k string) bool { return !strings.HasPrefix(home[k], "broker-a/") }
+	var onDown []string
+	for k := range home {
+		if downBroker(k) {
+			onDown = append(onDown, k)
+		}
+	}
+	if len(home) != keys || len(onDown) == 0 || len(onDown) == keys {
+		t.Fatalf("keys' queues %v: want every key, some on each broker", home)
+	}
+
+	b.kill(t)
+	e.insert(t, append(rows("ev", events, unordered), ordered(2, 4)...)...)
+	upKeys := keys - len(onDown)
+	testenv.Eventually(t, 60*time.Second, "every unordered row, and the ordered rows of keys on the live broker, sent", func() bool {
+		return e.count(t, "topic = ? AND status = 2", events) == unordered &&
+			e.count(t, "topic = ? AND status = 2", orders) == 2*keys+2*upKeys
+	})
+	if n := e.count(t, "retry_count > 0 OR status = 3"); n != 0 {
+		t.Fatalf("%d rows with a retry counted or dead while one broker of two is down", n)
+	}
+	for _, k := range onDown {
+		if n := e.count(t, "sharding_key = ? AND status = 2", k); n != 2 {
+			t.Fatalf("key %s (queue %s, broker down): %d rows sent, want only the 2 sent before", k, home[k], n)
+		}
+	}
+
+	b.start(t)
+	testenv.Eventually(t, 60*time.Second, "every row sent once the broker is back", func() bool {
+		return e.count(t, "status = 2") == unordered+4*keys
+	})
+	if n := e.count(t, "retry_count > 0 OR status = 3"); n != 0 {
+		t.Fatalf("%d rows with a retry counted or dead", n)
+	}
+	if got := b.consume(t, events).wait(t, unordered, 60*time.Second); len(got) != unordered {
+		t.Fatalf("consumed %d unordered messages, want %d", len(got), unordered)
+	}
+	byKey := map[string][]*primitive.MessageExt{}
+	for _, m := range b.consume(t, orders).wait(t, 4*keys, 60*time.Second) {
+		k := m.GetProperty(primitive.PropertyShardingKey)
+		byKey[k] = append(byKey[k], m)
+	}
+	for k, ms := range byKey {
+		slices.SortFunc(ms, func(a, b *primitive.MessageExt) int { return int(a.QueueOffset - b.QueueOffset) })
+		var seq []string
+		for _, m := range ms {
+			if q := fmt.Sprintf("%s/%d", m.Queue.BrokerName, m.Queue.QueueId); q != home[k] {
+				t.Errorf("key %s: a message in %s, its queue is %s", k, q, home[k])
+			}
+			seq = append(seq, string(m.Body))
+		}
+		if !slices.Equal(seq, []string{"0", "1", "2", "3"}) {
+			t.Errorf("key %s in queue order %v, want 0 1 2 3", k, seq)
+		}
+	}
+}
