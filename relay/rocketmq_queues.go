@@ -34,7 +34,8 @@ type topicQueues struct {
 	all []queueRef
 	// current is the number of write queues per broker in the latest route.
 	current map[string]int
-	next    uint32 // round robin over the usable queues
+	seen    []*primitive.MessageQueue // the route's queue list current was made from
+	next    uint32                    // round robin over the usable queues
 }
 
 // downBroker is a broker whose last send failed for a reason of its own.
@@ -82,15 +83,19 @@ func (c *queueChooser) Select(msg *primitive.Message, mqs []*primitive.MessageQu
 
 // learn updates topic's queues from a route's write queues. Caller holds mu.
 func (c *queueChooser) learn(topic string, mqs []*primitive.MessageQueue) *topicQueues {
+	tq := c.topics[topic]
+	if tq != nil && len(mqs) > 0 && len(tq.seen) == len(mqs) && &tq.seen[0] == &mqs[0] {
+		return tq // the client's list is replaced, never changed in place, when the route changes
+	}
 	cur := map[string]int{}
 	for _, q := range mqs {
 		cur[q.BrokerName] = max(cur[q.BrokerName], q.QueueId+1)
 	}
-	tq := c.topics[topic]
 	if tq == nil {
 		tq = &topicQueues{}
 		c.topics[topic] = tq
 	}
+	tq.seen = mqs
 	if mapsEqual(tq.current, cur) {
 		return tq
 	}
