@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
@@ -34,7 +34,7 @@ func TestClusterOneBrokerOfTwoDown(t *testing.T) {
 	c.CreateTopic("events", 4)
 	c.CreateTopic("orders", 4)
 	c.StopNameServer(0)
-	var logs logBuffer
+	var logs testenv.SyncBuffer
 	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: c.NameServerAddrs(), SendTimeout: 2 * time.Second,
 		Log: zerolog.New(&logs)})
 	if err != nil {
@@ -160,22 +160,4 @@ func countTrue(m map[string]bool) int {
 		}
 	}
 	return n
-}
-
-// logBuffer collects log lines for a test to read while they are written.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

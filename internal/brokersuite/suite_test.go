@@ -54,8 +54,7 @@ type target struct {
 	brokerAddr string
 	// nameServers is what the relay is given (comma-separated); empty: nameServer.
 	nameServers string
-	// peer is another broker of the same cluster (empty: none); clusterTopic gives a topic
-	// queues on it and on brokerAddr.
+	// peer is another broker of the same cluster (empty: none).
 	peer string
 	// real is true for Apache RocketMQ.
 	real bool
@@ -183,6 +182,13 @@ func faultTarget(t *testing.T) *target {
 // topic creates a topic of 4 queues with a name unique to the test.
 func (b *target) topic(t testing.TB, prefix string) string {
 	t.Helper()
+	return b.createTopic(t, prefix, b.brokerAddr)
+}
+
+// createTopic creates a topic of 4 queues on each of brokers (updateTopic per broker), named
+// prefix and a random suffix.
+func (b *target) createTopic(t testing.TB, prefix string, brokers ...string) string {
+	t.Helper()
 	name := prefix + "_" + testenv.RandomSuffix(8)
 	adm, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver([]string{b.nameServer})))
 	if err != nil {
@@ -191,9 +197,11 @@ func (b *target) topic(t testing.TB, prefix string) string {
 	defer adm.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := adm.CreateTopic(ctx, admin.WithTopicCreate(name), admin.WithBrokerAddrCreate(b.brokerAddr),
-		admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4)); err != nil {
-		t.Fatalf("create topic %s on %s: %v", name, b.brokerAddr, err)
+	for _, addr := range brokers {
+		if err := adm.CreateTopic(ctx, admin.WithTopicCreate(name), admin.WithBrokerAddrCreate(addr),
+			admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4)); err != nil {
+			t.Fatalf("create topic %s on %s: %v", name, addr, err)
+		}
 	}
 	// The broker registers the new topic with the name server as it creates it; wait until a
 	// producer gets a route, so that the test measures the relay, not route propagation.

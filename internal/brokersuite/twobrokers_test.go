@@ -1,7 +1,6 @@
 package brokersuite
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"slices"
@@ -9,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/rocketmq-client-go/v2/admin"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
@@ -94,30 +92,9 @@ func deadAddr(t *testing.T) string {
 	return addr
 }
 
-// clusterTopic creates a topic of 4 queues on both brokers (updateTopic per broker).
-func (b *target) clusterTopic(t *testing.T, prefix string) string {
-	t.Helper()
-	name := prefix + "_" + testenv.RandomSuffix(8)
-	adm, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver([]string{b.nameServer})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for _, addr := range []string{b.peer, b.brokerAddr} {
-		if err := adm.CreateTopic(ctx, admin.WithTopicCreate(name), admin.WithBrokerAddrCreate(addr),
-			admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4)); err != nil {
-			t.Fatalf("create topic %s on %s: %v", name, addr, err)
-		}
-	}
-	b.waitSendable(t, name)
-	return name
-}
-
 func oneBrokerOfTwoDown(t *testing.T, b *target) {
 	e := newEnv(t, b)
-	events, orders := b.clusterTopic(t, "clusterev"), b.clusterTopic(t, "clusteror")
+	events, orders := b.createTopic(t, "clusterev", b.peer, b.brokerAddr), b.createTopic(t, "clusteror", b.peer, b.brokerAddr)
 	const keys, unordered = 16, 200
 	ordered := func(from, to int) []outbox.Message {
 		var out []outbox.Message
