@@ -139,9 +139,9 @@ func runScript(args ...string) (string, error) {
 	return string(out), nil
 }
 
-// faultTarget is the second real broker, started once for the package on the name server of
-// scripts/rocketmq.sh, so faults never reach broker-a. Its settings are put back after each test.
-func faultTarget(t *testing.T) *target {
+// faultBroker starts the fault broker once for the package and returns the name server's
+// and the broker's addresses.
+func faultBroker(t *testing.T) (nameServer, addr string) {
 	ns := testenv.RocketMQ(t)
 	faultOnce.Do(func() {
 		_, faultErr = runScript("broker-start", faultBrokerName, faultPort())
@@ -150,7 +150,13 @@ func faultTarget(t *testing.T) *target {
 	if faultErr != nil {
 		t.Fatal(faultErr)
 	}
-	addr := "127.0.0.1:" + faultPort()
+	return ns, "127.0.0.1:" + faultPort()
+}
+
+// faultTarget is the second real broker, started once for the package on the name server of
+// scripts/rocketmq.sh, so faults never reach broker-a. Its settings are put back after each test.
+func faultTarget(t *testing.T) *target {
+	ns, addr := faultBroker(t)
 	b := &target{
 		name: "rocketmq", nameServer: ns, brokerAddr: addr, real: true,
 		kill: func(t *testing.T) {

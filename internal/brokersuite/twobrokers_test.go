@@ -61,11 +61,15 @@ func rmqtestClusterTarget(t *testing.T) *target {
 // realClusterTarget is broker-a and the fault broker of scripts/rocketmq.sh (one cluster),
 // behind a dead name server and the script's; kill and start freeze and thaw the fault broker.
 func realClusterTarget(t *testing.T) *target {
-	f := faultTarget(t)
+	ns, addr := faultBroker(t)
+	// Running even if an earlier test left it killed (broker-start returns at once otherwise).
+	if _, err := runScript("broker-start", faultBrokerName, faultPort()); err != nil {
+		t.Fatal(err)
+	}
 	dead := deadAddr(t)
 	b := &target{
-		name: "rocketmq", nameServer: f.nameServer, nameServers: dead + "," + f.nameServer,
-		brokerAddr: f.brokerAddr, peer: testenv.RocketMQBroker(), real: true,
+		name: "rocketmq", nameServer: ns, nameServers: dead + "," + ns,
+		brokerAddr: addr, peer: testenv.RocketMQBroker(), real: true,
 		kill: func(t *testing.T) {
 			if _, err := runScript("broker-freeze", faultBrokerName); err != nil {
 				t.Fatal(err)
