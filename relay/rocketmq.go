@@ -17,6 +17,7 @@ import (
 	rocketmq "github.com/apache/rocketmq-client-go/v2"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/producer"
+	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
@@ -32,15 +33,25 @@ type RocketMQConfig struct {
 	SendTimeout time.Duration
 	// AccessKey and SecretKey are ACL credentials; empty for none.
 	AccessKey, SecretKey string
+	// Log receives the lines on brokers going down and coming back and on ordered queues
+	// waiting for their broker. Defaults to none.
+	Log zerolog.Logger
 }
 
 // RocketMQPublisher publishes with rocketmq-client-go, one producer per group, started on
-// first use. Messages with a sharding key go to the queue chosen by its hash (the same queue
-// for the same key); others to any queue. The client's own retries are off: the relay
-// retries on its backoff schedule and records every failure in the row.
+// first use. Messages with a sharding key go to the queue chosen by its hash over every
+// queue the topic was seen with (the same queue for the same key, even while a broker is
+// out of the route); others round robin over the queues of brokers that are not down. A
+// send that fails for a reason of its broker marks the broker down: an unordered message
+// is sent again at once to another broker of the topic, and an ordered message whose queue
+// is on a down broker is not sent but answered with an ErrBrokerUnreachable error naming
+// the broker, so that the relay defers it without counting a retry. The client's own
+// retries are off: the relay retries on its backoff schedule and records every failure in
+// the row.
 type RocketMQPublisher struct {
 	cfg      RocketMQConfig
 	instance string
+	queues   *queueChooser
 
 	mu        sync.Mutex
 	producers map[string]rocketmq.Producer
@@ -69,6 +80,7 @@ func NewRocketMQPublisher(cfg RocketMQConfig) (*RocketMQPublisher, error) {
 		// live in one process (the client registers groups per instance).
 		instance:  fmt.Sprintf("outbox-relay-%d-%s", os.Getpid(), randomHex(4)),
 		producers: map[string]rocketmq.Producer{},
+		queues:    newQueueChooser(cfg.Log),
 	}, nil
 }
 
@@ -90,8 +102,8 @@ func (p *RocketMQPublisher) producer(group string) (rocketmq.Producer, error) {
 		producer.WithInstanceName(p.instance),
 		producer.WithRetry(0),
 		producer.WithSendMsgTimeout(p.cfg.SendTimeout),
-		producer.WithQueueSelector(producer.NewHashQueueSelector()),
-		producer.WithInterceptor(attributeBroker),
+		producer.WithQueueSelector(p.queues),
+		producer.WithInterceptor(p.attributeBroker),
 	}
 	if p.cfg.AccessKey != "" {
 		opts = append(opts, producer.WithCredentials(primitive.Credentials{AccessKey: p.cfg.AccessKey, SecretKey: p.cfg.SecretKey}))
@@ -107,7 +119,8 @@ func (p *RocketMQPublisher) producer(group string) (rocketmq.Producer, error) {
 	return prod, nil
 }
 
-// Send publishes msgs in one request (a batch when there are several).
+// Send publishes msgs in one request (a batch when there are several). See
+// RocketMQPublisher for the choice of queue and what happens while a broker is down.
 func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Message) error {
 	if len(msgs) == 0 {
 		return nil
@@ -116,19 +129,78 @@ func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Mess
 	if err != nil {
 		return err
 	}
+	out := make([]*primitive.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = toPrimitive(m, route)
+	}
+	topic, key := msgs[0].Topic, ""
+	if len(msgs) == 1 {
+		key = msgs[0].ShardingKey // a batch is never of keyed messages (see plan)
+	}
+	mq, wait := p.queues.pick(topic, key, route.Ordered && key != "")
+	if wait != nil {
+		return AtBroker(wait.addr, fmt.Errorf("%w: %w", ErrBrokerUnreachable, wait))
+	}
+	err = p.sendTo(ctx, prod, route, out, mq)
+	if err == nil || !brokerFault(err) || ctx.Err() != nil {
+		return err
+	}
+	broker, err := p.brokerFailed(err)
+	if route.Ordered && key != "" {
+		p.queues.waiting(topic, key, mq)
+		return err
+	}
+	if broker == "" {
+		return err
+	}
+	// The broker failed, not the message: another broker of the topic takes it now, with
+	// no retry counted and no backoff waited.
+	other := p.queues.failover(topic, broker)
+	if other == nil {
+		return err
+	}
+	if err = p.sendTo(ctx, prod, route, out, other); err != nil && brokerFault(err) {
+		_, err = p.brokerFailed(err)
+	}
+	return err
+}
+
+// brokerFailed tells the queue chooser about a send that failed for its broker's reason and
+// returns the broker's name ("" when unknown) and the error, marked ErrBrokerUnreachable
+// when the broker was known to be down.
+func (p *RocketMQPublisher) brokerFailed(err error) (string, error) {
+	addr := BrokerOf(err)
+	var be *BrokerError
+	errors.As(err, &be)
+	if brokerCode(be.Err.Error()) != -1 {
+		// The broker answered (busy, flow control, an error): not down, but an unordered
+		// message is better sent elsewhere now.
+		return p.queues.nameOf(addr), err
+	}
+	broker, wasDown := p.queues.failed(addr, err, errors.Is(err, ErrBrokerUnreachable))
+	if wasDown && !errors.Is(err, ErrBrokerUnreachable) {
+		// A probe of a broker known to be down (a timeout, say): the broker's outage, not
+		// this message's failure.
+		err = AtBroker(addr, fmt.Errorf("%w: broker %s still failing: %w", ErrBrokerUnreachable, broker, err))
+	}
+	return broker, err
+}
+
+// sendTo makes one send of out to mq (nil: the queue selector chooses), within the route's
+// send timeout.
+func (p *RocketMQPublisher) sendTo(ctx context.Context, prod rocketmq.Producer, route Route, out []*primitive.Message, mq *primitive.MessageQueue) error {
 	timeout := route.SendTimeout
 	if timeout <= 0 {
 		timeout = p.cfg.SendTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	out := make([]*primitive.Message, len(msgs))
-	for i, m := range msgs {
-		out[i] = toPrimitive(m, route)
+	for _, m := range out {
+		m.Queue = mq
 	}
 	res, err := prod.SendSync(ctx, out...)
 	if err != nil {
-		return p.classify(err, len(msgs) > 1)
+		return p.classify(err, len(out) > 1)
 	}
 	if res.Status != primitive.SendOK {
 		// Stored but not flushed or replicated as the broker was asked to: not an ack.
@@ -137,16 +209,27 @@ func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Mess
 	return nil
 }
 
+// brokerFault reports whether a failed send is the broker's fault (unreachable, timed out,
+// busy, read-only), not the message's or the topic's.
+func brokerFault(err error) bool {
+	return BrokerOf(err) != "" && !IsRefused(err) && !IsPermanent(err) && !errors.Is(err, ErrTopicNotFound)
+}
+
 // attributeBroker is a producer interceptor that attributes a failed send to the broker
-// address the client chose, so that the relay judges incidents per broker.
-func attributeBroker(ctx context.Context, req, reply any, next primitive.Invoker) error {
+// address the client chose, so that the relay judges incidents per broker, and tells the
+// queue chooser which broker answered.
+func (p *RocketMQPublisher) attributeBroker(ctx context.Context, req, reply any, next primitive.Invoker) error {
 	err := next(ctx, req, reply)
-	if err != nil {
-		if pc, ok := primitive.GetProducerCtx(ctx); ok {
-			return AtBroker(pc.BrokerAddr, err)
-		}
+	pc, ok := primitive.GetProducerCtx(ctx)
+	if !ok {
+		return err
 	}
-	return err
+	if err != nil {
+		p.queues.attempted(pc.MQ.BrokerName, pc.BrokerAddr)
+		return AtBroker(pc.BrokerAddr, err)
+	}
+	p.queues.sent(pc.MQ.BrokerName, pc.BrokerAddr)
+	return nil
 }
 
 func toPrimitive(m *Message, route Route) *primitive.Message {

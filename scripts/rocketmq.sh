@@ -17,6 +17,9 @@
 #   scripts/rocketmq.sh broker-kill NAME
 #                                 kill -9 that broker and wait until it is gone (a crash; its
 #                                 store stays for broker-start)
+#   scripts/rocketmq.sh broker-freeze NAME / broker-thaw NAME
+#                                 kill -STOP / -CONT that broker: it keeps its connections and
+#                                 its route but answers nothing (sends time out) until thawed
 #   scripts/rocketmq.sh topic NAME...
 #                                 create topics (4 queues) on broker-a; `start` creates
 #                                 `orders`, the demo's topic
@@ -247,6 +250,11 @@ broker-kill)
 		while alive "$DIR/$2/pid"; do sleep 0.05; done
 	fi
 	;;
+broker-freeze | broker-thaw)
+	[ $# -eq 2 ] || die "usage: $0 $1 NAME"
+	alive "$DIR/$2/pid" || die "broker $2 is not running"
+	if [ "$1" = broker-freeze ]; then kill -STOP "$(cat "$DIR/$2/pid")"; else kill -CONT "$(cat "$DIR/$2/pid")"; fi
+	;;
 stop)
 	for f in "$DIR"/*/pid; do
 		[ -f "$f" ] || continue
@@ -279,6 +287,6 @@ admin)
 	admin "$@"
 	;;
 *)
-	die "usage: $0 start|stop|status|topic NAME...|broker-start NAME PORT|broker-stop NAME|broker-kill NAME|admin ARGS..."
+	die "usage: $0 start|stop|status|topic NAME...|broker-start NAME PORT|broker-stop NAME|broker-kill NAME|broker-freeze NAME|broker-thaw NAME|admin ARGS..."
 	;;
 esac

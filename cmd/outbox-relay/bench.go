@@ -64,10 +64,7 @@ func (a *app) bench(ctx context.Context, d config.Database, o drainbench.Options
 		return err
 	}
 	defer db.Close()
-	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{
-		NameServers: a.cfg.RocketMQ.NameServers, Group: a.cfg.RocketMQ.Group, SendTimeout: a.cfg.RocketMQ.SendTimeout,
-		AccessKey: a.cfg.RocketMQ.AccessKey, SecretKey: a.cfg.RocketMQ.SecretKey,
-	})
+	pub, err := relay.NewRocketMQPublisher(rocketmqConfig(a.cfg, a.log))
 	if err != nil {
 		return err
 	}

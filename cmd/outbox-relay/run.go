@@ -69,10 +69,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	if err != nil {
 		return fmt.Errorf("connect to Redis: %w", err)
 	}
-	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{
-		NameServers: cfg.RocketMQ.NameServers, Group: cfg.RocketMQ.Group, SendTimeout: cfg.RocketMQ.SendTimeout,
-		AccessKey: cfg.RocketMQ.AccessKey, SecretKey: cfg.RocketMQ.SecretKey,
-	})
+	pub, err := relay.NewRocketMQPublisher(rocketmqConfig(cfg, log))
 	if err != nil {
 		return err
 	}
@@ -138,6 +135,15 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	_ = srv.Shutdown(sctx)
 	log.Info().Msg("stopped")
 	return nil
+}
+
+// rocketmqConfig is the publisher's configuration; its log lines (a broker down or back, an
+// ordered queue waiting for its broker) go to log.
+func rocketmqConfig(cfg config.Config, log zerolog.Logger) relay.RocketMQConfig {
+	return relay.RocketMQConfig{
+		NameServers: cfg.RocketMQ.NameServers, Group: cfg.RocketMQ.Group, SendTimeout: cfg.RocketMQ.SendTimeout,
+		AccessKey: cfg.RocketMQ.AccessKey, SecretKey: cfg.RocketMQ.SecretKey, Log: log,
+	}
 }
 
 // describeDatabases lists the databases for the start line: name, label and tables each.

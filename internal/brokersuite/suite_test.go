@@ -52,6 +52,10 @@ type target struct {
 	nameServer string
 	// brokerAddr is where the test's topics are created (rocketmq-client-go's admin API).
 	brokerAddr string
+	// nameServers is what the relay is given (comma-separated); empty: nameServer.
+	nameServers string
+	// peer is another broker of the same cluster (empty: none).
+	peer string
 	// real is true for Apache RocketMQ.
 	real bool
 	// kill stops the broker hard (kill -9); start brings it back on the same store.
@@ -135,9 +139,9 @@ func runScript(args ...string) (string, error) {
 	return string(out), nil
 }
 
-// faultTarget is the second real broker, started once for the package on the name server of
-// scripts/rocketmq.sh, so faults never reach broker-a. Its settings are put back after each test.
-func faultTarget(t *testing.T) *target {
+// faultBroker starts the fault broker once for the package and returns the name server's
+// and the broker's addresses.
+func faultBroker(t *testing.T) (nameServer, addr string) {
 	ns := testenv.RocketMQ(t)
 	faultOnce.Do(func() {
 		_, faultErr = runScript("broker-start", faultBrokerName, faultPort())
@@ -146,7 +150,13 @@ func faultTarget(t *testing.T) *target {
 	if faultErr != nil {
 		t.Fatal(faultErr)
 	}
-	addr := "127.0.0.1:" + faultPort()
+	return ns, "127.0.0.1:" + faultPort()
+}
+
+// faultTarget is the second real broker, started once for the package on the name server of
+// scripts/rocketmq.sh, so faults never reach broker-a. Its settings are put back after each test.
+func faultTarget(t *testing.T) *target {
+	ns, addr := faultBroker(t)
 	b := &target{
 		name: "rocketmq", nameServer: ns, brokerAddr: addr, real: true,
 		kill: func(t *testing.T) {
@@ -178,6 +188,13 @@ func faultTarget(t *testing.T) *target {
 // topic creates a topic of 4 queues with a name unique to the test.
 func (b *target) topic(t testing.TB, prefix string) string {
 	t.Helper()
+	return b.createTopic(t, prefix, b.brokerAddr)
+}
+
+// createTopic creates a topic of 4 queues on each of brokers (updateTopic per broker), named
+// prefix and a random suffix.
+func (b *target) createTopic(t testing.TB, prefix string, brokers ...string) string {
+	t.Helper()
 	name := prefix + "_" + testenv.RandomSuffix(8)
 	adm, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver([]string{b.nameServer})))
 	if err != nil {
@@ -186,9 +203,11 @@ func (b *target) topic(t testing.TB, prefix string) string {
 	defer adm.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := adm.CreateTopic(ctx, admin.WithTopicCreate(name), admin.WithBrokerAddrCreate(b.brokerAddr),
-		admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4)); err != nil {
-		t.Fatalf("create topic %s on %s: %v", name, b.brokerAddr, err)
+	for _, addr := range brokers {
+		if err := adm.CreateTopic(ctx, admin.WithTopicCreate(name), admin.WithBrokerAddrCreate(addr),
+			admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4)); err != nil {
+			t.Fatalf("create topic %s on %s: %v", name, addr, err)
+		}
 	}
 	// The broker registers the new topic with the name server as it creates it; wait until a
 	// producer gets a route, so that the test measures the relay, not route propagation.
@@ -273,10 +292,14 @@ func (e *env) count(t testing.TB, where string, args ...any) int {
 // variables.
 func (e *env) startRelay(t testing.TB, extra ...string) *testenv.Proc {
 	t.Helper()
+	ns := e.b.nameServers
+	if ns == "" {
+		ns = e.b.nameServer
+	}
 	env := append(os.Environ(),
 		"OUTBOX_MYSQL_DSN="+e.db.DSN,
 		"OUTBOX_REDIS_ADDR="+testenv.RedisAddr(),
-		"OUTBOX_ROCKETMQ_NAMESERVERS="+e.b.nameServer,
+		"OUTBOX_ROCKETMQ_NAMESERVERS="+ns,
 		"OUTBOX_LOCK_KEY="+e.prefix+"lock:{table}",
 		"OUTBOX_LOCK_TTL=2s",
 		"OUTBOX_RELAY_POLL_INTERVAL=100ms",

@@ -77,15 +77,8 @@ func (n *nameServer) serve(c *conn, req *command) {
 			c.reply(req, newResponse(req, resTopicNotExist, "No topic route info in name server for the topic: "+topic))
 			return
 		}
-		q := s.topic(topic)
-		body, _ := json.Marshal(routeData{
-			QueueDatas: []routeQueueData{{BrokerName: s.opts.BrokerName, ReadQueueNums: q, WriteQueueNums: q, Perm: int(s.perm.Load())}},
-			BrokerDatas: []routeBrokerData{{
-				Cluster:     s.opts.ClusterName,
-				BrokerName:  s.opts.BrokerName,
-				BrokerAddrs: map[int64]string{0: s.brokerAddr},
-			}},
-		})
+		qd, bd := s.route(topic)
+		body, _ := json.Marshal(routeData{QueueDatas: []routeQueueData{qd}, BrokerDatas: []routeBrokerData{bd}})
 		resp := newResponse(req, resSuccess, "")
 		resp.Body = body
 		c.reply(req, resp)
@@ -96,3 +89,11 @@ func (n *nameServer) serve(c *conn, req *command) {
 }
 
 func (n *nameServer) closed(*conn, bool) {}
+
+// route returns the broker's part of topic's route (creating the topic on first use): its
+// queues, as master (broker id 0) with the broker's permission.
+func (s *Server) route(topic string) (routeQueueData, routeBrokerData) {
+	q := s.topic(topic)
+	return routeQueueData{BrokerName: s.opts.BrokerName, ReadQueueNums: q, WriteQueueNums: q, Perm: int(s.perm.Load())},
+		routeBrokerData{Cluster: s.opts.ClusterName, BrokerName: s.opts.BrokerName, BrokerAddrs: map[int64]string{0: s.brokerAddr}}
+}

@@ -111,6 +111,8 @@ type Faults struct {
 type Message struct {
 	// Topic is the topic the message is stored in (a %RETRY% topic for redeliveries).
 	Topic string
+	// BrokerName is the name of the broker that stored it.
+	BrokerName string
 	// QueueID and QueueOffset locate the message in its topic.
 	QueueID     int
 	QueueOffset int64
@@ -326,14 +328,22 @@ func (s *Server) logUnknown(who string, code int16, from net.Addr) {
 }
 
 // Messages returns the messages stored in topic, in store order (so in order within each queue).
-func (s *Server) Messages(topic string) []Message { return s.store.messages(topic, -1) }
+func (s *Server) Messages(topic string) []Message { return s.named(s.store.messages(topic, -1)) }
 
 // QueueMessages returns the messages stored in one queue of topic, in offset order.
 func (s *Server) QueueMessages(topic string, queue int) []Message {
 	if queue < 0 {
 		return nil
 	}
-	return s.store.messages(topic, queue)
+	return s.named(s.store.messages(topic, queue))
+}
+
+// named sets the broker's name on msgs.
+func (s *Server) named(msgs []Message) []Message {
+	for i := range msgs {
+		msgs[i].BrokerName = s.opts.BrokerName
+	}
+	return msgs
 }
 
 // Count returns the number of messages stored in topic.
