@@ -269,25 +269,11 @@ func (g *Group) sampleBacklogEvery(ctx context.Context, every time.Duration) {
 
 // fanOutNudges forwards the table's nudges, from one subscription, to every partition.
 func (g *Group) fanOutNudges(ctx context.Context) {
-	sub := g.rdb.Subscribe(ctx, outbox.NudgeChannel(g.cfg.Table))
-	defer sub.Close()
-	ch := sub.Channel()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case _, ok := <-ch:
-			if !ok {
-				return
-			}
-			for _, r := range g.parts {
-				select {
-				case r.nudgeIn <- struct{}{}:
-				default:
-				}
-			}
-		}
+	outs := make([]chan struct{}, len(g.parts))
+	for i, r := range g.parts {
+		outs[i] = r.nudgeIn
 	}
+	forwardNudges(ctx, g.rdb.Subscribe(ctx, outbox.NudgeChannel(g.cfg.Table)), outs)
 }
 
 // assign shares n partitions among members, the same way in every process: each member

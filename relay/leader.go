@@ -12,6 +12,7 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/outbox-relay/outbox-relay/internal/ops"
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -368,26 +369,31 @@ func (r *Relay) listen(ctx context.Context) <-chan struct{} {
 		return r.nudgeIn
 	}
 	out := make(chan struct{}, 1)
-	sub := r.rdb.Subscribe(ctx, outbox.NudgeChannel(r.cfg.Table))
-	go func() {
-		defer sub.Close()
-		ch := sub.Channel()
-		for {
-			select {
-			case <-ctx.Done():
+	go forwardNudges(ctx, r.rdb.Subscribe(ctx, outbox.NudgeChannel(r.cfg.Table)), []chan struct{}{out})
+	return out
+}
+
+// forwardNudges signals every channel of outs (each holds at most one signal) for each
+// message of sub, until ctx ends; then it closes sub.
+func forwardNudges(ctx context.Context, sub *redis.PubSub, outs []chan struct{}) {
+	defer sub.Close()
+	ch := sub.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-ch:
+			if !ok {
 				return
-			case _, ok := <-ch:
-				if !ok {
-					return
-				}
+			}
+			for _, out := range outs {
 				select {
 				case out <- struct{}{}:
 				default:
 				}
 			}
 		}
-	}()
-	return out
+	}
 }
 
 // sampleBacklogEvery updates the backlog and dead-row gauges until ctx is done, beside the

@@ -1,15 +1,14 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/tcpproxy"
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
 )
 
 // lockTTL and pollInterval are OUTBOX_LOCK_TTL and OUTBOX_RELAY_POLL_INTERVAL of the
@@ -174,13 +173,4 @@ func leaderGauge(t *testing.T, p *proc) string {
 }
 
 // httpAddr is the address p's HTTP server logged ("" before it did).
-func (p *proc) httpAddr() string {
-	var addr string
-	for _, line := range strings.Split(p.out.String(), "\n") {
-		var entry struct{ Addr, Message string }
-		if json.Unmarshal([]byte(line), &entry) == nil && strings.HasPrefix(entry.Message, "http:") {
-			addr = entry.Addr
-		}
-	}
-	return addr
-}
+func (p *proc) httpAddr() string { return testenv.LoggedHTTPAddr(p.out.String()) }

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -12,41 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 // metricsOf returns p's /metrics page ("" until its HTTP server has logged its address).
-func metricsOf(p *proc) string {
-	addr := p.httpAddr()
-	if addr == "" {
-		return ""
-	}
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return ""
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return string(body)
-}
-
-// ownedPartitions parses outbox_relay_partition_owned from a /metrics page: the partitions
-// at 1.
-func ownedPartitions(page string) []int {
-	var out []int
-	for _, line := range strings.Split(page, "\n") {
-		if !strings.HasPrefix(line, "outbox_relay_partition_owned{") || !strings.HasSuffix(line, " 1") {
-			continue
-		}
-		_, rest, _ := strings.Cut(line, `partition="`)
-		n, _, _ := strings.Cut(rest, `"`)
-		if p, err := strconv.Atoi(n); err == nil {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+func metricsOf(p *proc) string { return testenv.Metrics(p.httpAddr()) }
 
 // partitionOwners reads every process's owned partitions from its metrics and reports
 // whether each of n partitions is owned by exactly one of them, each holding n/len(ps) or
@@ -55,7 +25,7 @@ func partitionOwners(ps []*proc, n int) (ok bool, desc string) {
 	count := map[int]int{}
 	balanced := true
 	for i, p := range ps {
-		owned := ownedPartitions(metricsOf(p))
+		owned := testenv.OwnedPartitions(metricsOf(p))
 		desc += fmt.Sprintf("relay %d: %v; ", i, owned)
 		for _, o := range owned {
 			count[o]++
@@ -138,7 +108,7 @@ func TestThreeRelaysShareEightPartitionsAndSurviveKill9(t *testing.T) {
 	}
 	eventually(t, 60*time.Second, "rows delivered by three relays", func() bool { return e.count(t, "status = 2") >= 500 })
 
-	victim := ownedPartitions(metricsOf(procs[0]))
+	victim := testenv.OwnedPartitions(metricsOf(procs[0]))
 	killed := time.Now()
 	procs[0].kill9(t)
 	eventually(t, 60*time.Second, "the survivors to own every partition", func() bool {

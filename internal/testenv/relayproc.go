@@ -1,10 +1,15 @@
 package testenv
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -67,4 +72,48 @@ func (p *Proc) Kill9(tb testing.TB) {
 	}
 	<-p.done
 	p.done <- nil // for the cleanup
+}
+
+// LoggedHTTPAddr is the address a relay's JSON log says its HTTP server listens on ("" until
+// it has logged it).
+func LoggedHTTPAddr(log string) string {
+	var addr string
+	for _, line := range strings.Split(log, "\n") {
+		var entry struct{ Addr, Message string }
+		if json.Unmarshal([]byte(line), &entry) == nil && strings.HasPrefix(entry.Message, "http:") {
+			addr = entry.Addr
+		}
+	}
+	return addr
+}
+
+// Metrics returns the /metrics page served at addr ("" when addr is empty or does not answer).
+func Metrics(addr string) string {
+	if addr == "" {
+		return ""
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
+}
+
+// OwnedPartitions returns the partitions a /metrics page shows at 1 in
+// outbox_relay_partition_owned: those the relay holds.
+func OwnedPartitions(page string) []int {
+	var out []int
+	for _, line := range strings.Split(page, "\n") {
+		if !strings.HasPrefix(line, "outbox_relay_partition_owned{") || !strings.HasSuffix(line, " 1") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `partition="`)
+		v, _, _ := strings.Cut(rest, `"`)
+		if n, err := strconv.Atoi(v); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
 }

@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -16,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/drainbench"
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -317,34 +315,7 @@ func evenlyOwned(procs []*proc, parts int) bool {
 
 // ownedPartitions reads outbox_relay_partition_owned from p's /metrics.
 func ownedPartitions(p *proc) []int {
-	addr := ""
-	for _, line := range strings.Split(p.out.String(), "\n") {
-		var entry struct{ Addr, Message string }
-		if json.Unmarshal([]byte(line), &entry) == nil && strings.HasPrefix(entry.Message, "http:") {
-			addr = entry.Addr
-		}
-	}
-	if addr == "" {
-		return nil
-	}
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return nil
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	var out []int
-	for _, line := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(line, "outbox_relay_partition_owned{") || !strings.HasSuffix(line, " 1") {
-			continue
-		}
-		_, rest, _ := strings.Cut(line, `partition="`)
-		v, _, _ := strings.Cut(rest, `"`)
-		if n, err := strconv.Atoi(v); err == nil {
-			out = append(out, n)
-		}
-	}
-	return out
+	return testenv.OwnedPartitions(testenv.Metrics(testenv.LoggedHTTPAddr(p.out.String())))
 }
 
 // pollUntil calls cond every interval until it is true, errs, or within passes.
