@@ -106,7 +106,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 		}
 		db := d.Database
 		sources = append(sources, dashboard.Source{Name: d.Name, Label: d.Label(), DB: d.pool, Tables: d.Tables,
-			LockKey: func(table string) string { return cfg.LockKeyIn(db, table) }})
+			LockKey: func(table string) string { return cfg.LockKeyIn(db, table) }, Partitions: cfg.Relay.Partitions})
 	}
 
 	ui, err := dashboard.New(rconn.LockReader(), dashboard.Config{Databases: sources, AdminToken: cfg.HTTP.AdminToken, Logger: &log})

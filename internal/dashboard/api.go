@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/ops"
+	"github.com/outbox-relay/outbox-relay/relay"
 )
 
 // Limits of the API.
@@ -61,8 +62,11 @@ type TableView struct {
 	Table    string           `json:"table"`
 	Status   ops.StatusReport `json:"status"`
 	Lock     LockState        `json:"lock"`
-	Activity ActivityView     `json:"activity"`
-	Error    string           `json:"error,omitempty"`
+	// Partitions are the locks of the table's partitions, in order, with relay.partitions > 1
+	// (Lock, the table's own key, is then held by no one).
+	Partitions []LockState  `json:"partitions,omitempty"`
+	Activity   ActivityView `json:"activity"`
+	Error      string       `json:"error,omitempty"`
 }
 
 // overviewCache keeps the last overview for CacheFor, or for costFactor times what it cost to
@@ -114,6 +118,9 @@ func (d *Dashboard) overview(ctx context.Context) Overview {
 			v.Status = st
 			v.Status.Database = s.Label
 			v.Lock = readLock(ctx, d.rdb, s.LockKey(t), now)
+			for p := 0; p < s.Partitions && s.Partitions > 1; p++ {
+				v.Partitions = append(v.Partitions, readLock(ctx, d.rdb, relay.PartitionLockKey(s.LockKey(t), p, s.Partitions), now))
+			}
 			o.Tables = append(o.Tables, v)
 		}
 	}

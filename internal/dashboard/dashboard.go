@@ -35,6 +35,9 @@ type Source struct {
 	// LockKey returns the Redis key of a table's leader lock (config.Config.LockKeyIn).
 	// Required.
 	LockKey func(table string) string
+	// Partitions is relay.partitions: above 1 the page shows each partition's lock, whose key
+	// is relay.PartitionLockKey of the table's. Defaults to 0: one lock per table.
+	Partitions int
 }
 
 // Config configures a Dashboard.

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
+	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -425,6 +426,45 @@ func TestStartStop(t *testing.T) {
 	} {
 		if _, err := New(b.rdb, cfg); err == nil {
 			t.Errorf("%s accepted", what)
+		}
+	}
+}
+
+// With relay.partitions > 1 the overview shows each partition's lock and who holds it.
+func TestOverviewOfAPartitionedTable(t *testing.T) {
+	t.Parallel()
+	b := &bundle{ctx: context.Background(), db: testenv.MySQL(t)}
+	b.rdb, b.prefix = testenv.Redis(t)
+	if err := schema.MigratePartitioned(b.ctx, b.db.DB, table, 4); err != nil {
+		t.Fatal(err)
+	}
+	lockKey := func(t string) string { return b.prefix + "lock:" + t }
+	d, err := New(b.rdb, Config{Databases: []Source{{Name: "default", DB: b.db.DB, Tables: []string{table}, LockKey: lockKey, Partitions: 4}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/ui/", d)
+	b.srv = httptest.NewServer(mux)
+	t.Cleanup(b.srv.Close)
+	since := time.Now().UnixMilli()
+	for p, host := range map[int]string{0: "relay-a", 1: "relay-b", 3: "relay-a"} {
+		v := fmt.Sprintf("host=%s pid=7 since=%d token=t%d", host, since, p)
+		if err := b.rdb.Set(b.ctx, relay.PartitionLockKey(lockKey(table), p, 4), v, 8*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var o Overview
+	if code, raw := b.do(t, "GET", "/ui/api/overview", nil, "", &o); code != 200 || len(o.Tables) != 1 {
+		t.Fatalf("overview: %d %s", code, raw)
+	}
+	ps := o.Tables[0].Partitions
+	if len(ps) != 4 {
+		t.Fatalf("%d partition locks, want 4", len(ps))
+	}
+	for p, want := range []string{"relay-a", "relay-b", "", "relay-a"} {
+		if ps[p].Held != (want != "") || ps[p].Host != want {
+			t.Errorf("partition %d: held %v by %q, want %q", p, ps[p].Held, ps[p].Host, want)
 		}
 	}
 }

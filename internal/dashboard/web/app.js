@@ -112,7 +112,7 @@ function tableCard(t) {
       count('due now (backlog)', fmtNum(s.due), '', 'due'),
       count('oldest due for', s.due ? fmtAge(s.oldest_due_age_seconds) : '–', s.oldest_due_age_seconds > 60 ? 'warn' : '', 'oldest'),
       count('sent', fmtNum(s.sent), '', 'sent')),
-    lockLine(t.lock),
+    t.partitions ? partitionLine(t.partitions) : lockLine(t.lock),
     activity(t.activity));
   if (t.error) card.append(el('p', { class: 'error', textContent: t.error }));
   return card;
@@ -126,6 +126,22 @@ function lockLine(l) {
   if (l.since) parts.push('for ' + fmtAge(l.held_for_seconds));
   if (l.ttl_ms) parts.push('lock expires in ' + (l.ttl_ms / 1000).toFixed(1) + 's unless extended');
   return el('p', { class: 'lock', title: l.key, textContent: parts.join(' · ') });
+}
+
+// partitionLine summarises the locks of a partitioned table: how many partitions are held,
+// by which relays, and which are not held (their rows wait).
+function partitionLine(ps) {
+  const by = new Map();
+  const free = [];
+  ps.forEach((l, i) => {
+    if (l.error || !l.held) { free.push(i); return; }
+    const who = l.host ? l.host + ' (pid ' + l.pid + ')' + (l.this_relay ? ' — this relay' : '') : 'a relay';
+    by.set(who, (by.get(who) || []).concat(i));
+  });
+  const parts = [(ps.length - free.length) + ' of ' + ps.length + ' partitions held'];
+  for (const [who, list] of by) parts.push(who + ': ' + list.join(', '));
+  if (free.length) parts.push('not held: ' + free.join(', '));
+  return el('p', { class: free.length ? 'lock free' : 'lock', textContent: parts.join(' · ') });
 }
 
 const SVG = 'http://www.w3.org/2000/svg';
