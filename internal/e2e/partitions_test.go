@@ -46,7 +46,8 @@ func partitionOwners(ps []*proc, n int) (ok bool, desc string) {
 }
 
 // TestThreeRelaysShareEightPartitionsAndSurviveKill9: three relay processes on one table
-// with relay.partitions = 8 while writers commit ordered events for 40 keys. At steady state
+// with relay.partitions = 8 while writers commit ordered events for 40 keys, beside a busy
+// application that holds transactions open and rolls some back. At steady state
 // the metrics show every partition owned by exactly one relay (2 or 3 each). One relay is
 // killed with kill -9; the two others take its partitions (the time is logged: it is the
 // lock's TTL plus at most a quarter of it), every committed row is delivered, none dead, and
@@ -83,6 +84,9 @@ func TestThreeRelaysShareEightPartitionsAndSurviveKill9(t *testing.T) {
 		}
 	}
 
+	// The application beside them: 8 writers, a quarter of the transactions held open up to
+	// 50 ms, a fifth rolled back (busyApp), on an unordered topic.
+	stopApp := e.writers(t, "shop", busyApp(50))
 	const keys = 40
 	ctx, stopWriters := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -122,12 +126,14 @@ func TestThreeRelaysShareEightPartitionsAndSurviveKill9(t *testing.T) {
 	eventually(t, 60*time.Second, "the survivors to deliver new rows", func() bool { return e.count(t, "status = 2") >= sent+500 })
 	stopWriters()
 	wg.Wait()
+	assertLedgerDelivered(t, e, "shop", stopApp(), 60*time.Second)
 
 	total := e.count(t, "1 = 1")
 	eventually(t, 60*time.Second, "every committed row sent", func() bool { return e.count(t, "status = 2") == total })
 	if n := e.count(t, "status <> 2"); n > 0 {
 		t.Fatalf("%d rows not sent", n)
 	}
+	total = e.count(t, "topic = 'order-events'")
 	msgs := e.broker.Messages("order-events")
 	sortByCommitLog(msgs)
 	last := map[string]int{}
