@@ -19,12 +19,13 @@ import (
 
 // partitionsResult is one relay count's measures.
 type partitionsResult struct {
-	relays       int
-	rowsPerSec   float64       // rows / (last sent_time - first sent_time)
-	cpu          time.Duration // the relay processes' CPU during the drain
-	idleCmds     float64       // Redis commands/s with the relays idle: lock and group upkeep
-	killTakeover time.Duration // kill -9 of one relay until the others own every partition
-	joinTakeover time.Duration // a relay started until every partition is owned once, shares even
+	relays        int
+	rowsPerSec    float64       // rows / (last sent_time - first sent_time)
+	cpu           time.Duration // the relay processes' CPU during the drain
+	idleCmds      float64       // Redis commands/s with the relays idle: lock and group upkeep
+	killTakeover  time.Duration // kill -9 of one relay until the others own every partition
+	joinTakeover  time.Duration // a relay started until every partition is owned once, shares even
+	leaveTakeover time.Duration // SIGTERM of one relay until the others own every partition, shares even
 }
 
 // runPartitions measures a relay group on one table split into partitions: the drain rate
@@ -92,8 +93,8 @@ func runPartitions(ctx context.Context, args []string) error {
 			return err
 		}
 		results = append(results, r)
-		fmt.Printf("relays=%d: %.0f rows/s, relay CPU %.1fs, idle Redis %.1f commands/s, takeover after kill -9 %s, join %s\n",
-			n, r.rowsPerSec, r.cpu.Seconds(), r.idleCmds, r.killTakeover.Round(time.Millisecond), r.joinTakeover.Round(time.Millisecond))
+		fmt.Printf("relays=%d: %.0f rows/s, relay CPU %.1fs, idle Redis %.1f commands/s, takeover after kill -9 %s, join %s, SIGTERM %s\n",
+			n, r.rowsPerSec, r.cpu.Seconds(), r.idleCmds, orDash(r.killTakeover), orDash(r.joinTakeover), orDash(r.leaveTakeover))
 	}
 	var seedRate float64
 	if *seed {
@@ -102,24 +103,25 @@ func runPartitions(ctx context.Context, args []string) error {
 		}
 	}
 	fmt.Printf("\n%d rows, relay.partitions=%d, lock TTL 2s, in-process broker; %s\n\n", *rows, *parts, w.cfg.Addr)
-	fmt.Println("| relays | rows/s | vs 1 relay | relay CPU s | idle Redis cmds/s | takeover after kill -9 | join until even |")
-	fmt.Println("|---|---|---|---|---|---|---|")
-	fmt.Printf("| 1, relay.partitions=1 | %.0f | %.2f× | %.1f | %.1f | | |\n", base.rowsPerSec, base.rowsPerSec/results[0].rowsPerSec, base.cpu.Seconds(), base.idleCmds)
+	fmt.Println("| relays | rows/s | vs 1 relay | relay CPU s | idle Redis cmds/s | takeover after kill -9 | join until even | SIGTERM until even |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Printf("| 1, relay.partitions=1 | %.0f | %.2f× | %.1f | %.1f | | | |\n", base.rowsPerSec, base.rowsPerSec/results[0].rowsPerSec, base.cpu.Seconds(), base.idleCmds)
 	for _, r := range results {
-		kill, join := "-", "-"
-		if r.killTakeover > 0 {
-			kill = r.killTakeover.Round(time.Millisecond).String()
-		}
-		if r.joinTakeover > 0 {
-			join = r.joinTakeover.Round(time.Millisecond).String()
-		}
-		fmt.Printf("| %d | %.0f | %.2f× | %.1f | %.1f | %s | %s |\n", r.relays, r.rowsPerSec, r.rowsPerSec/results[0].rowsPerSec,
-			r.cpu.Seconds(), r.idleCmds, kill, join)
+		fmt.Printf("| %d | %.0f | %.2f× | %.1f | %.1f | %s | %s | %s |\n", r.relays, r.rowsPerSec, r.rowsPerSec/results[0].rowsPerSec,
+			r.cpu.Seconds(), r.idleCmds, orDash(r.killTakeover), orDash(r.joinTakeover), orDash(r.leaveTakeover))
 	}
 	if *seed {
-		fmt.Printf("| seed 002 (1 relay) | %.0f | %.2f× | | | | |\n", seedRate, seedRate/results[0].rowsPerSec)
+		fmt.Printf("| seed 002 (1 relay) | %.0f | %.2f× | | | | | |\n", seedRate, seedRate/results[0].rowsPerSec)
 	}
 	return nil
+}
+
+// orDash formats d, or "-" when it was not measured.
+func orDash(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return d.Round(time.Millisecond).String()
 }
 
 // measurePartitions drains a backlog of rows with n relay processes sharing parts partitions.
@@ -212,6 +214,15 @@ func measurePartitions(ctx context.Context, w *world, bin string, n, parts, rows
 		return res, err
 	}
 	res.joinTakeover = time.Since(joined)
+	// A relay stopped with SIGTERM: it hands its partitions over and leaves the group.
+	left := time.Now()
+	_ = all[0].cmd.Process.Signal(syscall.SIGTERM)
+	if err := pollUntil(ctx, time.Minute, 10*time.Millisecond, "even shares after a leave", func() (bool, error) {
+		return evenlyOwned(all[1:], parts), nil
+	}); err != nil {
+		return res, err
+	}
+	res.leaveTakeover = time.Since(left)
 	return res, nil
 }
 
