@@ -46,22 +46,7 @@ func (e *env) multiEnviron(t *testing.T, yaml string, extra ...string) []string 
 // startWith starts `outbox-relay run` with the environment environ.
 func startWith(t *testing.T, environ []string) *proc {
 	t.Helper()
-	cmd := exec.Command(binary, "run")
-	cmd.Env = environ
-	p := &proc{cmd: cmd, out: &testenv.SyncBuffer{}, done: make(chan error, 1)}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("relay pid %d output:\n%s", cmd.Process.Pid, p.out.String())
-		}
-	})
-	return p
+	return &proc{testenv.StartProc(t, environ, binary, "run")}
 }
 
 // runCLI runs an operator command with environ; it returns the output and the exit code.
@@ -236,7 +221,7 @@ databases:
 	got := map[string]int64{}
 	for _, r := range reports {
 		got[r.DatabaseName+"/"+r.Table] = r.Sent
-		if r.Lock == nil || !r.Lock.Held || !strings.HasSuffix(r.Lock.Holder, fmt.Sprintf(" pid %d", p.cmd.Process.Pid)) || r.Pending != 0 {
+		if r.Lock == nil || !r.Lock.Held || !strings.HasSuffix(r.Lock.Holder, fmt.Sprintf(" pid %d", p.Cmd.Process.Pid)) || r.Pending != 0 {
 			t.Errorf("status of %s/%s: lock %+v, pending %d", r.DatabaseName, r.Table, r.Lock, r.Pending)
 		}
 	}
@@ -296,8 +281,8 @@ func TestDatabaseDownAtStartIsRetried(t *testing.T) {
 		!strings.Contains(ready, "late/local_message: waiting for its database") || !strings.Contains(ready, "up/local_message: leader") {
 		t.Fatalf("/readyz while late is down: %d\n%s", code, ready)
 	}
-	if !strings.Contains(p.out.String(), `"database_name":"late"`) {
-		t.Fatalf("the relay did not log the database it cannot reach:\n%s", p.out.String())
+	if !strings.Contains(p.Out.String(), `"database_name":"late"`) {
+		t.Fatalf("the relay did not log the database it cannot reach:\n%s", p.Out.String())
 	}
 
 	if _, err := admin.Exec("CREATE DATABASE " + late); err != nil {

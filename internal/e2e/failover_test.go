@@ -44,7 +44,7 @@ func TestLeaderKill9StandbyDelivers(t *testing.T) {
 	eventually(t, 60*time.Second, "rows delivered before the kill", func() bool { return e.count(t, "status = 2") >= 50 })
 
 	killed := time.Now()
-	a.kill9(t)
+	a.Kill9(t)
 	var took time.Time
 	eventually(t, 60*time.Second, "the standby to publish", func() bool {
 		var ok bool
@@ -72,7 +72,7 @@ func TestFrozenLeaderStopsAfterSIGCONT(t *testing.T) {
 	e.insertN(t, "frz", total)
 	eventually(t, 60*time.Second, "the leader to send a part", func() bool { return e.count(t, "msg_id LIKE 'frz-%' AND status = 2") >= 200 })
 
-	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := a.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	var firstUnsent int64
@@ -99,7 +99,7 @@ func TestFrozenLeaderStopsAfterSIGCONT(t *testing.T) {
 	changed, _ := res.RowsAffected()
 
 	resumed := time.Now()
-	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := a.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "the resumed leader to report it no longer leads (outbox_relay_leader 0)", func() bool {
@@ -173,4 +173,4 @@ func leaderGauge(t *testing.T, p *proc) string {
 }
 
 // httpAddr is the address p's HTTP server logged ("" before it did).
-func (p *proc) httpAddr() string { return testenv.LoggedHTTPAddr(p.out.String()) }
+func (p *proc) httpAddr() string { return testenv.LoggedHTTPAddr(p.Out.String()) }

@@ -95,7 +95,7 @@ func TestEveryOrderAppliedExactlyOnceThroughLostAcksAndRelayRestart(t *testing.T
 	relayEnv := []string{"OUTBOX_RELAY_BATCH_SEND=false", "OUTBOX_RELAY_BATCH_SIZE=100", "OUTBOX_BACKOFF_BASE=100ms"}
 	first := e.startRelay(t, relayEnv...)
 	eventually(t, 60*time.Second, "a third of the orders sent", func() bool { return e.count(t, "status = 2") >= orders/3 })
-	first.kill9(t)
+	first.Kill9(t)
 	e.startRelay(t, relayEnv...)
 	eventually(t, 240*time.Second, "every order sent", func() bool { return e.count(t, "status = 2") == orders })
 

@@ -114,7 +114,7 @@ func TestThreeRelaysShareEightPartitionsAndSurviveKill9(t *testing.T) {
 
 	victim := testenv.OwnedPartitions(metricsOf(procs[0]))
 	killed := time.Now()
-	procs[0].kill9(t)
+	procs[0].Kill9(t)
 	eventually(t, 60*time.Second, "the survivors to own every partition", func() bool {
 		var ok bool
 		ok, desc = partitionOwners(procs[1:], parts)

@@ -58,7 +58,7 @@ func TestKillWhileAPageIsBeingRead(t *testing.T) {
 	eventually(t, 10*time.Second, "the relay's page read waiting on the table lock", func() bool {
 		return waitingStatements(t, e, "SELECT id, msg_id%", "%metadata lock%") > 0
 	})
-	p.kill9(t)
+	p.Kill9(t)
 	unlock()
 
 	sentAtKill := sentMsgIDs(t, e)
@@ -82,14 +82,14 @@ func TestKillWhileSendsAreInFlight(t *testing.T) {
 	e.broker.SetTopicFaults(killSlow, rmqtest.Faults{Latency: time.Second})
 	p := e.startRelay(t, "OUTBOX_RELAY_BATCH_SIZE=100", "OUTBOX_ROCKETMQ_SEND_TIMEOUT=5s")
 	eventually(t, 20*time.Second, "a second page's fast messages stored", func() bool { return e.broker.Count(killFast) >= 100 })
-	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	slowAtStop := e.broker.Count(killSlow)
 	eventually(t, 10*time.Second, "slow sends in flight at the freeze to be stored", func() bool {
 		return e.broker.Count(killSlow) > slowAtStop
 	})
-	p.kill9(t) // SIGKILL ends a stopped process too
+	p.Kill9(t) // SIGKILL ends a stopped process too
 
 	sentAtKill := sentMsgIDs(t, e)
 	if len(sentAtKill) == total {
@@ -142,7 +142,7 @@ func TestKillWhileAWriteBackIsPending(t *testing.T) {
 	if n := e.count(t, "id = ? AND status = 0", heldID); n != 1 {
 		t.Fatal("the held row is not pending: its write-back did not wait")
 	}
-	p.kill9(t)
+	p.Kill9(t)
 	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
 	}

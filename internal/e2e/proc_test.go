@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"syscall"
 	"testing"
 
 	"github.com/apache/rocketmq-client-go/v2/rlog"
@@ -62,11 +61,7 @@ func newEnv(t *testing.T) *env {
 }
 
 // proc is a running relay process.
-type proc struct {
-	cmd  *exec.Cmd
-	out  *testenv.SyncBuffer
-	done chan error
-}
+type proc struct{ *testenv.Proc }
 
 // environ is the process environment pointing the binary at the test's servers.
 func (e *env) environ(extra ...string) []string {
@@ -101,15 +96,6 @@ func (e *env) cli(t *testing.T, args ...string) string {
 		t.Fatalf("outbox-relay %v: %v\n%s", args, err, out)
 	}
 	return string(out)
-}
-
-func (p *proc) kill9(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-p.done
-	p.done <- nil // for the cleanup
 }
 
 func (e *env) count(t *testing.T, where string, args ...any) int {

@@ -64,8 +64,8 @@ func TestBinaryWithSentinel(t *testing.T) {
 	if held, errText := e.statusLock(t, sentinel...); !held {
 		t.Fatalf("status after the failover: lock not held (%s)", errText)
 	}
-	if !strings.Contains(p.out.String(), `"redis":"sentinel master `+redistest.MasterName) {
-		t.Errorf("the start log does not say the relay uses Sentinel:\n%s", p.out.String())
+	if !strings.Contains(p.Out.String(), `"redis":"sentinel master `+redistest.MasterName) {
+		t.Errorf("the start log does not say the relay uses Sentinel:\n%s", p.Out.String())
 	}
 }
 

@@ -19,20 +19,18 @@ func TestSIGTERMFinishesCleanly(t *testing.T) {
 	e.insertN(t, "term", 3000)
 	p := e.startRelay(t, "OUTBOX_RELAY_BATCH_SIZE=100")
 	eventually(t, 60*time.Second, "some rows sent", func() bool { return e.count(t, "status = 2") >= 200 })
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-p.done:
-		p.done <- err
-		if err != nil {
-			t.Fatalf("relay exited with %v after SIGTERM, want exit 0\n%s", err, p.out.String())
-		}
-	case <-time.After(20 * time.Second):
+	err, exited := p.Wait(20 * time.Second)
+	switch {
+	case !exited:
 		t.Fatal("relay did not exit within 20s of SIGTERM")
+	case err != nil:
+		t.Fatalf("relay exited with %v after SIGTERM, want exit 0\n%s", err, p.Out.String())
 	}
-	if !strings.Contains(p.out.String(), "lock released") {
-		t.Fatalf("relay did not say it released the lock:\n%s", p.out.String())
+	if !strings.Contains(p.Out.String(), "lock released") {
+		t.Fatalf("relay did not say it released the lock:\n%s", p.Out.String())
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	defer rdb.Close()
@@ -52,7 +50,7 @@ func TestKill9MidStreamLosesNothing(t *testing.T) {
 	e.insertN(t, "k9", total)
 	p := e.startRelay(t, "OUTBOX_RELAY_BATCH_SIZE=200")
 	eventually(t, 60*time.Second, "a part of the backlog sent", func() bool { return e.count(t, "status = 2") >= 3000 })
-	p.kill9(t)
+	p.Kill9(t)
 
 	sentAtKill := map[string]bool{}
 	rows, err := e.db.Query("SELECT msg_id FROM local_message WHERE status = 2")
@@ -98,7 +96,7 @@ func TestTwoRelaysOneLeaderAndFailover(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	a := e.startRelay(t, "OUTBOX_ROCKETMQ_GROUP=relay-a")
-	eventually(t, 30*time.Second, "relay a to lead", func() bool { return strings.Contains(a.out.String(), "leader: publishing") })
+	eventually(t, 30*time.Second, "relay a to lead", func() bool { return strings.Contains(a.Out.String(), "leader: publishing") })
 	b := e.startRelay(t, "OUTBOX_ROCKETMQ_GROUP=relay-b")
 	e.insertN(t, "first", 2000)
 	eventually(t, 60*time.Second, "first rows sent", func() bool { return e.count(t, "status = 2") == 2000 })
@@ -107,11 +105,11 @@ func TestTwoRelaysOneLeaderAndFailover(t *testing.T) {
 			t.Fatalf("message published by %q while relay-a held the lock", m.ProducerGroup)
 		}
 	}
-	if strings.Contains(b.out.String(), "leader: publishing") {
+	if strings.Contains(b.Out.String(), "leader: publishing") {
 		t.Fatal("relay b claims to lead while a holds the lock")
 	}
 
-	a.kill9(t)
+	a.Kill9(t)
 	e.insertN(t, "second", 2000)
 	eventually(t, 60*time.Second, "relay b to take over and send the rest", func() bool { return e.count(t, "status = 2") == 4000 })
 	// In broker order the publisher switches once, from a to b.

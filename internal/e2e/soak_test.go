@@ -28,7 +28,7 @@ func TestSoakBrokerIncidentsAndKills(t *testing.T) {
 		time.Sleep(d) // the incident's length: the schedule of the soak, not a synchronisation
 	}
 	restart := func() {
-		relay.kill9(t)
+		relay.Kill9(t)
 		relay = e.startRelay(t)
 	}
 	busy := rmqtest.Faults{ErrorRate: 0.1, ErrorCode: 2} // SYSTEM_BUSY

@@ -45,7 +45,7 @@ func TestBinaryTracesOnlyWhenConfigured(t *testing.T) {
 				}
 				spanID := strings.Split(published, "-")[2]
 				eventually(t, 30*time.Second, "the producer span printed", func() bool {
-					out := p.out.String()
+					out := p.Out.String()
 					return strings.Contains(out, `"Name":"orders publish"`) && strings.Contains(out, spanID)
 				})
 			} else if published != writer {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // BuildRelay builds the outbox-relay binary into a new temporary directory, for tests that run
@@ -62,6 +63,18 @@ func StartProc(tb testing.TB, env []string, bin string, args ...string) *Proc {
 		}
 	})
 	return p
+}
+
+// Wait waits up to d for the process to exit and returns how it exited; ok is false when it
+// is still running.
+func (p *Proc) Wait(d time.Duration) (err error, ok bool) {
+	select {
+	case err := <-p.done:
+		p.done <- err // for the cleanup and later calls
+		return err, true
+	case <-time.After(d):
+		return nil, false
+	}
 }
 
 // Kill9 kills the process with SIGKILL and waits until it is gone.
