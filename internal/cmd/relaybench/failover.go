@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"slices"
 	"syscall"
 	"time"
@@ -45,15 +44,11 @@ func runFailover(ctx context.Context, args []string) error {
 	if *rounds < 1 {
 		return fmt.Errorf("--rounds: must be at least 1, got %d", *rounds)
 	}
-	tmp, err := os.MkdirTemp("", "relaybench")
+	bin, _, cleanup, err := scratch(ctx, *relayBin)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
-	bin, err := relayBinary(ctx, *relayBin, tmp)
-	if err != nil {
-		return err
-	}
+	defer cleanup()
 	w, err := newWorld(ctx, s)
 	if err != nil {
 		return err

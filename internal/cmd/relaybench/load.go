@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -97,14 +96,12 @@ func runLoad(ctx context.Context, args []string) error {
 		return errors.New("--duration must be positive and --idle not negative")
 	}
 
-	tmp, err := os.MkdirTemp("", "relaybench")
+	bin, _, cleanup, err := scratch(ctx, f.relayBin)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
-	if f.relayBin, err = relayBinary(ctx, f.relayBin, tmp); err != nil {
-		return err
-	}
+	defer cleanup()
+	f.relayBin = bin
 	w, err := newWorld(ctx, f.servers)
 	if err != nil {
 		return err

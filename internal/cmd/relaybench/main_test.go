@@ -58,6 +58,21 @@ func TestFailoverDeliversEveryCommittedRow(t *testing.T) {
 	}
 }
 
+// TestPartitionsBench: a short run of the relay-group bench with one and two relays: every
+// row is sent, the survivor of a kill -9 and the relays after a join and a SIGTERM own every
+// partition once (runPartitions fails otherwise).
+func TestPartitionsBench(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds outbox-relay and runs relay processes")
+	}
+	testenv.MySQL(t)
+	testenv.Redis(t)
+	args := append(servers(), "-rows", "2000", "-relays", "1,2", "-idle", "500ms", "-seed002=false")
+	if err := runPartitions(context.Background(), args); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestDrain(t *testing.T) {
 	testenv.MySQL(t)
 	if err := runDrain(context.Background(), append(servers()[:2], "-rows", "1500", "-batch-size", "200")); err != nil {

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -57,15 +56,11 @@ func runPartitions(ctx context.Context, args []string) error {
 	if *parts < 1 || *parts > schema.MaxPartitions {
 		return fmt.Errorf("--partitions: must be between 1 and %d, got %d", schema.MaxPartitions, *parts)
 	}
-	tmp, err := os.MkdirTemp("", "relaybench")
+	bin, tmp, cleanup, err := scratch(ctx, *relayBin)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
-	bin, err := relayBinary(ctx, *relayBin, tmp)
-	if err != nil {
-		return err
-	}
+	defer cleanup()
 	if *ownRedis {
 		addr, stop, err := startRedis(ctx, tmp)
 		if err != nil {

@@ -114,18 +114,25 @@ func (w *world) Close() {
 	w.admin.Close()
 }
 
-// relayBinary builds outbox-relay into dir unless given.
-func relayBinary(ctx context.Context, given, dir string) (string, error) {
-	if given != "" {
-		return given, nil
+// scratch makes the run's temporary directory and builds outbox-relay into it unless given;
+// cleanup removes the directory.
+func scratch(ctx context.Context, given string) (bin, dir string, cleanup func(), err error) {
+	dir, err = os.MkdirTemp("", "relaybench")
+	if err != nil {
+		return "", "", nil, err
 	}
-	bin := filepath.Join(dir, "outbox-relay")
+	cleanup = func() { os.RemoveAll(dir) }
+	if given != "" {
+		return given, dir, cleanup, nil
+	}
+	bin = filepath.Join(dir, "outbox-relay")
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/outbox-relay/outbox-relay/cmd/outbox-relay")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		return "", fmt.Errorf("build outbox-relay (or pass --relay-bin): %w", err)
+		cleanup()
+		return "", "", nil, fmt.Errorf("build outbox-relay (or pass --relay-bin): %w", err)
 	}
-	return bin, nil
+	return bin, dir, cleanup, nil
 }
 
 func randomHex(n int) string {
