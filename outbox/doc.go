@@ -8,9 +8,11 @@
 // setting generated msg_ids on the caller's messages. The transaction is an outbox.Tx, which
 // a *sql.DB is not, so a message cannot leave the business transaction by mistake;
 // InsertNoTx is the explicit non-transactional variant for backfills and tools. After the
-// transaction commits, the service may call Writer.Nudge so the relay publishes at once
-// instead of at its next poll: the nudge is an outbox.Nudger, in Redis with package
-// outbox/redisnudge, so that services that do not nudge do not import go-redis.
+// transaction commits, the service may call Writer.NudgeFor (or Writer.Nudge) so the relay
+// publishes at once instead of at its next poll: the nudge is an outbox.Nudger, in Redis with
+// package outbox/redisnudge, so that services that do not nudge do not import go-redis.
+// NudgeFor names the messages' partitions, so that the relays of a partitioned table
+// (relay.partitions) wake only the partitions holding them.
 //
 // Services in other languages write the same row with plain SQL: see schema.InsertSQL and
 // docs/sql-recipes.md. The relay applies the same validation to such rows and marks the

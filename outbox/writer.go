@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"maps"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,6 +75,24 @@ type Execer interface {
 // channel (NudgeChannel); NudgeFunc adapts a function.
 type Nudger interface {
 	Nudge(ctx context.Context, table string) error
+}
+
+// KeyedNudger is a Nudger that can also name the rows' partition keys (PartitionHash), so
+// that a relay group of a partitioned table (relay.partitions > 1) wakes only the partitions
+// the rows are in. redisnudge's Nudger is one.
+type KeyedNudger interface {
+	Nudger
+	NudgeKeys(ctx context.Context, table string, hashes []uint32) error
+}
+
+// PartitionHash is the hash the relay partitions a table's rows by: CRC32 (IEEE) of the
+// sharding key, or of the msg_id when the key is empty, as the table's relay_partition
+// column computes it in SQL.
+func PartitionHash(shardingKey, msgID string) uint32 {
+	if shardingKey == "" {
+		return crc32.ChecksumIEEE([]byte(msgID))
+	}
+	return crc32.ChecksumIEEE([]byte(shardingKey))
 }
 
 // NudgeFunc is a function that is a Nudger.
@@ -314,6 +334,45 @@ func asDuplicate(err error) *DuplicateError {
 // (see outbox/redisnudge).
 func NudgeChannel(table string) string { return "outbox-relay:nudge:" + table }
 
+// maxNudgeKeys bounds the hashes one nudge carries; a nudge for more rows wakes every
+// partition, which costs a probe per partition held, no more than those hashes would.
+const maxNudgeKeys = 256
+
+// NudgePayload is the message of a nudge on NudgeChannel that names its rows' partition
+// hashes (PartitionHash): "keys=" and the hashes in decimal, separated by commas. Any other
+// message, such as the "1" of a plain nudge or of a PUBLISH by hand, wakes every partition.
+func NudgePayload(hashes []uint32) string {
+	if len(hashes) == 0 || len(hashes) > maxNudgeKeys {
+		return "1"
+	}
+	b := make([]byte, 0, 5+11*len(hashes))
+	b = append(b, "keys="...)
+	for i, h := range hashes {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendUint(b, uint64(h), 10)
+	}
+	return string(b)
+}
+
+// ParseNudge returns the partition hashes a nudge's message names; ok is false for a nudge
+// that names none (it wakes every partition).
+func ParseNudge(payload string) (hashes []uint32, ok bool) {
+	rest, found := strings.CutPrefix(payload, "keys=")
+	if !found || rest == "" {
+		return nil, false
+	}
+	for _, f := range strings.Split(rest, ",") {
+		h, err := strconv.ParseUint(f, 10, 32)
+		if err != nil {
+			return nil, false
+		}
+		hashes = append(hashes, uint32(h))
+	}
+	return hashes, true
+}
+
 // Nudge tells the relay of the writer's table, through Config.Nudger, that new rows are
 // committed, so it publishes now rather than at its next poll. Call it after Commit, never
 // inside the transaction. It is a hint: an error or no Nudger only delays delivery to the
@@ -323,6 +382,24 @@ func (w *Writer) Nudge(ctx context.Context) error {
 		return nil
 	}
 	if err := w.nudger.Nudge(ctx, w.table); err != nil {
+		return fmt.Errorf("outbox: nudge %s: %w", w.table, err)
+	}
+	return nil
+}
+
+// NudgeFor is Nudge naming the messages just committed (after Insert, which fills in their
+// MsgID): with a KeyedNudger, a relay group of a partitioned table wakes only the partitions
+// that hold them, instead of every partition each relay holds. Otherwise it is Nudge.
+func (w *Writer) NudgeFor(ctx context.Context, msgs ...*Message) error {
+	kn, ok := w.nudger.(KeyedNudger)
+	if !ok || len(msgs) == 0 {
+		return w.Nudge(ctx)
+	}
+	hashes := make([]uint32, len(msgs))
+	for i, m := range msgs {
+		hashes[i] = PartitionHash(m.ShardingKey, m.MsgID)
+	}
+	if err := kn.NudgeKeys(ctx, w.table, hashes); err != nil {
 		return fmt.Errorf("outbox: nudge %s: %w", w.table, err)
 	}
 	return nil

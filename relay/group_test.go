@@ -239,3 +239,56 @@ func TestIdleLeaderWithLongPollIntervalKeepsItsLock(t *testing.T) {
 		return countWhere(t, b.db.DB, "status = 2") == 1
 	})
 }
+
+// TestKeyedNudgesWakeTheirPartitions: a group of 4 partitions that never polls (poll
+// interval and stall timeout of an hour) delivers rows only when nudged. A nudge naming its
+// rows (Writer.NudgeFor) wakes the right partitions, and a plain one wakes them all.
+func TestKeyedNudgesWakeTheirPartitions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if err := schema.MigratePartitioned(ctx, b.db.DB, "local_message", 4); err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.config()
+	cfg.Partitions = 4
+	cfg.LockTTL = time.Second
+	cfg.PollInterval, cfg.MinPollInterval, cfg.StallTimeout = time.Hour, time.Hour, time.Hour
+	g, err := relay.NewGroup(b.db.DB, b.rdb, b.pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runGroup(t, g)
+	eventually(t, 30*time.Second, "the relay to hold its 4 partitions", func() bool { return len(g.Owned()) == 4 })
+	commit := func(msgs ...*outbox.Message) {
+		t.Helper()
+		tx, err := b.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			if err := b.writer.Insert(ctx, tx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One row at a time, so that a nudge waking the wrong partition leaves it unsent.
+	for i := 0; i < 8; i++ {
+		m := &outbox.Message{Topic: "orders", ShardingKey: fmt.Sprintf("order-%d", i), Body: []byte("x")}
+		commit(m)
+		if err := b.writer.NudgeFor(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, "the row sent after a nudge naming it", func() bool {
+			return countWhere(t, b.db.DB, "status = 2") == i+1
+		})
+	}
+	commit(&outbox.Message{Topic: "orders", Body: []byte("y")})
+	if err := b.writer.Nudge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the row sent after a plain nudge", func() bool { return countWhere(t, b.db.DB, "status = 2") == 9 })
+}

@@ -261,8 +261,9 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 		case <-nudges:
 			empty = 0
 			if r.cfg.Partitions > 1 {
-				// A nudge names the table, not the partition: one cheap probe first, since
-				// the new row is most likely another partition's.
+				// A nudge that names no partition (a plain one, or a PUBLISH by a writer in
+				// another language) wakes every partition: one cheap probe first, since the
+				// new row is most likely another partition's.
 				empty = 1
 			}
 		case <-timer.C:
@@ -373,24 +374,35 @@ func (r *Relay) listen(ctx context.Context) <-chan struct{} {
 	return out
 }
 
-// forwardNudges signals every channel of outs (each holds at most one signal) for each
-// message of sub, until ctx ends; then it closes sub.
+// forwardNudges signals the channels of outs (each holds at most one signal), one per
+// partition in order, for each message of sub, until ctx ends; then it closes sub. A message
+// naming its rows' partition hashes (outbox.NudgePayload) signals only their partitions
+// (hash % len(outs)); any other signals all.
 func forwardNudges(ctx context.Context, sub *redis.PubSub, outs []chan struct{}) {
 	defer sub.Close()
 	ch := sub.Channel()
+	signal := func(out chan struct{}) {
+		select {
+		case out <- struct{}{}:
+		default:
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case _, ok := <-ch:
+		case msg, ok := <-ch:
 			if !ok {
 				return
 			}
-			for _, out := range outs {
-				select {
-				case out <- struct{}{}:
-				default:
+			if hashes, named := outbox.ParseNudge(msg.Payload); named && len(outs) > 1 {
+				for _, h := range hashes {
+					signal(outs[h%uint32(len(outs))])
 				}
+				continue
+			}
+			for _, out := range outs {
+				signal(out)
 			}
 		}
 	}

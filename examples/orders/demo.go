@@ -228,10 +228,11 @@ func placeOrder(ctx context.Context, db *sql.DB, w *outbox.Writer, n int64, roll
 	if _, err := tx.ExecContext(ctx, "INSERT INTO orders (order_sn, sku, qty) VALUES (?, ?, ?)", ev.OrderSn, ev.Sku, ev.Qty); err != nil {
 		return fmt.Errorf("insert order: %w", err)
 	}
-	if err := w.Insert(ctx, tx, &outbox.Message{
+	msg := &outbox.Message{
 		Topic: "orders", Tag: "created", Keys: []string{ev.OrderSn}, Body: body,
 		Properties: map[string]string{"source": "orders-demo"},
-	}); err != nil {
+	}
+	if err := w.Insert(ctx, tx, msg); err != nil {
 		return err
 	}
 	if rand.IntN(100) < rollbackPct {
@@ -245,7 +246,7 @@ func placeOrder(ctx context.Context, db *sql.DB, w *outbox.Writer, n int64, roll
 	}
 	c.committed.Add(1)
 	c.committedQty.Add(int64(ev.Qty))
-	_ = w.Nudge(ctx)
+	_ = w.NudgeFor(ctx, msg) // a hint: on error the relay finds the row at its next poll
 	return nil
 }
 

@@ -152,8 +152,9 @@ func (a *App) tx(ctx context.Context, id string, m Mix, l *Ledger) error {
 	if _, err := tx.ExecContext(ctx, "INSERT INTO "+a.business+" (order_sn, amount) VALUES (?, ?)", id, rand.IntN(10000)); err != nil {
 		return fmt.Errorf("loadgen: insert order: %w", err)
 	}
-	if err := a.w.Insert(ctx, tx, &outbox.Message{MsgID: id, Topic: a.topic, Tag: "created", Keys: []string{id},
-		Body: []byte(`{"orderSn":"` + id + `","event":"created"}`)}); err != nil {
+	msg := &outbox.Message{MsgID: id, Topic: a.topic, Tag: "created", Keys: []string{id},
+		Body: []byte(`{"orderSn":"` + id + `","event":"created"}`)}
+	if err := a.w.Insert(ctx, tx, msg); err != nil {
 		return fmt.Errorf("loadgen: insert outbox row: %w", err)
 	}
 	if rand.Float64() < m.HoldShare {
@@ -176,7 +177,7 @@ func (a *App) tx(ctx context.Context, id string, m Mix, l *Ledger) error {
 	l.committed[id] = at
 	l.mu.Unlock()
 	if a.nudge {
-		if err := a.w.Nudge(ctx); err != nil {
+		if err := a.w.NudgeFor(ctx, msg); err != nil {
 			return err
 		}
 	}

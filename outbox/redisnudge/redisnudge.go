@@ -26,17 +26,28 @@ type Nudger struct {
 	rdb Publisher
 }
 
-var _ outbox.Nudger = (*Nudger)(nil)
+var _ outbox.KeyedNudger = (*Nudger)(nil)
 
 // New returns a Nudger publishing through rdb, which must reach the relay's Redis.
 func New(rdb Publisher) *Nudger { return &Nudger{rdb: rdb} }
 
-// Nudge publishes one nudge for table.
+// Nudge publishes one nudge for table: every partition of its relays wakes.
 func (n *Nudger) Nudge(ctx context.Context, table string) error {
+	return n.publish(ctx, table, "1")
+}
+
+// NudgeKeys publishes one nudge for table naming its rows' partition hashes
+// (outbox.PartitionHash): a relay group of a partitioned table wakes only the partitions
+// holding them. Writer.NudgeFor calls it.
+func (n *Nudger) NudgeKeys(ctx context.Context, table string, hashes []uint32) error {
+	return n.publish(ctx, table, outbox.NudgePayload(hashes))
+}
+
+func (n *Nudger) publish(ctx context.Context, table, payload string) error {
 	if n == nil || n.rdb == nil {
 		return errors.New("redisnudge: no Redis client")
 	}
-	if err := n.rdb.Publish(ctx, outbox.NudgeChannel(table), "1").Err(); err != nil {
+	if err := n.rdb.Publish(ctx, outbox.NudgeChannel(table), payload).Err(); err != nil {
 		return fmt.Errorf("redisnudge: publish on %s: %w", outbox.NudgeChannel(table), err)
 	}
 	return nil
