@@ -304,8 +304,8 @@ func TestClusterLockAndNudges(t *testing.T) {
 	nodes := redistest.NewCluster(t, 3)
 	keys := map[string]any{config.KeyRedisAddrs: []string{nodes[0].Addr}, config.KeyRedisCluster: true}
 	cfg := b.config()
-	// An idle leader hears nothing from the database between polls: keep it from giving the
-	// lock up as stalled.
+	// An idle leader probes every poll interval, and at least twice per stall timeout: with
+	// both in hours, only a nudge can make it publish within the test.
 	cfg.PollInterval, cfg.MinPollInterval, cfg.StallTimeout = time.Hour, time.Hour, 2*time.Hour
 	cfg.LockTTL = 2 * time.Second
 	_, standby := leaderAndStandby(t, b, cfg, keys)
