@@ -66,6 +66,11 @@ func NewGroup(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) 
 		r.nudgeIn = make(chan struct{}, 1)
 		g.parts = append(g.parts, r)
 	}
+	if cfg.Partitions > 1 {
+		for p, r := range g.parts {
+			r.sawWork = func() { g.wakeOthers(p) }
+		}
+	}
 	host, _ := os.Hostname()
 	token := make([]byte, 6)
 	if _, err := rand.Read(token); err != nil {
@@ -263,6 +268,20 @@ func (g *Group) sampleBacklogEvery(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// wakeOthers wakes every partition but p that this process holds, as a plain nudge does:
+// each runs one probe, and a pass if it finds rows. The channels hold one signal each, so a
+// busy table costs at most one probe per partition per pass of another.
+func (g *Group) wakeOthers(p int) {
+	for i, r := range g.parts {
+		if i != p && r.leading.Load() {
+			select {
+			case r.nudgeIn <- struct{}{}:
+			default:
+			}
 		}
 	}
 }

@@ -245,6 +245,9 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 			wait = min(r.cfg.PollInterval<<min(failures-1, 5), 30*time.Second)
 		case st.Changed() > 0:
 			failures, empty = 0, 0
+			if r.sawWork != nil {
+				r.sawWork() // the other partitions' rows are likely coming too
+			}
 			continue // more may have been committed meanwhile
 		default:
 			failures = 0
@@ -363,11 +366,11 @@ func (r *Relay) setOwned(on bool) {
 // listen forwards writers' nudges for the table into a channel that holds at most one (for
 // a group's partition, the group's channel).
 func (r *Relay) listen(ctx context.Context) <-chan struct{} {
+	if r.nudgeIn != nil {
+		return r.nudgeIn // fed by the group: writers' nudges unless disabled, and sibling wakes
+	}
 	if r.cfg.DisableNudge {
 		return nil
-	}
-	if r.nudgeIn != nil {
-		return r.nudgeIn
 	}
 	out := make(chan struct{}, 1)
 	go forwardNudges(ctx, r.rdb.Subscribe(ctx, outbox.NudgeChannel(r.cfg.Table)), []chan struct{}{out})

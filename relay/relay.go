@@ -241,6 +241,10 @@ type Relay struct {
 	// hold the partition, and nudgeIn carries the nudges of the group's one subscription.
 	gate    *gate
 	nudgeIn chan struct{}
+	// sawWork, set by a Group, wakes the other partitions this process holds after a pass
+	// that found rows: writers write to every partition, so where one partition's polling
+	// found work the others' likely will, and their adaptive polls need not wait it out.
+	sawWork func()
 }
 
 // New checks cfg and returns a relay of cfg.Table. rdb holds the lock and carries nudges;

@@ -29,6 +29,9 @@ type loadFlags struct {
 	duration time.Duration
 	idle     time.Duration
 	relayBin string
+	// partitions is outbox-relay's relay.partitions (its table is migrated for it); seed
+	// 002 ignores it.
+	partitions int
 }
 
 // scenario is one measured configuration.
@@ -69,8 +72,12 @@ func runLoad(ctx context.Context, args []string) error {
 	fs.DurationVar(&f.duration, "duration", 20*time.Second, "writing time of each scenario")
 	fs.DurationVar(&f.idle, "idle", 10*time.Second, "idle time over which the relays' queries/s are counted")
 	fs.StringVar(&f.relayBin, "relay-bin", "", "outbox-relay binary (default: built from this checkout)")
+	fs.IntVar(&f.partitions, "partitions", 1, "outbox-relay's relay.partitions: the relays of a table share its partitions (seed 002 ignores it)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if f.partitions < 1 || f.partitions > schema.MaxPartitions {
+		return fmt.Errorf("--partitions: must be between 1 and %d, got %d", schema.MaxPartitions, f.partitions)
 	}
 	if err := f.writers.Validate(); err != nil {
 		return err
@@ -157,7 +164,11 @@ func runScenario(ctx context.Context, w *world, f loadFlags, sc scenario) (loadR
 	res := loadResult{scenario: sc}
 	table := "lm_" + randomHex(4)
 	topic := "load_" + table
-	if err := schema.Migrate(ctx, w.db, table); err != nil {
+	parts, extra := 1, []string(nil)
+	if sc.algo == algoRelay && f.partitions > 1 {
+		parts, extra = f.partitions, []string{fmt.Sprintf("OUTBOX_RELAY_PARTITIONS=%d", f.partitions)}
+	}
+	if err := schema.MigratePartitioned(ctx, w.db, table, parts); err != nil {
 		return res, err
 	}
 	defer w.db.ExecContext(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+table+", "+table+"_orders")
@@ -184,7 +195,7 @@ func runScenario(ctx context.Context, w *world, f loadFlags, sc scenario) (loadR
 	for i := 0; i < sc.relays; i++ {
 		p, err := startRelay(relaySpec{algo: sc.algo, relayBin: f.relayBin, dsn: w.dsnVia(proxy.Addr()), table: table,
 			redisAddr: w.rdb.Options().Addr, lockKey: w.prefix + "lock:" + table, nameSrv: w.broker.NameServerAddr(),
-			group: fmt.Sprintf("relay-%d", i), poll: sc.poll, nudge: sc.nudge})
+			group: fmt.Sprintf("relay-%d", i), poll: sc.poll, nudge: sc.nudge, extra: extra})
 		if err != nil {
 			return res, err
 		}
