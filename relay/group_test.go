@@ -292,3 +292,43 @@ func TestKeyedNudgesWakeTheirPartitions(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, "the row sent after a plain nudge", func() bool { return countWhere(t, b.db.DB, "status = 2") == 9 })
 }
+
+// TestPartitionThatFoundRowsWakesItsSiblings: in a group that never polls, a row of one
+// partition committed without a nudge is sent once another partition of the same process
+// finds rows (here: through a nudge naming only that other row).
+func TestPartitionThatFoundRowsWakesItsSiblings(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	if err := schema.MigratePartitioned(ctx, b.db.DB, "local_message", 4); err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.config()
+	cfg.Partitions = 4
+	cfg.LockTTL = time.Second
+	cfg.PollInterval, cfg.MinPollInterval, cfg.StallTimeout = time.Hour, time.Hour, time.Hour
+	g, err := relay.NewGroup(b.db.DB, b.rdb, b.pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runGroup(t, g)
+	eventually(t, 30*time.Second, "the relay to hold its 4 partitions", func() bool { return len(g.Owned()) == 4 })
+	// Two keys in different partitions.
+	keyIn := map[uint32]string{}
+	for i := 0; len(keyIn) < 2; i++ {
+		k := fmt.Sprintf("order-%d", i)
+		keyIn[outbox.PartitionHash(k, "")%4] = k
+	}
+	var keys []string
+	for _, k := range keyIn {
+		keys = append(keys, k)
+	}
+	quiet := &outbox.Message{Topic: "orders", ShardingKey: keys[0], Body: []byte("committed, never nudged")}
+	loud := &outbox.Message{Topic: "orders", ShardingKey: keys[1], Body: []byte("nudged")}
+	b.insert(t, *quiet)
+	b.insert(t, *loud)
+	if err := b.writer.NudgeFor(ctx, loud); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "both rows sent", func() bool { return countWhere(t, b.db.DB, "status = 2") == 2 })
+}
