@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 // runGroup starts g.Run and returns a stop that ends it (leaving the group) and waits.
-func runGroup(t *testing.T, g *relay.Group) (stop func()) {
+func runGroup(t testing.TB, g *relay.Group) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -30,6 +31,40 @@ func runGroup(t *testing.T, g *relay.Group) (stop func()) {
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// migrate makes the bundle's table one of parts partitions.
+func (b *bundle) migrate(t testing.TB, parts int) {
+	t.Helper()
+	if err := schema.MigratePartitioned(context.Background(), b.db.DB, "local_message", parts); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newGroup returns the group of the bundle's table with cfg.
+func (b *bundle) newGroup(t testing.TB, cfg relay.Config) *relay.Group {
+	t.Helper()
+	g, err := relay.NewGroup(b.db.DB, b.rdb, b.pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// silentGroup runs a group of 4 partitions that never polls (poll interval and stall
+// timeout of an hour): only nudges and its partitions' wakes make it look for rows. It
+// returns once the group holds every partition, so the first passes are done.
+func (b *bundle) silentGroup(t *testing.T) *relay.Group {
+	t.Helper()
+	b.migrate(t, 4)
+	cfg := b.config()
+	cfg.Partitions = 4
+	cfg.LockTTL = time.Second
+	cfg.PollInterval, cfg.MinPollInterval, cfg.StallTimeout = time.Hour, time.Hour, time.Hour
+	g := b.newGroup(t, cfg)
+	runGroup(t, g)
+	eventually(t, 30*time.Second, "the relay to hold its 4 partitions", func() bool { return len(g.Owned()) == 4 })
+	return g
 }
 
 // coverage reports whether the groups' owned partitions are 0..n-1, each exactly once.
@@ -57,16 +92,14 @@ func coverage(groups []*relay.Group, n int) (bool, string) {
 // TestGroupSharesPartitionsAndKeepsKeyOrder: three relays share a table of 8 partitions
 // while writers commit ordered events for 40 keys. At steady state every partition is held
 // by exactly one relay and each holds 2 or 3; one relay leaves and the other two take its
-// partitions; a fourth joins and gets its share. Every row is delivered, none dead, and
-// each key's events reach the broker in the order they were written, across every handover.
+// partitions; a fourth joins and gets its share. The broker drops connections all along.
+// Every row is delivered, none dead, and each key's events reach the broker in the order
+// they were written, across every handover.
 func TestGroupSharesPartitionsAndKeepsKeyOrder(t *testing.T) {
 	t.Parallel()
 	const parts = 8
 	b := setup(t)
-	ctx := context.Background()
-	if err := schema.MigratePartitioned(ctx, b.db.DB, "local_message", parts); err != nil {
-		t.Fatal(err)
-	}
+	b.migrate(t, parts)
 	router, err := relay.NewPatternRouter(relay.PatternRule{Topic: "order-events", Route: relay.Route{Ordered: true}})
 	if err != nil {
 		t.Fatal(err)
@@ -75,35 +108,42 @@ func TestGroupSharesPartitionsAndKeepsKeyOrder(t *testing.T) {
 	cfg.Router = router
 	cfg.Partitions = parts
 	cfg.LockTTL = time.Second
-	newGroup := func() *relay.Group {
-		g, err := relay.NewGroup(b.db.DB, b.rdb, b.pub, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return g
-	}
-	groups := []*relay.Group{newGroup(), newGroup(), newGroup()}
+	// The broker drops connections throughout, before and after storing (lost acks): a
+	// dropped connection fails every send in flight on it.
+	b.broker.SetFaults(rmqtest.Faults{DropBeforeStore: 0.03, DropAfterStore: 0.03})
+	groups := []*relay.Group{b.newGroup(t, cfg), b.newGroup(t, cfg), b.newGroup(t, cfg)}
 	var stops []func()
 	for _, g := range groups {
 		stops = append(stops, runGroup(t, g))
 	}
 
-	// Writers: one event after another per key, as an order's lifecycle is written.
+	// Writers: one event after another per key, as an order's lifecycle is written, 80 a
+	// second in all. Unpaced they would outrun the relays, whose ordered throughput under
+	// these faults is measured by BenchmarkOrderedUnderDroppedConnections.
 	const keys = 40
-	wctx, stopWriters := context.WithCancel(ctx)
+	wctx, stopWriters := context.WithCancel(context.Background())
 	var written sync.WaitGroup
-	var total sync.Map
 	for w := 0; w < 4; w++ {
 		written.Add(1)
 		go func() {
 			defer written.Done()
+			pace := time.NewTicker(500 * time.Millisecond)
+			defer pace.Stop()
 			for seq := 0; wctx.Err() == nil; seq++ {
+				select {
+				case <-wctx.Done():
+					return
+				case <-pace.C:
+				}
 				for k := w; k < keys; k += 4 {
 					key := fmt.Sprintf("SN%03d", k)
-					b.insert(t, outbox.Message{MsgID: fmt.Sprintf("%s-%06d", key, seq), Topic: "order-events",
-						ShardingKey: key, Body: []byte(strconv.Itoa(seq))})
+					err := b.writer.InsertNoTx(context.Background(), b.db.DB, []outbox.Message{{MsgID: fmt.Sprintf("%s-%06d", key, seq),
+						Topic: "order-events", ShardingKey: key, Body: []byte(strconv.Itoa(seq))}})
+					if err != nil {
+						t.Error(err) // not Fatal: this is not the test's goroutine
+						return
+					}
 				}
-				total.Store(w, seq+1)
 			}
 		}()
 	}
@@ -133,7 +173,7 @@ func TestGroupSharesPartitionsAndKeepsKeyOrder(t *testing.T) {
 	sentBefore := countWhere(t, b.db.DB, "status = 2")
 	eventually(t, 30*time.Second, "rows delivered by two relays", func() bool { return countWhere(t, b.db.DB, "status = 2") >= sentBefore+400 })
 
-	joined := newGroup()
+	joined := b.newGroup(t, cfg)
 	runGroup(t, joined)
 	steady([]*relay.Group{groups[0], groups[1], joined}, "three relays again after one joined")
 	sentBefore = countWhere(t, b.db.DB, "status = 2")
@@ -179,24 +219,16 @@ func TestGroupSharesPartitionsAndKeepsKeyOrder(t *testing.T) {
 func TestGroupWithAnotherPartitionCountHoldsNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	if err := schema.MigratePartitioned(context.Background(), b.db.DB, "local_message", 4); err != nil {
-		t.Fatal(err)
-	}
+	b.migrate(t, 4)
 	cfg := b.config()
 	cfg.LockTTL = time.Second
 	cfg.Partitions = 4
-	old, err := relay.NewGroup(b.db.DB, b.rdb, b.pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := b.newGroup(t, cfg)
 	stopOld := runGroup(t, old)
 	eventually(t, 30*time.Second, "the group to hold its 4 partitions", func() bool { return len(old.Owned()) == 4 })
 
 	cfg.Partitions = 1
-	newcomer, err := relay.NewGroup(b.db.DB, b.rdb, b.pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	newcomer := b.newGroup(t, cfg)
 	runGroup(t, newcomer)
 	eventually(t, 30*time.Second, "both relays to see each other", func() bool { return newcomer.Members() == 2 && old.Members() == 2 })
 	for i := 0; i < 20; i++ {
@@ -247,19 +279,7 @@ func TestKeyedNudgesWakeTheirPartitions(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	if err := schema.MigratePartitioned(ctx, b.db.DB, "local_message", 4); err != nil {
-		t.Fatal(err)
-	}
-	cfg := b.config()
-	cfg.Partitions = 4
-	cfg.LockTTL = time.Second
-	cfg.PollInterval, cfg.MinPollInterval, cfg.StallTimeout = time.Hour, time.Hour, time.Hour
-	g, err := relay.NewGroup(b.db.DB, b.rdb, b.pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runGroup(t, g)
-	eventually(t, 30*time.Second, "the relay to hold its 4 partitions", func() bool { return len(g.Owned()) == 4 })
+	b.silentGroup(t)
 	commit := func(msgs ...*outbox.Message) {
 		t.Helper()
 		tx, err := b.db.BeginTx(ctx, nil)
@@ -300,19 +320,7 @@ func TestPartitionThatFoundRowsWakesItsSiblings(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	if err := schema.MigratePartitioned(ctx, b.db.DB, "local_message", 4); err != nil {
-		t.Fatal(err)
-	}
-	cfg := b.config()
-	cfg.Partitions = 4
-	cfg.LockTTL = time.Second
-	cfg.PollInterval, cfg.MinPollInterval, cfg.StallTimeout = time.Hour, time.Hour, time.Hour
-	g, err := relay.NewGroup(b.db.DB, b.rdb, b.pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runGroup(t, g)
-	eventually(t, 30*time.Second, "the relay to hold its 4 partitions", func() bool { return len(g.Owned()) == 4 })
+	b.silentGroup(t)
 	// Two keys in different partitions.
 	keyIn := map[uint32]string{}
 	for i := 0; len(keyIn) < 2; i++ {
@@ -331,4 +339,46 @@ func TestPartitionThatFoundRowsWakesItsSiblings(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "both rows sent", func() bool { return countWhere(t, b.db.DB, "status = 2") == 2 })
+}
+
+// BenchmarkOrderedUnderDroppedConnections drains 40 ordered keys × 30 events with the broker
+// dropping 3 % of the connections before storing and 3 % after (lost acks), with one
+// relay on the whole table and one relay holding 8 partitions, and reports rows/s:
+//
+//	go test -run '^$' -bench OrderedUnderDroppedConnections -benchtime 1x ./relay/
+func BenchmarkOrderedUnderDroppedConnections(b *testing.B) {
+	for _, parts := range []int{1, 8} {
+		b.Run(fmt.Sprintf("partitions=%d", parts), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				bu := setup(b)
+				bu.migrate(b, parts)
+				router, err := relay.NewPatternRouter(relay.PatternRule{Topic: "order-events", Route: relay.Route{Ordered: true}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				cfg := bu.config()
+				cfg.Router, cfg.Partitions, cfg.LockTTL = router, parts, time.Second
+				const keys, events = 40, 30
+				for seq := 0; seq < events; seq++ {
+					msgs := make([]outbox.Message, keys)
+					for k := range msgs {
+						key := fmt.Sprintf("SN%03d", k)
+						msgs[k] = outbox.Message{MsgID: fmt.Sprintf("%s-%06d", key, seq), Topic: "order-events", ShardingKey: key, Body: []byte("x")}
+					}
+					bu.insert(b, msgs...)
+				}
+				bu.broker.SetFaults(rmqtest.Faults{DropBeforeStore: 0.03, DropAfterStore: 0.03})
+				b.StartTimer()
+				start := time.Now()
+				stop := runGroup(b, bu.newGroup(b, cfg))
+				eventually(b, 5*time.Minute, "every ordered row sent", func() bool {
+					return countWhere(b, bu.db.DB, "status = 2") == keys*events
+				})
+				b.ReportMetric(float64(keys*events)/time.Since(start).Seconds(), "rows/s")
+				b.StopTimer()
+				stop()
+			}
+		})
+	}
 }
