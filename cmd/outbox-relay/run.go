@@ -143,6 +143,7 @@ func rocketmqConfig(cfg config.Config, log zerolog.Logger) relay.RocketMQConfig 
 	return relay.RocketMQConfig{
 		NameServers: cfg.RocketMQ.NameServers, Group: cfg.RocketMQ.Group, SendTimeout: cfg.RocketMQ.SendTimeout,
 		AccessKey: cfg.RocketMQ.AccessKey, SecretKey: cfg.RocketMQ.SecretKey, Log: log,
+		Namespace: cfg.RocketMQ.Namespace, TLS: cfg.RocketMQ.TLS.Enable,
 	}
 }
 

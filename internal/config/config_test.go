@@ -189,6 +189,14 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 		{"rocketmq: {group: ''}", "rocketmq.group"},
 		{"rocketmq: {send_timeout: 3}", "rocketmq.send_timeout"},
 		{"rocketmq: {send_timeout: 0s}", "rocketmq.send_timeout"},
+		{"rocketmq: {namespace: 'MQ_INST%1'}", "rocketmq.namespace"},
+		{"rocketmq: {namespace: " + strings.Repeat("n", 65) + "}", "rocketmq.namespace"},
+		{"rocketmq: {tls: {enable: true}}", "rocketmq.tls.insecure_skip_verify"},
+		{"rocketmq: {tls: {insecure_skip_verify: true}}", "rocketmq.tls.insecure_skip_verify"},
+		{"rocketmq: {tls: {enable: true, insecure_skip_verify: true, ca_file: /etc/ca.pem}}", "rocketmq.tls.ca_file"},
+		{"rocketmq: {tls: {enable: true, insecure_skip_verify: true, server_name: mq.example}}", "rocketmq.tls.server_name"},
+		{"rocketmq: {tls: {enable: yes please}}", "rocketmq.tls.enable"},
+		{"rocketmq: {tls: {verify: true}}", "rocketmq.tls.verify"},
 		{"relay: {poll_interval: soon}", "relay.poll_interval"},
 		{"relay: {poll_interval: -1s}", "relay.poll_interval"},
 		{"relay: {batch_size: 0}", "relay.batch_size"},
@@ -353,5 +361,31 @@ log: {format: console}
 	back := mustLoad(t, string(y))
 	if !reflect.DeepEqual(back, c.Redacted()) {
 		t.Fatalf("round trip differs:\n%s\n%s", y, back)
+	}
+}
+
+// A namespace and TLS load from the file and from the environment alike.
+func TestRocketMQNamespaceAndTLSFromFile(t *testing.T) {
+	t.Parallel()
+	c, err := load(t, "rocketmq: {namespace: MQ_INST_1-a, tls: {enable: true, insecure_skip_verify: true}}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RocketMQ.Namespace != "MQ_INST_1-a" || !c.RocketMQ.TLS.Enable || !c.RocketMQ.TLS.InsecureSkipVerify {
+		t.Fatalf("rocketmq = %+v", c.RocketMQ)
+	}
+}
+
+func TestRocketMQNamespaceAndTLSFromEnv(t *testing.T) {
+	t.Setenv("OUTBOX_ROCKETMQ_NAMESPACE", "tenant_a")
+	t.Setenv("OUTBOX_ROCKETMQ_TLS_ENABLE", "true")
+	t.Setenv("OUTBOX_ROCKETMQ_TLS_INSECURE_SKIP_VERIFY", "true")
+	c := mustLoad(t, "")
+	if c.RocketMQ.Namespace != "tenant_a" || !c.RocketMQ.TLS.Enable || !c.RocketMQ.TLS.InsecureSkipVerify {
+		t.Fatalf("rocketmq = %+v", c.RocketMQ)
+	}
+	t.Setenv("OUTBOX_ROCKETMQ_TLS_INSECURE_SKIP_VERIFY", "false")
+	if _, err := load(t, ""); err == nil || !strings.Contains(err.Error(), "rocketmq.tls.insecure_skip_verify:") {
+		t.Fatalf("TLS without the acknowledgement: err = %v", err)
 	}
 }

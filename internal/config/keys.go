@@ -32,6 +32,12 @@ const (
 	KeyRocketMQSecretKey   = "rocketmq.secret_key"
 	KeyRocketMQGroup       = "rocketmq.group"
 	KeyRocketMQSendTimeout = "rocketmq.send_timeout"
+	KeyRocketMQNamespace   = "rocketmq.namespace"
+	// TLS to name servers and brokers (or a 5.x proxy's remoting port).
+	KeyRocketMQTLSEnable             = "rocketmq.tls.enable"
+	KeyRocketMQTLSInsecureSkipVerify = "rocketmq.tls.insecure_skip_verify"
+	KeyRocketMQTLSCAFile             = "rocketmq.tls.ca_file"
+	KeyRocketMQTLSServerName         = "rocketmq.tls.server_name"
 
 	KeyRelayPollInterval    = "relay.poll_interval"
 	KeyRelayBatchSize       = "relay.batch_size"
@@ -90,6 +96,11 @@ var defaults = []struct {
 	{KeyRocketMQSecretKey, ""},
 	{KeyRocketMQGroup, "outbox-relay"},
 	{KeyRocketMQSendTimeout, 3 * time.Second},
+	{KeyRocketMQNamespace, ""},
+	{KeyRocketMQTLSEnable, false},
+	{KeyRocketMQTLSInsecureSkipVerify, false},
+	{KeyRocketMQTLSCAFile, ""},
+	{KeyRocketMQTLSServerName, ""},
 	{KeyRelayPollInterval, time.Second},
 	{KeyRelayBatchSize, 500},
 	{KeyRelayConcurrency, 16},

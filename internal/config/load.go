@@ -66,6 +66,13 @@ func loadFrom(v *viper.Viper, file string, environ []string) (Config, error) {
 			SecretKey:   d.str(KeyRocketMQSecretKey),
 			Group:       d.str(KeyRocketMQGroup),
 			SendTimeout: d.duration(KeyRocketMQSendTimeout),
+			Namespace:   d.str(KeyRocketMQNamespace),
+			TLS: RocketMQTLS{
+				Enable:             d.bool(KeyRocketMQTLSEnable),
+				InsecureSkipVerify: d.bool(KeyRocketMQTLSInsecureSkipVerify),
+				CAFile:             d.str(KeyRocketMQTLSCAFile),
+				ServerName:         d.str(KeyRocketMQTLSServerName),
+			},
 		},
 		Relay: Relay{
 			PollInterval:    d.duration(KeyRelayPollInterval),
