@@ -31,8 +31,8 @@
 #                                 besides plain brokers, on a name server of their own so that
 #                                 broker-a and its tests never see them: a 5.x proxy in cluster
 #                                 mode (remoting and gRPC ports) in front of broker-proxied, and
-#                                 broker-acl with ACL 2.0 (users `outbox` allowed to publish,
-#                                 `nobody` allowed nothing; super user `rocketmq`). Prints and
+#                                 broker-acl with ACL 2.0 (users `relay_publisher` allowed to
+#                                 publish, `relay_nobody` allowed nothing; super user `rocketmq`). Prints and
 #                                 records OUTBOX_TEST_ROCKETMQ_PROXY*, OUTBOX_TEST_ROCKETMQ_ACL_*
 #                                 lines (bin/services.env). `make test` runs it lazily, from the
 #                                 tests that need it.
@@ -76,8 +76,8 @@ PROXIED_PORT=${OUTBOX_SERVICES_ROCKETMQ_PROXIED_PORT:-19951}
 ACL_PORT=${OUTBOX_SERVICES_ROCKETMQ_ACL_PORT:-19961}
 # ACL 2.0 users of broker-acl: the super user (admin), one allowed to publish, one allowed nothing.
 ACL_ADMIN_USER=rocketmq ACL_ADMIN_PASS=outbox-admin-secret
-ACL_PUB_USER=outbox ACL_PUB_PASS=outbox-secret
-ACL_NONE_USER=nobody ACL_NONE_PASS=nobody-secret
+ACL_PUB_USER=relay_publisher ACL_PUB_PASS=publisher-secret
+ACL_NONE_USER=relay_nobody ACL_NONE_PASS=nobody-secret
 
 # JVM flags: small heaps (several helpers share the machine) and the opens RocketMQ's
 # mmap code needs on JDK 17.
@@ -302,7 +302,7 @@ start_proxy() {
 # deploy_acl_users creates broker-acl's users and grants, once per store.
 deploy_acl_users() {
 	local b=127.0.0.1:$ACL_PORT out
-	[ -f "$DIR/broker-acl/store/.users" ] && return 0
+	[ -f "$DIR/broker-acl/store/.users-$ACL_PUB_USER" ] && return 0
 	for cmd in \
 		"createUser -b $b -u $ACL_PUB_USER -p $ACL_PUB_PASS -t Normal" \
 		"createUser -b $b -u $ACL_NONE_USER -p $ACL_NONE_PASS -t Normal" \
@@ -311,7 +311,7 @@ deploy_acl_users() {
 		out=$(deploy_admin $cmd 2>&1) || { printf '%s\n' "$out" | tail -5 >&2; die "mqadmin $cmd failed"; }
 		case $out in *[Ee]xception* | *failed* | *error*) printf '%s\n' "$out" | tail -5 >&2; die "mqadmin $cmd failed" ;; esac
 	done
-	touch "$DIR/broker-acl/store/.users"
+	touch "$DIR/broker-acl/store/.users-$ACL_PUB_USER"
 }
 
 record_deploy_env() {
