@@ -131,6 +131,10 @@ type RocketMQ struct {
 	Group string
 	// SendTimeout bounds one send attempt (rocketmq.send_timeout). Defaults to 3 seconds.
 	SendTimeout time.Duration
+	// RequireReplication counts a send the broker stored without replicating or flushing
+	// it as asked (SLAVE_NOT_AVAILABLE and the flush timeouts) as a failed attempt
+	// (rocketmq.require_replication). Defaults to false: stored means sent.
+	RequireReplication bool
 }
 
 // Relay tunes the delivery engine.

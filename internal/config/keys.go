@@ -32,6 +32,8 @@ const (
 	KeyRocketMQSecretKey   = "rocketmq.secret_key"
 	KeyRocketMQGroup       = "rocketmq.group"
 	KeyRocketMQSendTimeout = "rocketmq.send_timeout"
+	// KeyRocketMQRequireReplication makes a send stored without replication a failure.
+	KeyRocketMQRequireReplication = "rocketmq.require_replication"
 
 	KeyRelayPollInterval    = "relay.poll_interval"
 	KeyRelayBatchSize       = "relay.batch_size"
@@ -90,6 +92,7 @@ var defaults = []struct {
 	{KeyRocketMQSecretKey, ""},
 	{KeyRocketMQGroup, "outbox-relay"},
 	{KeyRocketMQSendTimeout, 3 * time.Second},
+	{KeyRocketMQRequireReplication, false},
 	{KeyRelayPollInterval, time.Second},
 	{KeyRelayBatchSize, 500},
 	{KeyRelayConcurrency, 16},

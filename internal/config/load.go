@@ -61,11 +61,12 @@ func loadFrom(v *viper.Viper, file string, environ []string) (Config, error) {
 			Cluster:          d.bool(KeyRedisCluster),
 		},
 		RocketMQ: RocketMQ{
-			NameServers: d.list(KeyRocketMQNameServers),
-			AccessKey:   d.str(KeyRocketMQAccessKey),
-			SecretKey:   d.str(KeyRocketMQSecretKey),
-			Group:       d.str(KeyRocketMQGroup),
-			SendTimeout: d.duration(KeyRocketMQSendTimeout),
+			NameServers:        d.list(KeyRocketMQNameServers),
+			AccessKey:          d.str(KeyRocketMQAccessKey),
+			SecretKey:          d.str(KeyRocketMQSecretKey),
+			Group:              d.str(KeyRocketMQGroup),
+			SendTimeout:        d.duration(KeyRocketMQSendTimeout),
+			RequireReplication: d.bool(KeyRocketMQRequireReplication),
 		},
 		Relay: Relay{
 			PollInterval:    d.duration(KeyRelayPollInterval),
