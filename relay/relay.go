@@ -269,10 +269,11 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Rel
 		store: store{db: db, table: schema.QuoteIdent(cfg.Table), name: cfg.Table, timeout: cfg.QueryTimeout,
 			partition: cfg.Partition, partitions: cfg.Partitions},
 		log:       log,
-		incidents: newIncidents(log),
+		incidents: newIncidents(log, cfg.Metrics.Table(cfg.Database, cfg.Table)),
 		tracer:    msgtrace.Tracer(cfg.TracerProvider),
 	}
 	r.progress.mark()
+	r.store.pg = &r.progress
 	return r, nil
 }
 
@@ -383,8 +384,6 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool) []
 		// The ordered-key check could not run: hold the page's ordered rows, send the rest.
 		r.log.Warn().Err(err).Msg("ordered-key check failed; ordered rows of this page wait for the next pass")
 		units = r.unorderedUnits(items)
-	} else {
-		r.progress.mark()
 	}
 	r.publish(ctx, units, items, results, fence)
 	r.incidents.judge(items, results)

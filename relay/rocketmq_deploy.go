@@ -1,5 +1,7 @@
 package relay
 
+import "fmt"
+
 // propertyMessageGroup is the message property RocketMQ 5.x reads as a FIFO message's group
 // ("__SHARDINGKEY"; rocketmq-client-go names only 4.x's SHARDING_KEY).
 const propertyMessageGroup = "__SHARDINGKEY"
@@ -11,4 +13,12 @@ func (p *RocketMQPublisher) qualified(topic string) string {
 		return topic
 	}
 	return p.cfg.Namespace + "%" + topic
+}
+
+// credentialName says which ACL credential the relay sends, for refusals of it.
+func (p *RocketMQPublisher) credentialName() string {
+	if p.cfg.AccessKey == "" {
+		return "no rocketmq.access_key configured"
+	}
+	return fmt.Sprintf("access key %s", p.cfg.AccessKey)
 }

@@ -29,7 +29,6 @@ func (r *Relay) scan(stop, ctx context.Context, nowMs int64, out chan<- *page) e
 			if err != nil {
 				return err
 			}
-			r.progress.mark()
 			if len(rows) == 0 {
 				break
 			}
@@ -65,7 +64,7 @@ func (r *Relay) readPage(ctx context.Context, status int, nowMs int64, c cursor,
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	defer cancel()
 	q, args := r.store.pageQuery(status, nowMs, c, limit, r.cfg.MaxBodyBytes)
-	res, err := r.db.QueryContext(ctx, q, args...)
+	res, err := r.store.query(ctx, q, args...)
 	if err != nil {
 		return nil, false, false, fmt.Errorf("read due rows of %s: %w", r.cfg.Table, err)
 	}

@@ -19,6 +19,8 @@ import (
 // validated when the relay was built; values always go through placeholders.
 type store struct {
 	db *sql.DB
+	// pg tracks the statements' answers, for the stall clock; nil tracks nothing.
+	pg *progress
 	// table is the quoted table name for SQL; name is the plain one for messages.
 	table, name string
 	// timeout bounds each statement.
@@ -97,7 +99,7 @@ func (s *store) anyDue(ctx context.Context, nowMs int64) (bool, error) {
 	// Two ranges of the (status, next_retry_time) index, or of the partition's index one
 	// level down (key_len 12: every part used).
 	where, args := s.partitionWhere(nil)
-	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM `+s.table+`
+	err := s.queryRow(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM `+s.table+`
 		WHERE `+where+`status IN (0, 1) AND next_retry_time <= ? LIMIT 1) due`, append(args, nowMs)...).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("probe due rows of %s: %w", s.name, err)
@@ -126,7 +128,7 @@ func (s *store) scanIndex(ctx context.Context) error {
 	if s.partitions > 1 {
 		cols = schema.PartitionColumn + "," + cols
 	}
-	err := s.db.QueryRowContext(ctx, `SELECT INDEX_NAME FROM information_schema.STATISTICS
+	err := s.queryRow(ctx, `SELECT INDEX_NAME FROM information_schema.STATISTICS
 		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?
 		GROUP BY INDEX_NAME HAVING GROUP_CONCAT(LOWER(COLUMN_NAME) ORDER BY SEQ_IN_INDEX) = ?
 		ORDER BY INDEX_NAME LIMIT 1`, s.name, cols).Scan(&name)
@@ -145,33 +147,38 @@ func (s *store) scanIndex(ctx context.Context) error {
 type orderKey struct{ topic, key string }
 
 // unsentUpTo returns, per ordered stream among keys, the ids of its rows still pending or
-// failed (due or not) up to maxID, ascending. A row may go only when every earlier unsent row
-// of its stream goes before it in the same batch.
-func (s *store) unsentUpTo(ctx context.Context, keys []string, maxID int64) (map[orderKey][]int64, error) {
+// failed (due or not) up to maxID, ascending, leaving out the rows whose topic and tag are
+// not ordered (an unordered row of the same order, a delayed close-check say, is no part of
+// the stream and holds nothing back). A row may go only when every earlier unsent row of its
+// stream goes before it in the same batch.
+func (s *store) unsentUpTo(ctx context.Context, keys []string, maxID int64, ordered func(topic, tag string) bool) (map[orderKey][]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	out := map[orderKey][]int64{}
 	for start := 0; start < len(keys); start += maxIDsPerStatement {
 		chunk := keys[start:min(start+maxIDsPerStatement, len(keys))]
-		q := `SELECT id, topic, sharding_key FROM ` + s.table + `
+		q := `SELECT id, topic, tag, sharding_key FROM ` + s.table + `
 			WHERE sharding_key IN (` + placeholders(len(chunk)) + `) AND status IN (0, 1) AND id <= ? AND is_deleted = 0`
 		args := make([]any, 0, len(chunk)+1)
 		for _, k := range chunk {
 			args = append(args, k)
 		}
 		args = append(args, maxID)
-		rows, err := s.db.QueryContext(ctx, q, args...)
+		rows, err := s.query(ctx, q, args...)
 		if err != nil {
 			return nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.name, err)
 		}
 		for rows.Next() {
 			var id int64
 			var k orderKey
-			if err := rows.Scan(&id, &k.topic, &k.key); err != nil {
+			var tag sql.NullString // NULL in an adopted table whose tag column allows it
+			if err := rows.Scan(&id, &k.topic, &tag, &k.key); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.name, err)
 			}
-			out[k] = append(out[k], id)
+			if ordered(k.topic, tag.String) {
+				out[k] = append(out[k], id)
+			}
 		}
 		err = rows.Err()
 		rows.Close()
@@ -205,7 +212,7 @@ const maxReasonChars = 1000
 func (s *store) exec(ctx context.Context, q string, args ...any) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	res, err := s.db.ExecContext(ctx, q, args...)
+	res, err := s.execStmt(ctx, q, args...)
 	if err != nil {
 		return 0, err
 	}
@@ -311,7 +318,7 @@ func (s *store) markDeferred(ctx context.Context, retryCount int, fails []failur
 func (s *store) markSentPerRow(ctx context.Context, _ int, ids []int64, nowMs int64) (int64, error) {
 	var total int64
 	for _, id := range ids {
-		res, err := s.db.ExecContext(ctx, `UPDATE `+s.table+` SET status = 2, sent_time = ?
+		res, err := s.execStmt(ctx, `UPDATE `+s.table+` SET status = 2, sent_time = ?
 			WHERE id = ? AND status IN (0, 1)`, nowMs, id)
 		if err != nil {
 			return total, fmt.Errorf("mark row %d of %s sent: %w", id, s.name, err)
@@ -327,7 +334,7 @@ func (s *store) markSentPerRow(ctx context.Context, _ int, ids []int64, nowMs in
 func (s *store) markRetryPerRow(ctx context.Context, retryCount int, fails []failure, nextMs int64) (int64, error) {
 	var total int64
 	for _, f := range fails {
-		res, err := s.db.ExecContext(ctx, `UPDATE `+s.table+` SET retry_count = ?,
+		res, err := s.execStmt(ctx, `UPDATE `+s.table+` SET retry_count = ?,
 			status = CASE WHEN ? > max_retry_count THEN 3 ELSE 1 END, next_retry_time = ?, fail_reason = ?
 			WHERE id = ? AND status IN (0, 1) AND retry_count = ?`,
 			retryCount+1, retryCount+1, nextMs, truncateReason(f.reason), f.id, retryCount)
@@ -363,7 +370,7 @@ func (s *store) markDead(ctx context.Context, fails []failure) (int64, error) {
 func (s *store) backlog(ctx context.Context, now time.Time) (pending int64, oldestDue time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	err = s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+s.table+` WHERE status IN (0, 1)`).Scan(&pending)
+	err = s.queryRow(ctx, `SELECT COUNT(*) FROM `+s.table+` WHERE status IN (0, 1)`).Scan(&pending)
 	if err != nil {
 		return 0, 0, fmt.Errorf("count backlog of %s: %w", s.name, err)
 	}
@@ -423,4 +430,27 @@ func failureIDs(fails []failure) []any {
 		out[i] = f.id
 	}
 	return out
+}
+
+// query, queryRow and execStmt run one statement and tell the stall clock when it was sent
+// and whether the database answered it (progress).
+func (s *store) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	s.pg.begin()
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	s.pg.end(err)
+	return rows, err
+}
+
+func (s *store) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	s.pg.begin()
+	row := s.db.QueryRowContext(ctx, q, args...)
+	s.pg.end(row.Err())
+	return row
+}
+
+func (s *store) execStmt(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	s.pg.begin()
+	res, err := s.db.ExecContext(ctx, q, args...)
+	s.pg.end(err)
+	return res, err
 }

@@ -6,8 +6,10 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -69,11 +71,6 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	if err != nil {
 		return fmt.Errorf("connect to Redis: %w", err)
 	}
-	pub, err := relay.NewRocketMQPublisher(rocketmqConfig(cfg, log))
-	if err != nil {
-		return err
-	}
-	defer pub.Close()
 	router, err := routerFrom(cfg.Routes)
 	if err != nil {
 		return err
@@ -83,6 +80,11 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	metrics := relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: routeRules(cfg.Routes)})
 	v, c, _ := buildInfo()
 	metrics.SetBuildInfo(v, c)
+	pub, err := relay.NewRocketMQPublisher(rocketmqConfig(cfg, log, metrics))
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
 	tp, stopTracing, err := setupTracing(ctx, log)
 	if err != nil {
 		return err
@@ -138,12 +140,13 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 }
 
 // rocketmqConfig is the publisher's configuration; its log lines (a broker down or back, an
-// ordered queue waiting for its broker) go to log.
-func rocketmqConfig(cfg config.Config, log zerolog.Logger) relay.RocketMQConfig {
+// ordered queue waiting for its broker, sends stored without replication) go to log.
+func rocketmqConfig(cfg config.Config, log zerolog.Logger, metrics *relay.Metrics) relay.RocketMQConfig {
 	return relay.RocketMQConfig{
 		NameServers: cfg.RocketMQ.NameServers, Group: cfg.RocketMQ.Group, SendTimeout: cfg.RocketMQ.SendTimeout,
 		AccessKey: cfg.RocketMQ.AccessKey, SecretKey: cfg.RocketMQ.SecretKey, Log: log,
 		Namespace: cfg.RocketMQ.Namespace, TLS: cfg.RocketMQ.TLS.Enable,
+		RequireReplication: cfg.RocketMQ.RequireReplication, Metrics: metrics,
 	}
 }
 
@@ -331,6 +334,15 @@ func serveHTTP(addr string, reg *prometheus.Registry, dbs []*runDatabase, rdb re
 					fmt.Fprintf(w, "%s: standby, waiting for the lock for %.0fs\n", name, h.LockWait.Seconds())
 				default:
 					fmt.Fprintf(w, "%s: held by another relay of the group\n", name)
+				}
+				h := rl.Health()
+				for _, topic := range slices.Sorted(maps.Keys(h.MisconfiguredTopics)) {
+					// Not a readiness failure: the process is fine, the broker refuses the
+					// relay's configuration; the rows wait and OutboxRelayTopicMisconfigured pages.
+					fmt.Fprintf(w, "%s: topic %s refused for the relay's configuration (rows wait): %s\n", name, topic, h.MisconfiguredTopics[topic])
+				}
+				for _, broker := range slices.Sorted(maps.Keys(h.FailingBrokers)) {
+					fmt.Fprintf(w, "%s: broker %s failing for %.0fs (rows wait, no retry spent)\n", name, broker, time.Since(h.FailingBrokers[broker]).Seconds())
 				}
 			}
 		}

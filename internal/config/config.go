@@ -136,6 +136,10 @@ type RocketMQ struct {
 	Namespace string
 	// TLS configures TLS to the name servers and brokers (rocketmq.tls.*).
 	TLS RocketMQTLS
+	// RequireReplication counts a send the broker stored without replicating or flushing
+	// it as asked (SLAVE_NOT_AVAILABLE and the flush timeouts) as a failed attempt
+	// (rocketmq.require_replication). Defaults to false: stored means sent.
+	RequireReplication bool
 }
 
 // RocketMQTLS is TLS to RocketMQ. The remoting client (rocketmq-client-go) encrypts but never

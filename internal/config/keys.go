@@ -38,6 +38,8 @@ const (
 	KeyRocketMQTLSInsecureSkipVerify = "rocketmq.tls.insecure_skip_verify"
 	KeyRocketMQTLSCAFile             = "rocketmq.tls.ca_file"
 	KeyRocketMQTLSServerName         = "rocketmq.tls.server_name"
+	// KeyRocketMQRequireReplication makes a send stored without replication a failure.
+	KeyRocketMQRequireReplication = "rocketmq.require_replication"
 
 	KeyRelayPollInterval    = "relay.poll_interval"
 	KeyRelayBatchSize       = "relay.batch_size"
@@ -101,6 +103,7 @@ var defaults = []struct {
 	{KeyRocketMQTLSInsecureSkipVerify, false},
 	{KeyRocketMQTLSCAFile, ""},
 	{KeyRocketMQTLSServerName, ""},
+	{KeyRocketMQRequireReplication, false},
 	{KeyRelayPollInterval, time.Second},
 	{KeyRelayBatchSize, 500},
 	{KeyRelayConcurrency, 16},
