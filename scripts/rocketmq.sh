@@ -36,6 +36,9 @@
 #                                 records OUTBOX_TEST_ROCKETMQ_PROXY*, OUTBOX_TEST_ROCKETMQ_ACL_*
 #                                 lines (bin/services.env). `make test` runs it lazily, from the
 #                                 tests that need it.
+#   scripts/rocketmq.sh deploy-stop
+#                                 stop the proxy, broker-proxied, broker-acl and their name
+#                                 server (their stores stay; broker-a is not touched)
 #   scripts/rocketmq.sh deploy-admin ARGS...
 #                                 mqadmin against the deployments' name server, as the ACL super
 #                                 user, e.g. `deploy-admin updateTopic -b 127.0.0.1:19951 -t T
@@ -452,12 +455,18 @@ admin)
 deploy-start)
 	deploy_start
 	;;
+deploy-stop)
+	for n in proxy broker-proxied broker-acl namesrv-deploy; do
+		alive "$DIR/$n/pid" && stop_pid "$DIR/$n/pid" && log "stopped $n"
+		rm -f "$DIR/$n/pid"
+	done
+	;;
 deploy-admin)
 	shift
 	fetch_deploy
 	deploy_admin "$@"
 	;;
 *)
-	die "usage: $0 start|stop|status|topic NAME...|broker-start NAME PORT|broker-stop NAME|broker-kill NAME|broker-freeze NAME|broker-thaw NAME|admin ARGS...|deploy-start|deploy-admin ARGS..."
+	die "usage: $0 start|stop|status|topic NAME...|broker-start NAME PORT|broker-stop NAME|broker-kill NAME|broker-freeze NAME|broker-thaw NAME|admin ARGS...|deploy-start|deploy-stop|deploy-admin ARGS..."
 	;;
 esac
