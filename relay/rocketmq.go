@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	rocketmq "github.com/apache/rocketmq-client-go/v2"
@@ -29,6 +30,12 @@ type RocketMQConfig struct {
 	SendTimeout time.Duration
 	// AccessKey and SecretKey are ACL credentials; empty for none.
 	AccessKey, SecretKey string
+	// Connections is the number of connections to each broker, spread over as many
+	// clients per producer group; sends go round robin. A broker that drops a connection
+	// fails only the sends in flight on it, and the sends answered on the others show that
+	// the broker is alive, so that those are given up at once instead of after the send
+	// timeout. Defaults to 4.
+	Connections int
 	// RequireReplication treats a message the broker stored but did not replicate or flush
 	// as asked (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT, FLUSH_DISK_TIMEOUT) as a failed
 	// attempt, counted against max_retry_count. Defaults to false: stored means sent, and
@@ -57,7 +64,8 @@ type RocketMQPublisher struct {
 	queues   *queueChooser
 
 	mu        sync.Mutex
-	producers map[string]rocketmq.Producer
+	producers map[string][]rocketmq.Producer // by group: Connections producers each
+	next      atomic.Uint32                  // round robin over a group's producers
 	closed    bool
 
 	probeMu    sync.Mutex
@@ -81,12 +89,15 @@ func NewRocketMQPublisher(cfg RocketMQConfig) (*RocketMQPublisher, error) {
 	if cfg.SendTimeout <= 0 {
 		cfg.SendTimeout = 3 * time.Second
 	}
+	if cfg.Connections <= 0 {
+		cfg.Connections = 4
+	}
 	return &RocketMQPublisher{
 		cfg: cfg,
 		// A distinct instance name per publisher lets several publishers of the same group
 		// live in one process (the client registers groups per instance).
 		instance:  fmt.Sprintf("outbox-relay-%d-%s", os.Getpid(), randomHex(4)),
-		producers: map[string]rocketmq.Producer{},
+		producers: map[string][]rocketmq.Producer{},
 		queues:    newQueueChooser(cfg.Log),
 	}, nil
 }
@@ -100,13 +111,30 @@ func (p *RocketMQPublisher) producer(group string) (rocketmq.Producer, error) {
 	if p.closed {
 		return nil, errors.New("relay: publisher closed")
 	}
-	if prod, ok := p.producers[group]; ok {
-		return prod, nil
+	prods := p.producers[group]
+	if len(prods) == 0 {
+		for c := 0; c < p.cfg.Connections; c++ {
+			prod, err := p.newProducer(group, c)
+			if err != nil {
+				for _, started := range prods {
+					_ = started.Shutdown()
+				}
+				return nil, err
+			}
+			prods = append(prods, prod)
+		}
+		p.producers[group] = prods
 	}
+	return prods[p.next.Add(1)%uint32(len(prods))], nil
+}
+
+// newProducer starts the producer of group for connection c: each has an instance name, and
+// so a client and connections, of its own.
+func (p *RocketMQPublisher) newProducer(group string, c int) (rocketmq.Producer, error) {
 	opts := []producer.Option{
 		producer.WithNsResolver(primitive.NewPassthroughResolver(p.cfg.NameServers)),
 		producer.WithGroupName(group),
-		producer.WithInstanceName(p.instance),
+		producer.WithInstanceName(fmt.Sprintf("%s-c%d", p.instance, c)),
 		producer.WithRetry(0),
 		producer.WithSendMsgTimeout(p.cfg.SendTimeout),
 		producer.WithQueueSelector(p.queues),
@@ -122,7 +150,6 @@ func (p *RocketMQPublisher) producer(group string) (rocketmq.Producer, error) {
 	if err := prod.Start(); err != nil {
 		return nil, fmt.Errorf("relay: start producer %s: %w", group, err)
 	}
-	p.producers[group] = prod
 	return prod, nil
 }
 
@@ -213,13 +240,13 @@ func (p *RocketMQPublisher) sendTo(ctx context.Context, prod rocketmq.Producer, 
 	}
 	var track *inflightSend
 	if mq != nil {
-		ctx, track = p.inflight.start(ctx, mq.BrokerName)
+		ctx, track = p.inflight.start(ctx, mq.BrokerName, len(out))
 	}
 	res, err := prod.SendSync(ctx, out...)
 	p.inflight.finish(track, err == nil)
 	if err != nil {
-		if errors.Is(context.Cause(ctx), errConnectionLost) {
-			return &SendError{Kind: SendTransient, Broker: BrokerOf(err), Code: -1, Err: fmt.Errorf("%w: %w", errConnectionLost, err)}
+		if cause := context.Cause(ctx); errors.Is(cause, errConnectionLost) {
+			return &SendError{Kind: SendTransient, Broker: BrokerOf(err), Code: -1, Err: fmt.Errorf("%w: %w", cause, err)}
 		}
 		return p.classify(ctx, err, len(out) > 1)
 	}
@@ -285,9 +312,11 @@ func (p *RocketMQPublisher) Close() error {
 	}
 	p.closed = true
 	var errs []error
-	for group, prod := range p.producers {
-		if err := prod.Shutdown(); err != nil {
-			errs = append(errs, fmt.Errorf("shutdown producer %s: %w", group, err))
+	for group, prods := range p.producers {
+		for _, prod := range prods {
+			if err := prod.Shutdown(); err != nil {
+				errs = append(errs, fmt.Errorf("shutdown producer %s: %w", group, err))
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -119,6 +119,14 @@ func (p *RocketMQPublisher) classify(ctx context.Context, err error, batch bool)
 		out.Kind = SendMisconfigured
 		return out
 	}
+	for _, w := range []string{"use of closed network connection", "broken pipe", "connection reset by peer"} {
+		if strings.Contains(lower, w) {
+			// Written to, or waiting on, a connection the broker had closed: the client
+			// opens a new one for the next send.
+			out.Err = fmt.Errorf("%w: %w", errConnectionLost, err)
+			return out
+		}
+	}
 	if strings.Contains(lower, "route info not found") {
 		live, nsErr := p.liveBrokers(ctx)
 		switch {

@@ -12,11 +12,11 @@ import (
 // errConnectionLost; one they do not overtake, or of another broker, is left alone.
 func TestInflightSendsGivesUpASendOnADroppedConnection(t *testing.T) {
 	var s inflightSends
-	stuck, stuckSend := s.start(context.Background(), "broker-a")
-	other, otherSend := s.start(context.Background(), "broker-b")
+	stuck, stuckSend := s.start(context.Background(), "broker-a", 1)
+	other, otherSend := s.start(context.Background(), "broker-b", 1)
 	// Wait out minStuck: a condition of the detector, not a synchronisation.
-	time.Sleep(minStuck + 20*time.Millisecond)
-	_, later := s.start(context.Background(), "broker-a")
+	time.Sleep(minStuck + stuckPerMessage + 20*time.Millisecond)
+	_, later := s.start(context.Background(), "broker-a", 1)
 	s.finish(later, true)
 	if !errors.Is(context.Cause(stuck), errConnectionLost) {
 		t.Fatalf("the overtaken send's context: cause %v, want errConnectionLost", context.Cause(stuck))
@@ -33,15 +33,15 @@ func TestInflightSendsGivesUpASendOnADroppedConnection(t *testing.T) {
 // given up.
 func TestInflightSendsKeepsSendsOfASlowBroker(t *testing.T) {
 	var s inflightSends
-	old, oldSend := s.start(context.Background(), "broker-a")
-	_, failed := s.start(context.Background(), "broker-a")
-	time.Sleep(minStuck + 20*time.Millisecond)
+	old, oldSend := s.start(context.Background(), "broker-a", 1)
+	_, failed := s.start(context.Background(), "broker-a", 1)
+	time.Sleep(minStuck + stuckPerMessage + 20*time.Millisecond)
 	s.finish(failed, false) // a timeout or an error: no sign that the broker answers
 	if old.Err() != nil {
 		t.Fatal("a send was given up although no newer send was answered")
 	}
-	_, slow := s.start(context.Background(), "broker-a")
-	time.Sleep(minStuck / 2)
+	_, slow := s.start(context.Background(), "broker-a", 1)
+	time.Sleep(30 * time.Millisecond) // 8 × 30 ms is more than the old send has waited
 	s.finish(slow, true) // answered, but after a wait comparable to the old send's
 	if old.Err() != nil {
 		t.Fatal("a send was given up although the newer answer was as slow")
