@@ -273,7 +273,7 @@ func TestEveryShapeIsValidForTheBinary(t *testing.T) {
 			checkHardened(t, d, relay)
 			env, cfgFile := binaryEnv(t, r, relay)
 			eff := runConfig(t, env)
-			checkPortsAndProbes(t, r, relay, eff, tc.standalone)
+			checkPortsAndProbes(t, r, relay, eff, tc.standalone, native)
 			checkGrace(t, d, eff)
 			checkMonitoring(t, r, tc.standalone)
 			_ = cfgFile
@@ -401,7 +401,7 @@ func runConfig(t *testing.T, env []string) effective {
 
 // checkPortsAndProbes: the relay's container port is the port of the http.addr the binary
 // will listen on; probes use it, on the paths the binary serves.
-func checkPortsAndProbes(t *testing.T, r rendered, relay corev1.Container, eff effective, standalone bool) {
+func checkPortsAndProbes(t *testing.T, r rendered, relay corev1.Container, eff effective, standalone, native bool) {
 	t.Helper()
 	_, port, _ := strings.Cut(eff.HTTP.Addr, ":")
 	port = eff.HTTP.Addr[strings.LastIndex(eff.HTTP.Addr, ":")+1:]
@@ -415,6 +415,9 @@ func checkPortsAndProbes(t *testing.T, r rendered, relay corev1.Container, eff e
 			if kind == "readiness" && !standalone {
 				continue // sidecar: by default no readiness (docs/kubernetes.md)
 			}
+			if kind == "startup" && native {
+				continue // the app container would wait for it
+			}
 			t.Errorf("no %s probe", kind)
 			continue
 		}
@@ -424,6 +427,9 @@ func checkPortsAndProbes(t *testing.T, r rendered, relay corev1.Container, eff e
 		if !slices.Contains(servedPaths, p.HTTPGet.Path) {
 			t.Errorf("%s probe path %s is not served by the binary (%v)", kind, p.HTTPGet.Path, servedPaths)
 		}
+	}
+	if native && relay.StartupProbe != nil {
+		t.Error("a native sidecar with a startup probe: the app container waits for it")
 	}
 	for _, s := range r.services {
 		for _, sp := range s.Spec.Ports {
@@ -579,3 +585,79 @@ func TestSecretExampleHasEveryKey(t *testing.T) {
 }
 
 var errNoServers = errors.New("no servers")
+
+// The chart's values are documented in docs/kubernetes.md (its "## Values" table names every
+// top-level value and nothing else), and every configuration key the values and the examples
+// set is a row of docs/configuration.md, the relay's reference.
+func TestValuesReferenceMatchesTheDocs(t *testing.T) {
+	doc := string(must(os.ReadFile(filepath.Join(repoRoot, "docs/kubernetes.md"))))
+	confDoc := string(must(os.ReadFile(filepath.Join(repoRoot, "docs/configuration.md"))))
+	_, section, ok := strings.Cut(doc, "\n## Values\n")
+	if !ok {
+		t.Fatal(`docs/kubernetes.md has no "## Values" section`)
+	}
+	if i := strings.Index(section, "\n## "); i >= 0 {
+		section = section[:i]
+	}
+	var vals map[string]any
+	if err := yaml.Unmarshal(must(os.ReadFile(filepath.Join(chartDir, "values.yaml"))), &vals); err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for _, row := range regexp.MustCompile("(?m)^\\| (`[^|]+`) \\|").FindAllStringSubmatch(section, -1) {
+		for _, m := range regexp.MustCompile("`([A-Za-z]+)`").FindAllStringSubmatch(row[1], -1) {
+			documented[m[1]] = true
+		}
+	}
+	for k := range vals {
+		if !documented[k] {
+			t.Errorf("value %s is not in docs/kubernetes.md's values table", k)
+		}
+	}
+	for k := range documented {
+		if _, ok := vals[k]; !ok {
+			t.Errorf("docs/kubernetes.md documents value %s, which values.yaml does not have", k)
+		}
+	}
+	files := []string{filepath.Join(chartDir, "values.yaml")}
+	for _, ex := range examples {
+		files = append(files, filepath.Join(deployDir, ex.values))
+	}
+	for _, f := range files {
+		var v struct {
+			Config    map[string]any `json:"config"`
+			SecretEnv []struct {
+				Key string `json:"key"`
+			} `json:"secretEnv"`
+		}
+		if err := yaml.Unmarshal(must(os.ReadFile(f)), &v); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		keys := flatten("", v.Config)
+		for _, s := range v.SecretEnv {
+			keys = append(keys, s.Key)
+		}
+		for _, k := range keys {
+			if !strings.Contains(confDoc, "| `"+k+"` |") {
+				t.Errorf("%s sets %s, which docs/configuration.md has no row for", filepath.Base(f), k)
+			}
+		}
+	}
+}
+
+// flatten lists the dotted keys of a nested configuration (lists are leaves).
+func flatten(prefix string, m map[string]any) []string {
+	var out []string
+	for k, v := range m {
+		key := k
+		if prefix != "" {
+			key = prefix + "." + k
+		}
+		if sub, ok := v.(map[string]any); ok {
+			out = append(out, flatten(key, sub)...)
+		} else {
+			out = append(out, key)
+		}
+	}
+	return out
+}

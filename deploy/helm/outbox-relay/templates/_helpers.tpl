@@ -46,8 +46,9 @@ OUTBOX_{{ . | upper | replace "." "_" }}
 
 {{/*
 The relay container. In sidecar mode with nativeSidecar it is an init container with
-restartPolicy Always. Probes: liveness on /healthz; readiness on /readyz where enabled
-(docs/kubernetes.md says why a sidecar has none by default).
+restartPolicy Always, and without a startup probe: the app container would wait for it, and
+the app must not depend on the relay. Probes: liveness on /healthz; readiness on /readyz
+where enabled (docs/kubernetes.md says why a sidecar has none by default).
 */}}
 {{- define "outbox-relay.container" -}}
 - name: outbox-relay
@@ -81,12 +82,14 @@ restartPolicy Always. Probes: liveness on /healthz; readiness on /readyz where e
     - name: relay-http
       containerPort: {{ include "outbox-relay.port" . }}
       protocol: TCP
+  {{- if not (and (eq .Values.mode "sidecar") .Values.nativeSidecar) }}
   startupProbe:
     httpGet:
       path: /healthz
       port: relay-http
     periodSeconds: 2
     failureThreshold: 30
+  {{- end }}
   livenessProbe:
     httpGet:
       path: /healthz
