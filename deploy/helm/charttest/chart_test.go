@@ -107,7 +107,7 @@ func render(t *testing.T, c *chart.Chart, release, file string, extra map[string
 		}
 	}
 	vals = chartutil.CoalesceTables(extra, vals)
-	rv, err := chartutil.ToRenderValues(c, vals, chartutil.ReleaseOptions{Name: release, Namespace: "shop", IsInstall: true}, chartutil.DefaultCapabilities)
+	rv, err := chartutil.ToRenderValues(c, vals, chartutil.ReleaseOptions{Name: release, Namespace: "shop", IsInstall: true}, kube("v1.31.0"))
 	if err != nil {
 		t.Fatalf("values: %v", err)
 	}
@@ -545,16 +545,43 @@ func TestChartAlertsAreTheShippedOnes(t *testing.T) {
 	}
 }
 
-// A bad mode is refused at rendering, naming the value.
-func TestBadModeIsRefused(t *testing.T) {
+// kube is the capabilities of a cluster of the given version (helm's default is v1.20.0).
+func kube(version string) *chartutil.Capabilities {
+	c := *chartutil.DefaultCapabilities
+	v := strings.Split(strings.TrimPrefix(version, "v"), ".")
+	c.KubeVersion = chartutil.KubeVersion{Version: version, Major: v[0], Minor: v[1]}
+	return &c
+}
+
+// Values the chart cannot honour are refused at rendering, naming the value: an unknown mode,
+// and a native sidecar on a cluster too old for it (its restartPolicy could be dropped, leaving
+// an init container that never exits in front of the app).
+func TestBadValuesAreRefused(t *testing.T) {
 	c := loadChart(t)
-	rv, err := chartutil.ToRenderValues(c, map[string]any{"mode": "daemonset"}, chartutil.ReleaseOptions{Name: "x", Namespace: "x"}, chartutil.DefaultCapabilities)
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		vals    map[string]any
+		version string
+		want    string
+	}{
+		{map[string]any{"mode": "daemonset"}, "v1.31.0", "mode: must be sidecar or standalone"},
+		{map[string]any{}, "v1.27.4", "nativeSidecar: needs Kubernetes 1.29 or later, the target is v1.27.4"},
+		{map[string]any{}, "v1.20.0", "pass --kube-version"},
+	} {
+		rv, err := chartutil.ToRenderValues(c, tc.vals, chartutil.ReleaseOptions{Name: "x", Namespace: "x"}, kube(tc.version))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = engine.Render(c, rv)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v on %s: %v, want %q", tc.vals, tc.version, err, tc.want)
+		}
 	}
-	_, err = engine.Render(c, rv)
-	if err == nil || !strings.Contains(err.Error(), "mode: must be sidecar or standalone") {
-		t.Fatalf("mode daemonset: %v", err)
+	// The classic form and the relay group render on older clusters.
+	for _, vals := range []map[string]any{{"nativeSidecar": false}, {"mode": "standalone"}} {
+		rv, _ := chartutil.ToRenderValues(c, vals, chartutil.ReleaseOptions{Name: "x", Namespace: "x"}, kube("v1.27.4"))
+		if _, err := engine.Render(c, rv); err != nil {
+			t.Errorf("%v on 1.27: %v", vals, err)
+		}
 	}
 }
 
