@@ -215,6 +215,9 @@ func runRolling(ctx context.Context, args []string) error {
 	if res.delivered != res.committed || res.fromRolledBack > 0 {
 		return errors.New("not every committed row was delivered exactly from committed transactions")
 	}
+	if res.duplicates > 0 {
+		return fmt.Errorf("%d duplicates: a SIGTERMed leader should write its sends back before its successor takes the lock", res.duplicates)
+	}
 	return nil
 }
 
