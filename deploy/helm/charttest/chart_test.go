@@ -2,7 +2,6 @@ package charttest
 
 import (
 	"bytes"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -71,16 +70,14 @@ var examples = []example{
 
 // rendered is one chart rendering, strictly decoded.
 type rendered struct {
-	text        string // every manifest, as helm template prints them
-	deployment  *appsv1.Deployment
-	configMap   *corev1.ConfigMap
-	services    []*corev1.Service
-	pdb         *policyv1.PodDisruptionBudget
-	podMonitor  *monitoringv1.PodMonitor
-	svcMonitor  *monitoringv1.ServiceMonitor
-	rule        *monitoringv1.PrometheusRule
-	values      map[string]any // the values the chart saw (defaults + file)
-	kindsInFile map[string][]string
+	text       string // every manifest, as helm template prints them
+	deployment *appsv1.Deployment
+	configMap  *corev1.ConfigMap
+	services   []*corev1.Service
+	pdb        *policyv1.PodDisruptionBudget
+	podMonitor *monitoringv1.PodMonitor
+	svcMonitor *monitoringv1.ServiceMonitor
+	rule       *monitoringv1.PrometheusRule
 }
 
 func loadChart(t *testing.T) *chart.Chart {
@@ -115,8 +112,7 @@ func render(t *testing.T, c *chart.Chart, release, file string, extra map[string
 	if err != nil {
 		t.Fatalf("render: %v", err)
 	}
-	r := rendered{kindsInFile: map[string][]string{}}
-	r.values, _ = rv["Values"].(chartutil.Values)
+	var r rendered
 	names := make([]string, 0, len(files))
 	for name := range files {
 		names = append(names, name)
@@ -189,7 +185,6 @@ func (r *rendered) decode(t *testing.T, file, doc string) {
 	if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
 		t.Fatalf("%s: %s %s does not decode strictly: %v\n%s", file, tm.APIVersion, tm.Kind, err, doc)
 	}
-	r.kindsInFile[file] = append(r.kindsInFile[file], tm.Kind)
 }
 
 // relayContainer returns the relay's container and whether it is a native sidecar.
@@ -271,12 +266,11 @@ func TestEveryShapeIsValidForTheBinary(t *testing.T) {
 				t.Errorf("standalone = %v but the pod's containers are %+v", tc.standalone, d.Spec.Template.Spec.Containers)
 			}
 			checkHardened(t, d, relay)
-			env, cfgFile := binaryEnv(t, r, relay)
+			env := binaryEnv(t, r, relay)
 			eff := runConfig(t, env)
 			checkPortsAndProbes(t, r, relay, eff, tc.standalone, native)
 			checkGrace(t, d, eff)
 			checkMonitoring(t, r, tc.standalone)
-			_ = cfgFile
 		})
 	}
 }
@@ -309,7 +303,7 @@ func checkHardened(t *testing.T, d *appsv1.Deployment, relay corev1.Container) {
 // binaryEnv is the relay container's environment as the kubelet would give it: the Secret's
 // keys filled with valid stand-ins, OUTBOX_CONFIG pointing at the ConfigMap's file written
 // where the mount says (under a temporary root).
-func binaryEnv(t *testing.T, r rendered, relay corev1.Container) ([]string, string) {
+func binaryEnv(t *testing.T, r rendered, relay corev1.Container) []string {
 	t.Helper()
 	root := t.TempDir()
 	var mount *corev1.VolumeMount
@@ -360,7 +354,7 @@ func binaryEnv(t *testing.T, r rendered, relay corev1.Container) ([]string, stri
 	if cfgFile == "" {
 		t.Fatal("no OUTBOX_CONFIG: the ConfigMap is not read")
 	}
-	return env, cfgFile
+	return env
 }
 
 // standIn is a valid value for a secret variable; each DSN names its own database.
@@ -403,8 +397,7 @@ func runConfig(t *testing.T, env []string) effective {
 // will listen on; probes use it, on the paths the binary serves.
 func checkPortsAndProbes(t *testing.T, r rendered, relay corev1.Container, eff effective, standalone, native bool) {
 	t.Helper()
-	_, port, _ := strings.Cut(eff.HTTP.Addr, ":")
-	port = eff.HTTP.Addr[strings.LastIndex(eff.HTTP.Addr, ":")+1:]
+	port := eff.HTTP.Addr[strings.LastIndex(eff.HTTP.Addr, ":")+1:]
 	if len(relay.Ports) != 1 || fmt.Sprint(relay.Ports[0].ContainerPort) != port || relay.Ports[0].Name != "relay-http" {
 		t.Fatalf("relay ports %+v, the binary listens on %s", relay.Ports, eff.HTTP.Addr)
 	}
@@ -610,8 +603,6 @@ func TestSecretExampleHasEveryKey(t *testing.T) {
 		}
 	}
 }
-
-var errNoServers = errors.New("no servers")
 
 // The chart's values are documented in docs/kubernetes.md (its "## Values" table names every
 // top-level value and nothing else), and every configuration key the values and the examples

@@ -99,7 +99,7 @@ func TestProbesAgainstTheRelay(t *testing.T) {
 			},
 		})
 		relay, _ := relayContainer(t, r.deployment)
-		env, _ := binaryEnv(t, r, relay)
+		env := binaryEnv(t, r, relay)
 		// The Secret holds mysql-dsn only: the optional keys are absent, so the kubelet sets
 		// no variable for them.
 		var podEnv []string
