@@ -268,6 +268,14 @@ func TestEveryShapeIsValidForTheBinary(t *testing.T) {
 			checkHardened(t, d, relay)
 			env := binaryEnv(t, r, relay)
 			eff := runConfig(t, env)
+			// Without enableServiceLinks: false, Services named outbox* in the namespace (this
+			// chart's metrics Service among them) put their links in the environment: the
+			// relay must start all the same.
+			links := append(env, serviceLinks("outbox-relay", "10.96.12.34", 9464)...)
+			for _, svc := range r.services {
+				links = append(links, serviceLinks(svc.Name, "10.96.0.7", int(svc.Spec.Ports[0].Port))...)
+			}
+			runConfig(t, links)
 			checkPortsAndProbes(t, r, relay, eff, tc.standalone, native)
 			checkGrace(t, d, eff)
 			checkMonitoring(t, r, tc.standalone)
@@ -678,4 +686,17 @@ func flatten(prefix string, m map[string]any) []string {
 		}
 	}
 	return out
+}
+
+// serviceLinks are the variables the kubelet sets for a Service with ClusterIP ip and one TCP
+// port named relay-http (pkg/kubelet/envvars).
+func serviceLinks(name, ip string, port int) []string {
+	svc := strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+	pre := fmt.Sprintf("%s_PORT_%d_TCP", svc, port)
+	url := fmt.Sprintf("tcp://%s:%d", ip, port)
+	return []string{
+		svc + "_SERVICE_HOST=" + ip, fmt.Sprintf("%s_SERVICE_PORT=%d", svc, port),
+		fmt.Sprintf("%s_SERVICE_PORT_RELAY_HTTP=%d", svc, port), svc + "_PORT=" + url,
+		pre + "=" + url, pre + "_PROTO=tcp", fmt.Sprintf("%s_PORT=%d", pre, port), pre + "_ADDR=" + ip,
+	}
 }
