@@ -239,6 +239,30 @@ type HTTP struct {
 	// as a bearer token (http.admin_token); empty keeps the dashboard read-only. At least
 	// MinAdminTokenLen characters. Defaults to empty. Secret.
 	AdminToken string
+	// ReadToken lets requests that carry it as a bearer token read message bodies in the
+	// dashboard (http.read_token); the admin token reads too. Needed unless Addr is a
+	// loopback address. At least MinAdminTokenLen characters. Defaults to empty. Secret.
+	ReadToken string
+	// Hosts are the names the dashboard answers to besides localhost and IP addresses
+	// (http.hosts): a request naming another host is refused (DNS rebinding). Defaults to none.
+	Hosts []string
+	// MaxConnections bounds the server's open connections (http.max_connections); idle and
+	// stalled ones make room for new ones. Defaults to 1024.
+	MaxConnections int
+}
+
+// Loopback reports whether Addr listens on a loopback address only ("127.0.0.1:9464",
+// "[::1]:9464", "localhost:9464"); ":9464" listens on every interface.
+func (h HTTP) Loopback() bool {
+	host, _, err := net.SplitHostPort(h.Addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // MinAdminTokenLen is the shortest http.admin_token accepted.
@@ -403,6 +427,17 @@ func (c Config) problems() []problem {
 	if t := c.HTTP.AdminToken; t != "" && (len(t) < MinAdminTokenLen || strings.ContainsAny(t, " \t\r\n")) {
 		// The token itself is never echoed.
 		bad(KeyHTTPAdminToken, "must be at least %d characters without spaces (got %d characters)", MinAdminTokenLen, len(t))
+	}
+	if t := c.HTTP.ReadToken; t != "" && (len(t) < MinAdminTokenLen || strings.ContainsAny(t, " \t\r\n")) {
+		bad(KeyHTTPReadToken, "must be at least %d characters without spaces (got %d characters)", MinAdminTokenLen, len(t))
+	}
+	if c.HTTP.MaxConnections < 1 {
+		bad(KeyHTTPMaxConnections, "must be at least 1, got %d", c.HTTP.MaxConnections)
+	}
+	for _, h := range c.HTTP.Hosts {
+		if h == "" || strings.ContainsAny(h, ":/ ") {
+			bad(KeyHTTPHosts, "must be host names without port or scheme, got %q", h)
+		}
 	}
 	if _, err := zerolog.ParseLevel(c.Log.Level); err != nil || c.Log.Level == "" {
 		bad(KeyLogLevel, "must be one of trace, debug, info, warn, error, fatal, panic, disabled; got %q", c.Log.Level)

@@ -58,7 +58,7 @@ func TestDefaults(t *testing.T) {
 		Lock:    Lock{TTL: 2 * time.Second, Key: "outbox-relay:lock:{db}:{table}", RedlockAddrs: []string{}},
 		Backoff: backoff.Default(),
 		Routes:  []Route{},
-		HTTP:    HTTP{Addr: ":9464"},
+		HTTP:    HTTP{Addr: ":9464", Hosts: []string{}, MaxConnections: 1024},
 		Log:     Log{Level: "info", Format: LogFormatAuto},
 	}
 	got := mustLoad(t, "")
