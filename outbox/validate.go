@@ -186,12 +186,15 @@ type Fields struct {
 	Properties  map[string]string
 }
 
-// ValidateFields checks that f travels as the properties it says and no others: no control
+// ValidateFields checks that f travels as the properties it says and no others: a msg_id, no control
 // character (bytes 0-31 and 127, which include the separators 1 and 2) in the msg_id, keys,
 // sharding key, tag or a property's name or value, at most MaxProperties properties, and at
 // most MaxPropertyBytes of them in all. The Writer refuses such a message with a
 // *FieldError; the relay parks such a row dead with the error as its reason, unsent.
 func ValidateFields(f Fields) error {
+	if f.MsgID == "" {
+		return &FieldError{Field: "msg_id", Reason: "empty (NULL or '' in the table): a message needs its id"}
+	}
 	if err := controlFree("msg_id", f.MsgID); err != nil {
 		return err
 	}
