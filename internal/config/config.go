@@ -161,7 +161,8 @@ type Relay struct {
 	// (relay.shutdown_timeout). Defaults to 15 seconds.
 	ShutdownTimeout time.Duration
 	// PurgeRetention is the age past which sent rows are deleted periodically
-	// (relay.purge_retention); 0 turns the periodic purge off. Defaults to 0.
+	// (relay.purge_retention); 0 turns the periodic purge off, else at least
+	// MinPurgeRetention. Defaults to 0.
 	PurgeRetention time.Duration
 	// PurgeInterval is the time between periodic purges (relay.purge_interval).
 	// Defaults to 10 minutes.
@@ -265,6 +266,10 @@ func (h HTTP) Loopback() bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// MinPurgeRetention is the shortest relay.purge_retention (ops.MinPurgeRetention, which the
+// purge command also enforces unless told otherwise).
+const MinPurgeRetention = time.Hour
+
 // MinAdminTokenLen is the shortest http.admin_token accepted.
 const MinAdminTokenLen = 16
 
@@ -363,8 +368,8 @@ func (c Config) problems() []problem {
 	}
 	between(bad, KeyRelayMaxBodyBytes, c.Relay.MaxBodyBytes, 1, MaxBodyBytesLimit)
 	positive(bad, KeyRelayShutdownTimeout, c.Relay.ShutdownTimeout)
-	if c.Relay.PurgeRetention < 0 {
-		bad(KeyRelayPurgeRetention, "must be >= 0 (0 turns purging off), got %s", c.Relay.PurgeRetention)
+	if r := c.Relay.PurgeRetention; r < 0 || (r > 0 && r < MinPurgeRetention) {
+		bad(KeyRelayPurgeRetention, "must be 0 (off) or at least %s: a purged row's msg_id can be inserted and published again, got %s", MinPurgeRetention, r)
 	}
 	positive(bad, KeyRelayPurgeInterval, c.Relay.PurgeInterval)
 	between(bad, KeyRelayPartitions, c.Relay.Partitions, 1, schema.MaxPartitions)

@@ -203,6 +203,7 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 		{"relay: {max_body_bytes: 0}", "relay.max_body_bytes"},
 		{"relay: {shutdown_timeout: 0s}", "relay.shutdown_timeout"},
 		{"relay: {purge_retention: -1h}", "relay.purge_retention"},
+		{"relay: {purge_retention: 10m}", "relay.purge_retention"},
 		{"relay: {purge_retention: 7days}", "relay.purge_retention"},
 		{"mysql: {dsn: 'root:@tcp(127.0.0.1:3306)/'}", "mysql.dsn"},
 		{"mysql: {dsn: 'app:pw@tcp(db:3306)/?parseTime=true'}", "mysql.dsn"},

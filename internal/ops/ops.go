@@ -438,6 +438,11 @@ func explainSkipped(ctx context.Context, db *sql.DB, table string, asked, done [
 	return skipped, closeRows(rows)
 }
 
+// MinPurgeRetention is the shortest retention purge accepts without an explicit override: a
+// purged row's msg_id no longer meets the unique key, so the same msg_id can be inserted and
+// published again, and consumers deduplicate it only while they remember its key.
+const MinPurgeRetention = time.Hour
+
 // PurgeOptions tunes Purge.
 type PurgeOptions struct {
 	// OlderThan is the retention: sent rows whose update_time and sent_time are older are
