@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/ops"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 )
@@ -255,7 +256,8 @@ func TestRequeueConfirmation(t *testing.T) {
 	}
 	// A person says no.
 	r = cli(t, "n\n", true, "requeue", dsn, "--topic=stock")
-	if r.code != exitRefused || !strings.Contains(r.out, "Requeue 12 dead rows") || countStatus(t, db, 3) != 14 {
+	// The prompt names the server, the schema and the table (issue 23, row 10).
+	if r.code != exitRefused || !strings.Contains(r.out, "Requeue 12 dead rows in local_message on "+config.DatabaseLabel(db.DSN)+"?") || countStatus(t, db, 3) != 14 {
 		t.Fatalf("refused: %+v", r)
 	}
 	r = cli(t, "", false, "requeue", dsn, "--topic=stock", "--dry-run")

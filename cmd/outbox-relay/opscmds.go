@@ -419,7 +419,8 @@ confirmation cover them all.`,
 						return err
 					}
 					total += n
-					tables = append(tables, d.qualified(table))
+					// Server, schema and table: the person confirming sees which database it is.
+					tables = append(tables, d.qualified(table)+" on "+d.Label())
 				}
 			}
 			if dryRun {

@@ -468,6 +468,11 @@ func between(bad func(string, string, ...any), key string, n, lo, hi int) {
 }
 
 func hostPort(addr string) error {
+	if strings.Contains(addr, "@") || strings.Contains(addr, "://") {
+		// A URL (redis://user:password@host:port/0): the password is never echoed.
+		return fmt.Errorf("must be host:port, not a URL or user@host (the password goes in its own key, e.g. "+
+			"redis.password / OUTBOX_REDIS_PASSWORD), got %q", maskUserinfo(addr))
+	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || host == "" || port == "" {
 		return fmt.Errorf("must be host:port, got %q", addr)
@@ -475,11 +480,25 @@ func hostPort(addr string) error {
 	return nil
 }
 
+// maskUserinfo replaces what comes before the last "@" of an address (after its scheme) by
+// Mask: "redis://:pw@h:6379/0" -> "redis://***@h:6379/0".
+func maskUserinfo(addr string) string {
+	at := strings.LastIndex(addr, "@")
+	if at < 0 {
+		return addr
+	}
+	start := 0
+	if i := strings.Index(addr, "://"); i >= 0 && i < at {
+		start = i + 3
+	}
+	return addr[:start] + Mask + addr[at:]
+}
+
 // nameServer accepts host:port, or an http(s) URL for name-server discovery endpoints.
 func nameServer(ns string) error {
 	if strings.HasPrefix(ns, "http://") || strings.HasPrefix(ns, "https://") {
 		if u, err := url.Parse(ns); err != nil || u.Host == "" {
-			return fmt.Errorf("must be host:port or an http(s) URL, got %q", ns)
+			return fmt.Errorf("must be host:port or an http(s) URL, got %q", maskUserinfo(ns))
 		}
 		return nil
 	}

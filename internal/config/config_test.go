@@ -356,3 +356,21 @@ log: {format: console}
 		t.Fatalf("round trip differs:\n%s\n%s", y, back)
 	}
 }
+
+// TestRedisURLRefusedWithoutEchoingThePassword is issue 23, row 10: a Redis URL in
+// redis.addr (or an address list) is refused naming the key, and the password is not in
+// the message.
+func TestRedisURLRefusedWithoutEchoingThePassword(t *testing.T) {
+	t.Parallel()
+	for _, yaml := range []string{
+		"redis: {addr: 'redis://:s3cr3t-pw@cache:6379/0'}",
+		"redis: {addr: 'rediss://app:s3cr3t-pw@cache:6380'}",
+		"redis: {addrs: ['app:s3cr3t-pw@cache:6379'], cluster: true}",
+		"lock: {redlock_addrs: ['redis://:s3cr3t-pw@a:6379', 'b:6379', 'c:6379']}",
+	} {
+		_, err := load(t, yaml)
+		if err == nil || !strings.Contains(err.Error(), "redis.password") || strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("%s: %v; want a refusal pointing at redis.password, without the password", yaml, err)
+		}
+	}
+}
