@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -53,6 +54,11 @@ type RedisConfig struct {
 	// KeyPrefix is put before every key, to keep the store's keys apart from others in the
 	// same Redis database. Defaults to DefaultRedisKeyPrefix ("idempotency:").
 	KeyPrefix string
+	// AllowUnsafe lets OpenRedisStore open a store on a server that may forget consumed keys
+	// (see CheckRedis), logging the risks at warn level instead of refusing. Defaults to false.
+	AllowUnsafe bool
+	// Logger receives OpenRedisStore's warning. Defaults to slog.Default().
+	Logger *slog.Logger
 }
 
 // RedisStore is a Store in Redis: a claim is SET key consuming:<token> NX PX ttl, and
@@ -70,7 +76,8 @@ type RedisStore struct {
 var _ Store = (*RedisStore)(nil)
 
 // NewRedisStore returns a Store on rdb, which can be a *redis.Client, *redis.ClusterClient or
-// anything else that runs scripts.
+// anything else that runs scripts. It does not look at the server's settings: OpenRedisStore
+// does, and refuses a server that may evict or lose consumed keys.
 func NewRedisStore(rdb redis.Scripter, cfg RedisConfig) (*RedisStore, error) {
 	if rdb == nil {
 		return nil, errors.New("idempotency: NewRedisStore: nil Redis client")
