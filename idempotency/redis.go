@@ -131,3 +131,37 @@ func (s *RedisStore) Release(ctx context.Context, key, token string) error {
 	}
 	return nil
 }
+
+// fingerprintKey is where key's fingerprint is kept: a space after the prefix, which no
+// group (and so no key of Guard's) can hold, keeps the two apart.
+func (s *RedisStore) fingerprintKey(key string) string { return s.prefix + "fp " + key }
+
+var _ Fingerprinter = (*RedisStore)(nil)
+
+// SetFingerprint implements Fingerprinter.
+func (s *RedisStore) SetFingerprint(ctx context.Context, key, fingerprint string, retention time.Duration) error {
+	c, ok := s.rdb.(redis.StringCmdable)
+	if !ok {
+		return nil
+	}
+	if err := c.Set(ctx, s.fingerprintKey(key), fingerprint, retention).Err(); err != nil {
+		return fmt.Errorf("idempotency: keep the fingerprint of %q in redis: %w", key, err)
+	}
+	return nil
+}
+
+// Fingerprint implements Fingerprinter.
+func (s *RedisStore) Fingerprint(ctx context.Context, key string) (string, error) {
+	c, ok := s.rdb.(redis.StringCmdable)
+	if !ok {
+		return "", nil
+	}
+	v, err := c.Get(ctx, s.fingerprintKey(key)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("idempotency: read the fingerprint of %q in redis: %w", key, err)
+	}
+	return v, nil
+}
