@@ -186,11 +186,12 @@ type Fields struct {
 	Properties  map[string]string
 }
 
-// ValidateFields checks that f travels as the properties it says and no others: a msg_id, no control
-// character (bytes 0-31 and 127, which include the separators 1 and 2) in the msg_id, keys,
-// sharding key, tag or a property's name or value, at most MaxProperties properties, and at
-// most MaxPropertyBytes of them in all. The Writer refuses such a message with a
-// *FieldError; the relay parks such a row dead with the error as its reason, unsent.
+// ValidateFields checks that f travels as the properties it says and no others: a msg_id,
+// no control character (bytes 0-31 and 127, the separators 1 and 2 among them) in the
+// msg_id, keys, sharding key, tag or a property's name or value, at most MaxProperties
+// properties, and at most MaxPropertyBytes of them in all. The Writer refuses a message that
+// fails with a *FieldError; the relay parks such a row dead with the error as its reason,
+// unsent.
 func ValidateFields(f Fields) error {
 	if f.MsgID == "" {
 		return &FieldError{Field: "msg_id", Reason: "empty (NULL or '' in the table): a message needs its id"}
@@ -201,19 +202,19 @@ func ValidateFields(f Fields) error {
 	if err := controlFree("tag", f.Tag); err != nil {
 		return err
 	}
-	// The relay sends the msg_id as the key when there are none (KEYS), and always as
-	// OUTBOX_MSG_ID.
-	size := propertySize("KEYS", f.MsgID) + propertySize(MsgIDProperty, f.MsgID)
+	// KEYS holds the keys joined by spaces, or the msg_id when there are none; the msg_id
+	// also goes as OUTBOX_MSG_ID.
+	keysLen := len(f.MsgID)
 	if len(f.Keys) > 0 {
-		size += len(" ") * (len(f.Keys) - 1)
-		size -= len(f.MsgID)
+		keysLen = len(f.Keys) - 1
 	}
 	for _, k := range f.Keys {
 		if err := controlFree("msg_keys", k); err != nil {
 			return err
 		}
-		size += len(k)
+		keysLen += len(k)
 	}
+	size := len("KEYS") + keysLen + 2 + propertySize(MsgIDProperty, f.MsgID)
 	if err := controlFree("sharding_key", f.ShardingKey); err != nil {
 		return err
 	}
