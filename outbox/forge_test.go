@@ -38,6 +38,12 @@ func TestWriterRefusesFieldsThatForgeProperties(t *testing.T) {
 			t.Errorf("%s: Insert = %v, want a *FieldError for %s", field, err, field)
 		}
 	}
+	// Row 11: properties over the budget (the client's 16-bit batch length wraps at 64 KiB).
+	big := outbox.Message{Topic: "payments", Body: []byte("{}"), Properties: map[string]string{"blob": strings.Repeat("A", 70_000)}}
+	var fe *outbox.FieldError
+	if err := w.InsertNoTx(ctx, db.DB, []outbox.Message{big}); !errors.As(err, &fe) || fe.Field != "properties" {
+		t.Errorf("70 KB of properties: Insert = %v, want a *FieldError for properties", err)
+	}
 	if n := count(t, db.DB, "1"); n != 0 {
 		t.Fatalf("%d forged rows were written", n)
 	}
