@@ -440,12 +440,16 @@ func (r *Relay) prepare(rw *row, routes map[routeKey]routed) (*Message, Route, e
 	if err != nil {
 		return nil, Route{}, fmt.Errorf("malformed properties: %w", err)
 	}
+	keys := strings.Fields(rw.keys)
+	if err := outbox.ValidateFields(outbox.Fields{MsgID: rw.msgID, Tag: rw.tag, Keys: keys, ShardingKey: rw.shardingKey, Properties: props}); err != nil {
+		return nil, Route{}, err // a plain-SQL writer's field would forge a property: never sent
+	}
 	if rt.noRoute != nil {
 		return nil, Route{}, rt.noRoute
 	}
 	return &Message{
 		ID: rw.id, MsgID: rw.msgID, Topic: rw.topic, Tag: rw.tag,
-		Keys: strings.Fields(rw.keys), ShardingKey: rw.shardingKey, Body: rw.content,
+		Keys: keys, ShardingKey: rw.shardingKey, Body: rw.content,
 		Properties: props, RetryCount: rw.retryCount, MaxRetries: rw.maxRetries,
 	}, rt.route, nil
 }

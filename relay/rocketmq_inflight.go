@@ -47,7 +47,7 @@ type inflightSends struct {
 
 type brokerSends struct {
 	pending  map[*inflightSend]struct{}
-	answered time.Time                   // the last answer
+	answered time.Time                    // the last answer
 	recent   [latencyWindow]time.Duration // latencies of the last answers, a ring
 	n        int
 }

@@ -42,7 +42,7 @@ func TestInflightSendsKeepsSendsOfASlowBroker(t *testing.T) {
 	}
 	_, slow := s.start(context.Background(), "broker-a", 1)
 	time.Sleep(30 * time.Millisecond) // 8 × 30 ms is more than the old send has waited
-	s.finish(slow, true) // answered, but after a wait comparable to the old send's
+	s.finish(slow, true)              // answered, but after a wait comparable to the old send's
 	if old.Err() != nil {
 		t.Fatal("a send was given up although the newer answer was as slow")
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/dashboard"
+	"github.com/outbox-relay/outbox-relay/internal/httpserve"
 	"github.com/outbox-relay/outbox-relay/internal/redisconn"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
@@ -111,7 +111,8 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 			LockKey: func(table string) string { return cfg.LockKeyIn(db, table) }, Partitions: cfg.Relay.Partitions})
 	}
 
-	ui, err := dashboard.New(rconn.LockReader(), dashboard.Config{Databases: sources, AdminToken: cfg.HTTP.AdminToken, Logger: &log})
+	ui, err := dashboard.New(rconn.LockReader(), dashboard.Config{Databases: sources, AdminToken: cfg.HTTP.AdminToken,
+		ReadToken: cfg.HTTP.ReadToken, OpenReads: cfg.HTTP.Loopback(), Hosts: cfg.HTTP.Hosts, Logger: &log})
 	if err != nil {
 		return err
 	}
@@ -119,7 +120,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 		return err
 	}
 	defer ui.Stop()
-	srv, err := serveHTTP(cfg.HTTP.Addr, reg, dbs, rdb, ui, log)
+	srv, err := serveHTTP(cfg.HTTP, reg, dbs, rdb, ui, log)
 	if err != nil {
 		return err
 	}
@@ -280,7 +281,7 @@ func routeRules(routes []config.Route) []relay.PatternRule {
 // timeout (it is about to give its lock up); /readyz fails when a database is not ready (down
 // at start and being retried) or does not answer, or Redis does not answer, and says which
 // tables this process leads and which it waits for.
-func serveHTTP(addr string, reg *prometheus.Registry, dbs []*runDatabase, rdb redis.UniversalClient, ui http.Handler, log zerolog.Logger) (*http.Server, error) {
+func serveHTTP(hc config.HTTP, reg *prometheus.Registry, dbs []*runDatabase, rdb redis.UniversalClient, ui http.Handler, log zerolog.Logger) (*httpserve.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/ui/", ui)
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -346,16 +347,15 @@ func serveHTTP(addr string, reg *prometheus.Registry, dbs []*runDatabase, rdb re
 			}
 		}
 	})
-	ln, err := net.Listen("tcp", addr)
+	srv, err := httpserve.Listen(hc.Addr, mux, httpserve.Limits{MaxConnections: hc.MaxConnections})
 	if err != nil {
-		return nil, fmt.Errorf("http.addr %s: %w", addr, err)
+		return nil, fmt.Errorf("http.addr %s: %w", hc.Addr, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Err(err).Msg("http server")
 		}
 	}()
-	log.Info().Str("addr", ln.Addr().String()).Msg("http: /metrics /healthz /readyz /ui/")
+	log.Info().Str("addr", srv.Addr().String()).Bool("bodies_need_token", !hc.Loopback()).Msg("http: /metrics /healthz /readyz /ui/")
 	return srv, nil
 }

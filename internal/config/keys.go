@@ -59,8 +59,11 @@ const (
 
 	KeyRoutes = "routes"
 
-	KeyHTTPAddr       = "http.addr"
-	KeyHTTPAdminToken = "http.admin_token"
+	KeyHTTPAddr           = "http.addr"
+	KeyHTTPAdminToken     = "http.admin_token"
+	KeyHTTPReadToken      = "http.read_token"
+	KeyHTTPHosts          = "http.hosts"
+	KeyHTTPMaxConnections = "http.max_connections"
 
 	KeyLogLevel  = "log.level"
 	KeyLogFormat = "log.format"
@@ -114,6 +117,9 @@ var defaults = []struct {
 	{KeyRoutes, []any{}},
 	{KeyHTTPAddr, ":9464"},
 	{KeyHTTPAdminToken, ""},
+	{KeyHTTPReadToken, ""},
+	{KeyHTTPHosts, []string{}},
+	{KeyHTTPMaxConnections, 1024},
 	{KeyLogLevel, "info"},
 	{KeyLogFormat, ""},
 }

@@ -87,7 +87,8 @@ func loadFrom(v *viper.Viper, file string, environ []string) (Config, error) {
 
 			RedlockAddrs: d.list(KeyLockRedlockAddrs),
 		},
-		HTTP: HTTP{Addr: d.str(KeyHTTPAddr), AdminToken: d.str(KeyHTTPAdminToken)},
+		HTTP: HTTP{Addr: d.str(KeyHTTPAddr), AdminToken: d.str(KeyHTTPAdminToken), ReadToken: d.str(KeyHTTPReadToken),
+			Hosts: d.list(KeyHTTPHosts), MaxConnections: d.int(KeyHTTPMaxConnections)},
 		Log: Log{
 			Level:  strings.ToLower(d.str(KeyLogLevel)),
 			Format: strings.ToLower(d.str(KeyLogFormat)),
