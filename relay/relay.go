@@ -115,6 +115,10 @@ type Config struct {
 	// spans, no cost.
 	TracerProvider trace.TracerProvider
 
+	// layoutKey is the Redis key that fences the table's layout of partitions: set by
+	// NewGroup for its partitions, else LockKey + ":layout".
+	layoutKey string
+
 	// perRowWriteBack writes results back with one UPDATE per row, as seed 002's relay did,
 	// instead of the set-based UPDATEs. For the benchmark only (relay/bench_test.go measures
 	// the set-based write-back against it); nothing else sets it.
@@ -164,6 +168,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.LockTTL == 0 {
 		c.LockTTL = 2 * time.Second
+	}
+	if c.layoutKey == "" {
+		c.layoutKey = c.LockKey + ":layout"
 	}
 	if c.Partitions == 0 {
 		c.Partitions = 1
