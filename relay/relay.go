@@ -393,7 +393,17 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool) []
 		units = r.unorderedUnits(items)
 	}
 	r.publish(ctx, units, items, results, fence)
-	r.incidents.judge(items, results)
+	if r.incidents.judge(items, results) {
+		// The rows deferred during the incident hold deferrals of up to 30 s, grown while
+		// the broker failed: bring them forward, so that an outage's rows follow the broker's
+		// return within a pass instead of waiting them out.
+		n, err := r.store.hastenDeferred(ctx, time.Now().UnixMilli(), deferredMark)
+		if err != nil {
+			r.log.Warn().Err(err).Msg("broker recovered; rows deferred during its incident wait out their deferral")
+		} else if n > 0 {
+			r.log.Info().Int64("rows", n).Msg("broker recovered: rows deferred during its incident are due now")
+		}
+	}
 	for i := range rows {
 		rows[i].content = nil // published: the completer needs ids and counts only
 	}

@@ -469,3 +469,57 @@ func (s *store) execStmt(ctx context.Context, q string, args ...any) (sql.Result
 	s.pg.end(err)
 	return res, err
 }
+
+// hastenDeferredMax bounds the rows one recovery brings forward: a larger outage's other
+// rows wait out their deferral (30 s at most).
+const hastenDeferredMax = 100000
+
+// hastenDeferred makes the failed rows whose reason ends with mark and whose next attempt is
+// after nowMs due now, and returns how many it changed. The rows are found on the page
+// query's index (status, next_retry_time), read without locks, and changed by primary key,
+// guarded by their state as read, like every status change.
+func (s *store) hastenDeferred(ctx context.Context, nowMs int64, mark string) (int64, error) {
+	if err := s.scanIndex(ctx); err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	where, args := s.partitionWhere(nil)
+	rows, err := s.query(ctx, `SELECT id FROM `+s.table+s.scanHint+`
+		WHERE `+where+`status = 1 AND next_retry_time > ? AND fail_reason LIKE ? ORDER BY next_retry_time LIMIT ?`,
+		append(args, nowMs, "%"+likeEscape(mark), hastenDeferredMax)...)
+	if err != nil {
+		return 0, fmt.Errorf("find deferred rows of %s: %w", s.name, err)
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("find deferred rows of %s: %w", s.name, err)
+		}
+		ids = append(ids, id)
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return 0, fmt.Errorf("find deferred rows of %s: %w", s.name, err)
+	}
+	var total int64
+	for start := 0; start < len(ids); start += maxIDsPerStatement {
+		chunk := ids[start:min(start+maxIDsPerStatement, len(ids))]
+		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET next_retry_time = ?
+			WHERE id IN (`+placeholders(len(chunk))+`) AND status = 1 AND next_retry_time > ?`,
+			append(append([]any{nowMs}, int64Args(chunk)...), nowMs)...)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("bring %d deferred rows of %s forward: %w", len(chunk), s.name, err)
+		}
+	}
+	return total, nil
+}
+
+// likeEscape escapes LIKE's wildcards and escape character in s.
+func likeEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}

@@ -361,3 +361,72 @@ func TestUnorderedRowOfAnOrderDoesNotHoldItsOrderedEvents(t *testing.T) {
 		t.Fatal("the delayed close-check was not left waiting")
 	}
 }
+
+// TestOutageRowsFollowTheBrokersReturn: the broker is down while writers keep committing;
+// the rows of the outage are deferred, further and further as it lasts. When the broker is
+// back, they are sent before the deferrals they were given run out: its return brings them
+// forward instead of leaving them to wait up to 30 s.
+func TestOutageRowsFollowTheBrokersReturn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	cfg.DisableNudge = true
+	wctx, stopWriters := context.WithCancel(context.Background())
+	defer stopWriters()
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		for i := 0; wctx.Err() == nil; i++ {
+			if err := b.writer.InsertNoTx(context.Background(), b.db.DB, []outbox.Message{{MsgID: fmt.Sprintf("w%05d", i), Topic: "orders", Body: []byte("w")}}); err != nil {
+				t.Error(err)
+				return
+			}
+			select {
+			case <-wctx.Done():
+			case <-time.After(20 * time.Millisecond): // writers' pace, not a synchronisation
+			}
+		}
+	}()
+	run(t, b.newRelay(t, cfg))
+	eventually(t, 30*time.Second, "rows flowing", func() bool { return countWhere(t, b.db.DB, "status = 2") >= 20 })
+	b.broker.StopBroker()
+	// Let the outage last until its rows carry deferrals of several seconds.
+	eventually(t, 60*time.Second, "rows deferred by 4 s or more", func() bool {
+		return countWhere(t, b.db.DB, "status = 1 AND next_retry_time > ? AND fail_reason LIKE '%broker incident%'",
+			time.Now().Add(4*time.Second).UnixMilli()) >= 5
+	})
+	deferred := map[int64]int64{}
+	rs, err := b.db.Query("SELECT id, next_retry_time FROM local_message WHERE status = 1 AND fail_reason LIKE '%broker incident%'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rs.Next() {
+		var id, next int64
+		if err := rs.Scan(&id, &next); err != nil {
+			t.Fatal(err)
+		}
+		deferred[id] = next
+	}
+	rs.Close()
+	if err := b.broker.StartBroker(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "every deferred row sent", func() bool {
+		return countWhere(t, b.db.DB, "status = 1 AND fail_reason LIKE '%broker incident%'") == 0
+	})
+	stopWriters()
+	<-written
+	late := 0
+	for id, next := range deferred {
+		var sent int64
+		if err := b.db.QueryRow("SELECT COALESCE(sent_time, 0) FROM local_message WHERE id = ? AND status = 2", id).Scan(&sent); err != nil {
+			t.Fatalf("row %d: %v", id, err)
+		}
+		if sent >= next {
+			late++
+		}
+	}
+	if late > 0 {
+		t.Fatalf("%d of %d rows deferred during the outage waited out their deferral after the broker was back", late, len(deferred))
+	}
+}
