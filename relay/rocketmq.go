@@ -64,14 +64,12 @@ type RocketMQPublisher struct {
 	queues   *queueChooser
 
 	mu        sync.Mutex
-	producers map[string][]rocketmq.Producer // by group: Connections producers each
-	next      atomic.Uint32                  // round robin over a group's producers
+	producers map[string][]client // by group: Connections producers each
+	next      atomic.Uint32       // round robin over a group's producers
 	closed    bool
 
-	probeMu    sync.Mutex
-	probedAt   time.Time
-	probedLive int
-	probedErr  error
+	probeMu sync.Mutex
+	probed  map[string]routeProbe // by topic
 
 	unreplicated unreplicatedLog
 	inflight     inflightSends
@@ -97,19 +95,26 @@ func NewRocketMQPublisher(cfg RocketMQConfig) (*RocketMQPublisher, error) {
 		// A distinct instance name per publisher lets several publishers of the same group
 		// live in one process (the client registers groups per instance).
 		instance:  fmt.Sprintf("outbox-relay-%d-%s", os.Getpid(), randomHex(4)),
-		producers: map[string][]rocketmq.Producer{},
+		producers: map[string][]client{},
 		queues:    newQueueChooser(cfg.Log),
 	}, nil
 }
 
-func (p *RocketMQPublisher) producer(group string) (rocketmq.Producer, error) {
+// client is one of a group's producers, each with its own connections; n tells them apart.
+type client struct {
+	rocketmq.Producer
+	n int
+}
+
+// producer returns the next of group's producers, starting them on first use.
+func (p *RocketMQPublisher) producer(group string) (client, error) {
 	if group == "" {
 		group = p.cfg.Group
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, errors.New("relay: publisher closed")
+		return client{}, errors.New("relay: publisher closed")
 	}
 	prods := p.producers[group]
 	if len(prods) == 0 {
@@ -119,9 +124,9 @@ func (p *RocketMQPublisher) producer(group string) (rocketmq.Producer, error) {
 				for _, started := range prods {
 					_ = started.Shutdown()
 				}
-				return nil, err
+				return client{}, err
 			}
-			prods = append(prods, prod)
+			prods = append(prods, client{prod, c})
 		}
 		p.producers[group] = prods
 	}
@@ -176,10 +181,17 @@ func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Mess
 		return AtBroker(wait.addr, fmt.Errorf("%w: %w", ErrBrokerUnreachable, wait))
 	}
 	err = p.sendTo(ctx, prod, route, out, mq)
-	if errors.Is(err, errConnectionLost) && ctx.Err() == nil {
-		// The broker answers later sends, so the connection of this one was dropped, not the
-		// broker: send again at once (the client opens a new connection). Whether the first
-		// was stored is unknown; a copy is what a lost ack costs anyway.
+	for resend := 0; resend < maxResends && errors.Is(err, errConnectionLost) && ctx.Err() == nil; resend++ {
+		// The connection of this send was lost, not the broker: send again at once, on the
+		// next connection (the client opens a new one in place of the lost). Whether the
+		// first was stored is unknown; a copy is what a lost ack costs anyway.
+		if prod, err = p.producer(route.Group); err != nil {
+			return err
+		}
+		out = make([]*primitive.Message, len(msgs))
+		for i, m := range msgs {
+			out[i] = toPrimitive(m, route)
+		}
 		err = p.sendTo(ctx, prod, route, out, mq)
 	}
 	if err == nil || !brokerFault(err) || ctx.Err() != nil {
@@ -205,6 +217,9 @@ func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Mess
 	return err
 }
 
+// maxResends bounds the immediate re-sends of a send whose connection was lost.
+const maxResends = 2
+
 // brokerFailed tells the queue chooser about a send that failed for its broker's reason and
 // returns the broker's name ("" when unknown) and the error, marked ErrBrokerUnreachable
 // when the broker was known to be down.
@@ -228,7 +243,7 @@ func (p *RocketMQPublisher) brokerFailed(err error) (string, error) {
 
 // sendTo makes one send of out to mq (nil: the queue selector chooses), within the route's
 // send timeout.
-func (p *RocketMQPublisher) sendTo(ctx context.Context, prod rocketmq.Producer, route Route, out []*primitive.Message, mq *primitive.MessageQueue) error {
+func (p *RocketMQPublisher) sendTo(ctx context.Context, prod client, route Route, out []*primitive.Message, mq *primitive.MessageQueue) error {
 	timeout := route.SendTimeout
 	if timeout <= 0 {
 		timeout = p.cfg.SendTimeout
@@ -238,17 +253,21 @@ func (p *RocketMQPublisher) sendTo(ctx context.Context, prod rocketmq.Producer, 
 	for _, m := range out {
 		m.Queue = mq
 	}
-	var track *inflightSend
+	// Sends are watched by broker and client, that is by connection. Before the topic's
+	// route is known the client chooses the queue: such sends are watched together, as of
+	// one unknown broker.
+	broker := ""
 	if mq != nil {
-		ctx, track = p.inflight.start(ctx, mq.BrokerName, len(out))
+		broker = mq.BrokerName
 	}
+	ctx, track := p.inflight.start(ctx, fmt.Sprintf("%s#%d", broker, prod.n), len(out))
 	res, err := prod.SendSync(ctx, out...)
 	p.inflight.finish(track, err == nil)
 	if err != nil {
 		if cause := context.Cause(ctx); errors.Is(cause, errConnectionLost) {
 			return &SendError{Kind: SendTransient, Broker: BrokerOf(err), Code: -1, Err: fmt.Errorf("%w: %w", cause, err)}
 		}
-		return p.classify(ctx, err, len(out) > 1)
+		return p.classify(ctx, err, out[0].Topic, len(out) > 1)
 	}
 	if res.Status != primitive.SendOK {
 		return p.storedStatus(res, out[0].Topic, len(out))

@@ -12,99 +12,63 @@ import (
 // new one for the next send, so the publisher sends it again at once.
 var errConnectionLost = errors.New("connection to the broker lost")
 
-// errOvertaken ends a send that went unanswered while later sends to its broker were.
-var errOvertaken = fmt.Errorf("%w: no answer while later sends to the broker were answered", errConnectionLost)
+// errOvertaken ends a send that went unanswered while later sends of its client to its
+// broker were answered.
+var errOvertaken = fmt.Errorf("%w: no answer while later sends of the same client to the broker were answered", errConnectionLost)
 
-// errStuck ends a send that went unanswered for many times the broker's recent latency
-// while the broker answered other sends.
-var errStuck = fmt.Errorf("%w: no answer for many times the broker's latency while it answers other sends", errConnectionLost)
-
-// Bounds of the dropped-connection detector: a send is given up as lost after stuckFactor
-// times the broker's slowest recent answer, and at least minStuck plus stuckPerMessage for
-// each message it carries (a large batch takes the broker longer to store than a small
-// send), when the broker answered another send within answeredWithin.
+// Bounds of the dropped-connection detector: a send is given up as lost when a send of the
+// same client to the same broker that began after it is answered, and it has waited
+// stuckFactor times that send's latency, and at least minStuck plus stuckPerMessage for each
+// message it carries (a large batch takes the broker longer to store than a small send).
 const (
-	stuckFactor     = 8
-	minStuck        = 20 * time.Millisecond
-	stuckPerMessage = time.Millisecond
-	answeredWithin  = time.Second
-	latencyWindow   = 32 // answers remembered per broker
+	stuckFactor     = 16
+	minStuck        = 100 * time.Millisecond
+	stuckPerMessage = 2 * time.Millisecond
 )
 
-// inflightSends detects sends pending on a dropped connection. rocketmq-client-go keeps each
-// client's one connection per broker address and, when the broker closes it, leaves the
-// requests pending on it until their deadline: every send in flight on it would wait out the
-// send timeout (3 s by default), holding its page and, on an ordered route, its key. A
-// broker that answers sends on other connections, or sends begun later, far sooner than a
-// pending one has waited is alive; the pending send's connection is gone. Its context is
-// cancelled with errConnectionLost, so the send fails at once and is sent again on a new
-// connection. A slow broker answers nothing sooner than it answers the older sends, and
-// after answeredWithin without an answer no send is given up: a slow broker loses none.
+// inflightSends detects sends pending on a dropped connection. rocketmq-client-go keeps one
+// connection per broker address and client and, when the broker closes it, leaves the
+// requests pending on it until their deadline: every send in flight on it would wait out
+// the send timeout (3 s by default), holding its page and, on an ordered route, its key. The
+// client's next send to that broker opens a new connection; when it is answered while an
+// older send of the same client is still pending, far longer than the new one took, the old
+// one's connection is gone. Its context is cancelled with errOvertaken, so the send fails at
+// once and is sent again (RocketMQPublisher.Send). A slow broker answers the newer send no
+// sooner than the older ones, so it loses none; the bounds leave room for a broker that
+// answers one connection's requests out of order.
 type inflightSends struct {
-	mu       sync.Mutex
-	byBroker map[string]*brokerSends
-}
-
-type brokerSends struct {
-	pending  map[*inflightSend]struct{}
-	answered time.Time                    // the last answer
-	recent   [latencyWindow]time.Duration // latencies of the last answers, a ring
-	n        int
-}
-
-// slowest returns the slowest of the broker's recent answers.
-func (b *brokerSends) slowest() time.Duration {
-	var m time.Duration
-	for _, d := range b.recent {
-		m = max(m, d)
-	}
-	return m
+	mu     sync.Mutex
+	byConn map[string]map[*inflightSend]struct{}
 }
 
 type inflightSend struct {
-	broker string
+	conn   string
 	start  time.Time
 	min    time.Duration // the least wait before it may be given up
 	cancel context.CancelCauseFunc
-	timer  *time.Timer
 }
 
-// start registers a send of msgs messages to broker and returns its context, which the
-// detector may cancel.
-func (s *inflightSends) start(ctx context.Context, broker string, msgs int) (context.Context, *inflightSend) {
+// start registers a send of msgs messages on conn (a broker and a client) and returns its
+// context, which the detector may cancel.
+func (s *inflightSends) start(ctx context.Context, conn string, msgs int) (context.Context, *inflightSend) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	f := &inflightSend{broker: broker, start: time.Now(), min: minStuck + time.Duration(msgs)*stuckPerMessage, cancel: cancel}
+	f := &inflightSend{conn: conn, start: time.Now(), min: minStuck + time.Duration(msgs)*stuckPerMessage, cancel: cancel}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.byBroker == nil {
-		s.byBroker = map[string]*brokerSends{}
+	if s.byConn == nil {
+		s.byConn = map[string]map[*inflightSend]struct{}{}
 	}
-	b := s.byBroker[broker]
-	if b == nil {
-		b = &brokerSends{pending: map[*inflightSend]struct{}{}}
-		s.byBroker[broker] = b
+	m := s.byConn[conn]
+	if m == nil {
+		m = map[*inflightSend]struct{}{}
+		s.byConn[conn] = m
 	}
-	b.pending[f] = struct{}{}
-	if b.n > 0 {
-		f.timer = time.AfterFunc(max(f.min, stuckFactor*b.slowest()), func() { s.expire(f) })
-	}
+	m[f] = struct{}{}
 	return ctx, f
 }
 
-// expire gives f up when its broker answered another send lately.
-func (s *inflightSends) expire(f *inflightSend) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.byBroker[f.broker]
-	if _, ok := b.pending[f]; !ok || time.Since(b.answered) > answeredWithin {
-		return
-	}
-	delete(b.pending, f)
-	f.cancel(errStuck)
-}
-
-// finish unregisters f; when it was answered, the sends to its broker begun before it that
-// have waited far longer than it took are given up as lost.
+// finish unregisters f; when it was answered, the sends on its connection begun before it
+// that have waited far longer than it took are given up as lost.
 func (s *inflightSends) finish(f *inflightSend, answered bool) {
 	if f == nil {
 		return
@@ -112,25 +76,16 @@ func (s *inflightSends) finish(f *inflightSend, answered bool) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if f.timer != nil {
-		f.timer.Stop()
-	}
 	defer f.cancel(nil)
-	b := s.byBroker[f.broker]
-	delete(b.pending, f)
+	m := s.byConn[f.conn]
+	delete(m, f)
 	if !answered {
 		return
 	}
-	took := now.Sub(f.start)
-	b.answered = now
-	b.recent[b.n%latencyWindow] = took
-	b.n++
-	for o := range b.pending {
-		if o.start.Before(f.start) && now.Sub(o.start) > max(o.min, stuckFactor*took) {
-			delete(b.pending, o)
-			if o.timer != nil {
-				o.timer.Stop()
-			}
+	took := stuckFactor * now.Sub(f.start)
+	for o := range m {
+		if o.start.Before(f.start) && now.Sub(o.start) > max(o.min, took) {
+			delete(m, o)
 			o.cancel(errOvertaken)
 		}
 	}

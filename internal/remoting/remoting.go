@@ -23,9 +23,30 @@ import (
 
 // Request codes of RocketMQ's RequestCode that this package sends.
 const (
+	// GetRouteInfoByTopic asks a name server for a topic's route.
+	GetRouteInfoByTopic int16 = 105
 	// GetBrokerClusterInfo asks a name server for the brokers registered with it.
 	GetBrokerClusterInfo int16 = 106
 )
+
+// topicNotExist is ResponseCode.TOPIC_NOT_EXIST.
+const topicNotExist = 17
+
+// TopicRouted asks the name server at addr whether topic has a route: true when it answers
+// one, false when it answers that the topic does not exist.
+func TopicRouted(ctx context.Context, addr, topic string) (bool, error) {
+	resp, err := Call(ctx, addr, GetRouteInfoByTopic, map[string]string{"topic": topic}, nil)
+	if err != nil {
+		return false, err
+	}
+	switch resp.Code {
+	case 0:
+		return true, nil
+	case topicNotExist:
+		return false, nil
+	}
+	return false, fmt.Errorf("remoting: %s answered code %d: %s", addr, resp.Code, resp.Remark)
+}
 
 // maxFrame bounds a response frame: a cluster's broker table is a few kilobytes.
 const maxFrame = 16 << 20
