@@ -73,7 +73,7 @@ var defaults = []struct {
 	key string
 	val any
 }{
-	{KeyMySQLDSN, "root:@tcp(127.0.0.1:3306)/test"},
+	{KeyMySQLDSN, ""}, // required: Config.problems
 	{KeyMySQLTable, "local_message"},
 	{KeyMySQLTables, []string{}},
 	{KeyDatabases, []any{}},
