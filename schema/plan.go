@@ -97,7 +97,10 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 		})
 	}
 	if autoInc {
-		alter := "MODIFY COLUMN `id` bigint NOT NULL AUTO_INCREMENT"
+		alter, err := modifyID(ctx, db, table)
+		if err != nil {
+			return nil, err
+		}
 		steps = append(steps, Step{
 			SQL:   fmt.Sprintf("ALTER TABLE %s %s, ALGORITHM=COPY, LOCK=SHARED", QuoteIdent(table), alter),
 			Alter: alter,
@@ -106,6 +109,32 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 		})
 	}
 	return append(steps, partitionSteps(table, partitions, st)...), nil
+}
+
+// modifyID returns the clause that makes id AUTO_INCREMENT. MODIFY COLUMN replaces the whole
+// definition, so what the relay does not need changed is written back: the sign and the
+// comment (seed 002's ids carry one).
+func modifyID(ctx context.Context, db *sql.DB, table string) (string, error) {
+	var colType, comment string
+	err := db.QueryRowContext(ctx, `SELECT COLUMN_TYPE, COLUMN_COMMENT FROM information_schema.COLUMNS
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'id'`, table).Scan(&colType, &comment)
+	if err != nil {
+		return "", fmt.Errorf("read column id of %s: %w", table, err)
+	}
+	alter := "MODIFY COLUMN `id` bigint"
+	if strings.Contains(strings.ToLower(colType), "unsigned") {
+		alter += " unsigned"
+	}
+	alter += " NOT NULL AUTO_INCREMENT"
+	if comment != "" {
+		alter += " COMMENT " + quoteString(comment)
+	}
+	return alter, nil
+}
+
+// quoteString returns s as a single-quoted SQL string literal.
+func quoteString(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, "'", "''").Replace(s) + "'"
 }
 
 // DedupePlan returns the CREATE TABLE of the consumer dedupe table named table (see
@@ -117,6 +146,9 @@ func DedupePlan(ctx context.Context, db *sql.DB, table string) ([]Step, error) {
 	}
 	cols, err := readColumns(ctx, db, table)
 	if err != nil || len(cols) > 0 {
+		return nil, err
+	}
+	if err := columnsHidden(ctx, db, table); err != nil {
 		return nil, err
 	}
 	return []Step{{SQL: strings.TrimSpace(ddl), Online: true}}, nil
