@@ -257,7 +257,17 @@ func (g *Group) sampleBacklogEvery(ctx context.Context, every time.Duration) {
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
+	// outbox_relay_lock_wait_seconds: how long this process has gone without partition 0's
+	// lock (the whole table's with one partition), so that OutboxRelayLockWaitLong (the
+	// minimum over the table's relays above a minute) fires when no relay holds it.
+	lastLed := time.Now()
 	for {
+		if first.leading.Load() {
+			lastLed = time.Now()
+			first.metrics.SetLockWait(0)
+		} else {
+			first.metrics.SetLockWait(time.Since(lastLed))
+		}
 		if g.cfg.Partitions == 1 || first.leading.Load() {
 			first.sampleBacklog(ctx)
 		} else {

@@ -1,10 +1,19 @@
 package e2e
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
 )
 
 // Row 15 of issue 26: a row marked is_deleted = 1 (the runbook's "never send") counted as
@@ -45,4 +54,148 @@ func TestDeletedRowsAreNotBacklog(t *testing.T) {
 	if n := e.count(t, "is_deleted = 1 AND status <> 2"); n != 4 {
 		t.Fatalf("a deleted row changed status: %d of 4 left unsent", n)
 	}
+}
+
+// lockWaitOf returns outbox_relay_lock_wait_seconds of p for local_message, and its labels;
+// -1 before p exports it.
+func lockWaitOf(p *proc) (float64, string) {
+	m := lockWaitRE.FindStringSubmatch(metricsOf(p))
+	if m == nil {
+		return -1, ""
+	}
+	v, err := strconv.ParseFloat(m[2], 64)
+	if err != nil {
+		return -1, ""
+	}
+	return v, m[1]
+}
+
+var lockWaitRE = regexp.MustCompile(`(?m)^outbox_relay_lock_wait_seconds\{([^}]*table="local_message"[^}]*)\} (\S+)$`)
+
+// Rows 9 and 17 of issue 26: outbox_relay_lock_wait_seconds stayed 0 on a standby (it was set
+// only outside a relay group, and the binary always runs one), so OutboxRelayLockWaitLong
+// could never fire; and a healthy standby logged at warn every 6, 12, 24 s. The standby
+// binary exports its wait, the leader 0, and the standby's log has no warning.
+func TestStandbyExportsItsLockWaitQuietly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.leading(t, "relay-a")
+	b := e.startRelay(t, "OUTBOX_ROCKETMQ_GROUP=relay-b")
+	// 3 lock TTLs is when the standby used to log its first warning; the gauge is sampled
+	// every 5 s.
+	eventually(t, 30*time.Second, "the standby to export a lock wait past 3 lock TTLs", func() bool {
+		w, _ := lockWaitOf(b)
+		return w >= (3*lockTTL + time.Second).Seconds()
+	})
+	if w, _ := lockWaitOf(a); w != 0 {
+		t.Fatalf("the leader exports a lock wait of %gs, want 0", w)
+	}
+	for _, line := range jsonLogLines(b.Out.String()) {
+		if line["level"] == "warn" || line["level"] == "error" {
+			t.Errorf("a healthy standby logged at %s: %v", line["level"], line)
+		}
+	}
+}
+
+// jsonLogLines decodes the JSON log lines of s, skipping anything else.
+func jsonLogLines(s string) []map[string]any {
+	var out []map[string]any
+	for _, l := range strings.Split(s, "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m != nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Row 9 of issue 26, with the shipped alert: when a process outside the group holds the
+// table's lock (a zombie, or another service using the same lock.key), every relay's gauge
+// grows, and deploy/prometheus/alerts.yml's OutboxRelayLockWaitLong fires on the series as
+// the binaries label them.
+func TestLockWaitAlertFiresWhenNoRelayHoldsTheLock(t *testing.T) {
+	t.Parallel()
+	promtool := promtoolPath(t)
+	e := newEnv(t)
+	rdb, _ := testenv.Redis(t)
+	key := e.prefix + "lock:local_message"
+	if err := rdb.Set(context.Background(), key, "host=elsewhere pid=1 since=1 token=00", 10*time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a := e.startRelay(t, "OUTBOX_ROCKETMQ_GROUP=relay-a")
+	b := e.startRelay(t, "OUTBOX_ROCKETMQ_GROUP=relay-b")
+	var labels [2]string
+	var waits [2]float64
+	eventually(t, 30*time.Second, "both relays to export a lock wait", func() bool {
+		waits[0], labels[0] = lockWaitOf(a)
+		waits[1], labels[1] = lockWaitOf(b)
+		return waits[0] > 1 && waits[1] > 1
+	})
+	// Prometheus scrapes each relay once a minute; from here each gauge goes on growing by
+	// 60 s per minute, as it did between the scrapes above.
+	var series []map[string]string
+	for i, l := range labels {
+		series = append(series, map[string]string{
+			"series": fmt.Sprintf(`outbox_relay_lock_wait_seconds{job="outbox-relay",instance="%c",%s}`, 'a'+i, l),
+			"values": fmt.Sprintf("%g+60x5", waits[i]),
+		})
+	}
+	db, table := labelValue(labels[0], "database"), labelValue(labels[0], "table")
+	doc := map[string]any{
+		"rule_files":          []string{filepath.Join(repoRoot(t), "deploy/prometheus/alerts.yml")},
+		"evaluation_interval": "1m",
+		"tests": []map[string]any{{
+			"interval":     "1m",
+			"input_series": series,
+			"alert_rule_test": []map[string]any{
+				{"eval_time": "0m", "alertname": "OutboxRelayLockWaitLong", "exp_alerts": []any{}},
+				{"eval_time": "3m", "alertname": "OutboxRelayLockWaitLong", "exp_alerts": []map[string]any{{
+					"exp_labels": map[string]string{"severity": "page", "database": db, "table": table},
+					"exp_annotations": map[string]string{
+						"summary":     "every relay of table " + table + " of " + db + " has waited over a minute for its lock",
+						"runbook_url": "docs/runbook.md#no-leader-lock-held-by-a-dead-process",
+					},
+				}}},
+			},
+		}},
+	}
+	raw, err := json.Marshal(doc) // JSON is YAML
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "lockwait_test.yml")
+	if err := os.WriteFile(file, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(promtool, "test", "rules", file).CombinedOutput(); err != nil {
+		t.Fatalf("OutboxRelayLockWaitLong on the relays' series: %v\n%s\n%s", err, out, raw)
+	}
+}
+
+func labelValue(labels, name string) string {
+	m := regexp.MustCompile(name + `="([^"]*)"`).FindStringSubmatch(labels)
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// promtoolPath returns the promtool that scripts/promtool.sh runs (fetching it from
+// Debian's package when missing); without one the test is skipped, or fails under CI=true.
+func promtoolPath(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("bash", filepath.Join(repoRoot(t), "scripts/promtool.sh"), "--path").Output()
+	if err != nil {
+		testenv.Unavailable(t, "promtool (scripts/promtool.sh)", err)
+	}
+	return strings.TrimSpace(string(out))
 }
