@@ -302,7 +302,16 @@ func (g *Group) fanOutNudges(ctx context.Context) {
 	for i, r := range g.parts {
 		outs[i] = r.nudgeIn
 	}
-	forwardNudges(ctx, g.rdb.Subscribe(ctx, outbox.NudgeChannel(g.cfg.Table)), outs)
+	forwardNudges(ctx, g.rdb.Subscribe(ctx, nudgeChannels(g.cfg.Database, g.cfg.Table)...), outs)
+}
+
+// nudgeChannels are the channels a table's relay listens on: its database's, and the one
+// without a database that writers of earlier versions (and those naming none) publish on.
+func nudgeChannels(database, table string) []string {
+	if database == "" {
+		return []string{outbox.NudgeChannel(table)}
+	}
+	return []string{outbox.NudgeChannelIn(database, table), outbox.NudgeChannel(table)}
 }
 
 // assign shares n partitions among members, the same way in every process: each member

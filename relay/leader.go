@@ -375,7 +375,7 @@ func (r *Relay) listen(ctx context.Context) <-chan struct{} {
 		return nil
 	}
 	out := make(chan struct{}, 1)
-	go forwardNudges(ctx, r.rdb.Subscribe(ctx, outbox.NudgeChannel(r.cfg.Table)), []chan struct{}{out})
+	go forwardNudges(ctx, r.rdb.Subscribe(ctx, nudgeChannels(r.cfg.Database, r.cfg.Table)...), []chan struct{}{out})
 	return out
 }
 

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
+	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/outbox/redisnudge"
 )
 
 // Row 15 of issue 26: a row marked is_deleted = 1 (the runbook's "never send") counted as
@@ -198,4 +200,47 @@ func promtoolPath(t *testing.T) string {
 		testenv.Unavailable(t, "promtool (scripts/promtool.sh)", err)
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// Row 16 of issue 26: the nudge channel had no database part, so two services with a
+// local_message table on one Redis woke each other's relays. Each relay listens on its own
+// database's channel (and, for writers of earlier versions, on the old one), and a writer
+// that names its database reaches its relay alone.
+func TestNudgeChannelNamesTheDatabase(t *testing.T) {
+	t.Parallel()
+	a, b := newEnv(t), newEnv(t)
+	a.startRelay(t, "OUTBOX_ROCKETMQ_GROUP=relay-a")
+	b.startRelay(t, "OUTBOX_ROCKETMQ_GROUP=relay-b")
+	rdb, _ := testenv.Redis(t)
+	ctx := context.Background()
+	labelA := outbox.DatabaseLabel(a.db.DSN)
+	chA := outbox.NudgeChannelIn(labelA, "local_message")
+	if want := "outbox-relay:nudge:" + labelA + ":local_message"; chA != want {
+		t.Fatalf("NudgeChannelIn = %q, want %q (the documented form)", chA, want)
+	}
+	eventually(t, 30*time.Second, "both relays to subscribe", func() bool {
+		n, err := rdb.PubSubNumSub(ctx, chA, outbox.NudgeChannelIn(outbox.DatabaseLabel(b.db.DSN), "local_message")).Result()
+		return err == nil && n[chA] == 1 && n[outbox.NudgeChannelIn(outbox.DatabaseLabel(b.db.DSN), "local_message")] == 1
+	})
+	// A PUBLISH answers how many subscribers received it: relay a alone.
+	if n, err := rdb.Publish(ctx, chA, "1").Result(); err != nil || n != 1 {
+		t.Fatalf("PUBLISH on database a's channel reached %d relays (%v), want 1", n, err)
+	}
+	// The old channel still wakes both, so that writers of earlier versions keep working.
+	if n, err := rdb.Publish(ctx, outbox.NudgeChannel("local_message"), "1").Result(); err != nil || n < 2 {
+		t.Fatalf("PUBLISH on the old channel reached %d relays (%v), want both", n, err)
+	}
+	// The Go writer's nudge through redisnudge.In reaches relay a, which delivers.
+	w, err := outbox.NewWriter(outbox.Config{Nudger: redisnudge.New(rdb).In(labelA)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := outbox.Message{Topic: "orders", Keys: []string{"SN-1"}, Body: []byte("{}")}
+	if err := w.InsertNoTx(ctx, a.db.DB, []outbox.Message{msg}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Nudge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "relay a to deliver the nudged row", func() bool { return a.count(t, "status = 2") == 1 })
 }
