@@ -44,6 +44,7 @@ type Group struct {
 	assigned []int    // partitions this process is to hold, as last computed
 	seen     []string // live members, as last read
 	conflict string   // a member with another number of partitions, if any
+	renewErr error    // why the last membership renewal failed; nil after a success
 }
 
 // NewGroup checks cfg and returns the group of cfg.Table's cfg.Partitions partitions. The
@@ -92,6 +93,15 @@ func PartitionLockKey(key string, p, n int) string { return fmt.Sprintf("%s:%d/%
 
 // Relays returns the group's relays, one per partition.
 func (g *Group) Relays() []*Relay { return slices.Clone(g.parts) }
+
+// MembershipError returns why the last renewal of this relay's group membership in Redis
+// failed (a missing ACL permission, Redis down), or nil. While it fails the relay is assigned
+// nothing and waits for no lock.
+func (g *Group) MembershipError() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.renewErr
+}
 
 // Members returns how many relays of the group this process saw in Redis at its last
 // renewal, whatever their number of partitions.
@@ -173,6 +183,9 @@ func (g *Group) heartbeat(ctx context.Context) {
 	hctx, cancel := context.WithTimeout(ctx, g.cfg.LockTTL/4)
 	members, err := membership.Run(hctx, g.rdb, []string{g.members}, g.member, memberTTL(g.cfg.LockTTL).Milliseconds()).StringSlice()
 	cancel()
+	g.mu.Lock()
+	g.renewErr = err
+	g.mu.Unlock()
 	if err != nil {
 		if ctx.Err() == nil {
 			g.log.Warn().Err(err).Msg("group: membership not renewed")

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -243,4 +244,133 @@ func TestNudgeChannelNamesTheDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "relay a to deliver the nudged row", func() bool { return a.count(t, "status = 2") == 1 })
+}
+
+// readmeACL returns the arguments of README.md's redis-acl ACL SETUSER line for user, with
+// password instead of CHANGE-ME.
+func readmeACL(t *testing.T, user, password string) []any {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("<!-- redis-acl -->\n```\n(ACL SETUSER outbox-relay [^\n]+)\n```").FindSubmatch(b)
+	if m == nil {
+		t.Fatal("README.md has no redis-acl block")
+	}
+	var args []any
+	for i, f := range strings.Fields(string(m[1])) {
+		switch {
+		case i == 2:
+			f = user
+		case f == ">CHANGE-ME":
+			f = ">" + password
+		}
+		args = append(args, f)
+	}
+	return args
+}
+
+// aclUser creates a Redis ACL user with setuser's arguments (ACL SETUSER ...), deletes it at
+// cleanup, and returns the OUTBOX_ variables that make the relay log in as it.
+func aclUser(t *testing.T, setuser []any) []string {
+	t.Helper()
+	rdb, _ := testenv.Redis(t)
+	ctx := context.Background()
+	if err := rdb.Do(ctx, setuser...).Err(); err != nil {
+		t.Fatalf("%v: %v", setuser, err)
+	}
+	user := setuser[2].(string)
+	t.Cleanup(func() { rdb.Do(context.Background(), "ACL", "DELUSER", user) })
+	var password string
+	for _, a := range setuser {
+		if s, _ := a.(string); strings.HasPrefix(s, ">") {
+			password = s[1:]
+		}
+	}
+	return []string{"OUTBOX_REDIS_USERNAME=" + user, "OUTBOX_REDIS_PASSWORD=" + password}
+}
+
+// deniedTo returns the commands Redis's ACL LOG recorded as refused to user.
+func deniedTo(t *testing.T, user string) []string {
+	t.Helper()
+	rdb, _ := testenv.Redis(t)
+	entries, err := rdb.Do(context.Background(), "ACL", "LOG", "128").Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		fields, _ := e.([]any)
+		m := map[string]string{}
+		for i := 0; i+1 < len(fields); i += 2 {
+			k, _ := fields[i].(string)
+			v, _ := fields[i+1].(string)
+			m[k] = v
+		}
+		if m["username"] == user {
+			out = append(out, m["object"])
+		}
+	}
+	return out
+}
+
+// Row 8 of issue 26: a Redis ACL user with the commands the README listed never led (the
+// group's membership script needs TIME, ZADD, ...), while /readyz said 200 "held by another
+// relay of the group" though none existed. The README's ACL line, as written, is enough for
+// the relay and its status command; with too few commands /readyz says what is wrong.
+func TestRedisACLUserOfTheREADME(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	unique := strings.ToLower(testenv.RandomSuffix(8))
+	user := "outbox-relay-test-" + unique
+	lockKey := "OUTBOX_LOCK_KEY=outbox-relay:lock:test-" + unique + ":{table}"
+	rdb, _ := testenv.Redis(t)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, k := range rdb.Keys(ctx, "outbox-relay:lock:test-"+unique+":*").Val() {
+			rdb.Del(ctx, k)
+		}
+	})
+	creds := aclUser(t, readmeACL(t, user, "pw-"+unique))
+	env := append(e.environ(append(creds, lockKey)...), "OUTBOX_ROCKETMQ_GROUP=acl")
+	p := startWith(t, env)
+	e.insertN(t, "acl", 3)
+	eventually(t, 30*time.Second, "the relay logged in as the README's ACL user to deliver", func() bool {
+		return e.count(t, "status = 2") == 3
+	})
+	if body, code := httpGet(p, "/readyz"); code != 200 || !strings.Contains(body, "local_message: leader") {
+		t.Fatalf("/readyz of the leader: %d %s", code, body)
+	}
+	if out, code := runCLI(t, env, "status"); code != 0 || !strings.Contains(out, "held by") {
+		t.Fatalf("status as the ACL user: exit %d\n%s", code, out)
+	}
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err, ok := p.Wait(30 * time.Second); !ok || err != nil {
+		t.Fatalf("relay after SIGTERM: %v (exited %v)", err, ok)
+	}
+	if n := rdb.Exists(context.Background(), "outbox-relay:lock:test-"+unique+":local_message").Val(); n != 0 {
+		t.Error("the lock was not released at shutdown")
+	}
+	if denied := deniedTo(t, user); len(denied) > 0 {
+		t.Errorf("Redis refused the README's ACL user these commands: %v", denied)
+	}
+
+	// The commands the README used to list: the relay cannot join its group and never
+	// leads; /readyz says so, and claims no other holder.
+	old := "outbox-relay-old-" + unique
+	oldCreds := aclUser(t, []any{"ACL", "SETUSER", old, "on", ">pw-" + unique, "resetkeys", "~outbox-relay:*",
+		"resetchannels", "&outbox-relay:*", "-@all", "+set", "+eval", "+evalsha", "+publish", "+subscribe", "+ping"})
+	q := startWith(t, append(e.environ(append(oldCreds, lockKey)...), "OUTBOX_ROCKETMQ_GROUP=acl-old"))
+	var body string
+	eventually(t, 30*time.Second, "/readyz to say why the relay cannot lead", func() bool {
+		var code int
+		body, code = httpGet(q, "/readyz")
+		return code == 503 && strings.Contains(body, "group membership not renewed")
+	})
+	if strings.Contains(body, "held by another relay") || !strings.Contains(body, "NOPERM") && !strings.Contains(body, "can't run this command") {
+		t.Fatalf("/readyz with too few ACL commands:\n%s", body)
+	}
 }
