@@ -106,8 +106,8 @@ func TestSQLRecipes(t *testing.T) {
 				if err := json.Unmarshal(m.Body, &body); err != nil {
 					t.Errorf("%s: body %q is not the recipe's JSON: %v", id, m.Body, err)
 				}
-				if body.OrderNo != m.GetKeys() || m.GetTags() != "vip" || !strings.HasSuffix(body.Amount, ".50") {
-					t.Errorf("%s: keys %q, tag %q, body %s; want the order number as key, tag vip, the order's JSON", id, m.GetKeys(), m.GetTags(), m.Body)
+				if body.OrderNo != m.GetKeys() || m.GetTags() != "created" || !strings.HasSuffix(body.Amount, ".50") {
+					t.Errorf("%s: keys %q, tag %q, body %s; want the order number as key, tag created (the event), the order's JSON", id, m.GetKeys(), m.GetTags(), m.Body)
 				}
 				delivered = append(delivered, m.GetKeys())
 			}
@@ -120,13 +120,14 @@ func TestSQLRecipes(t *testing.T) {
 }
 
 // TestSQLRecipesDocIsTheCode: each code block of docs/sql-recipes.md for Java, Python and Node
-// is the recipe region of the program TestSQLRecipes runs, so the doc cannot drift.
+// is the recipe region of the program TestSQLRecipes (or, for the consumers,
+// TestConsumerRecipesShareSQLGuardsTable) runs, so the doc cannot drift.
 func TestSQLRecipesDocIsTheCode(t *testing.T) {
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "sql-recipes.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range recipes {
+	for _, r := range append(slices.Clone(recipes), consumerRecipes...) {
 		src, err := os.ReadFile(filepath.Join(recipesDir, r.lang, r.file))
 		if err != nil {
 			t.Fatal(err)

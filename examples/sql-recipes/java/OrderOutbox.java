@@ -26,7 +26,7 @@ public class OrderOutbox {
 
             outbox.setString(1, UUID.randomUUID().toString());
             outbox.setString(2, topic);
-            outbox.setString(3, "vip");
+            outbox.setString(3, "created"); // the event: tag + keys identify it
             outbox.setString(4, "{\"orderNo\":\"" + orderNo + "\",\"amount\":\"" + amount + "\"}");
             outbox.setString(5, orderNo); // consumers dedupe on the order number
             outbox.executeUpdate();

@@ -16,7 +16,7 @@ async function createOrder(pool, topic, orderNo, amount, restOfTransaction = asy
     await conn.execute('INSERT INTO orders (order_no, amount) VALUES (?, ?)', [orderNo, amount]);
     await conn.execute(
       'INSERT INTO local_message (msg_id, topic, tag, content, msg_keys) VALUES (?, ?, ?, ?, ?)',
-      [randomUUID(), topic, 'vip', JSON.stringify({ orderNo, amount }), orderNo],
+      [randomUUID(), topic, 'created', JSON.stringify({ orderNo, amount }), orderNo],
     );
     await restOfTransaction(); // may throw: then neither row exists
     await conn.commit();

@@ -19,7 +19,7 @@ def create_order(conn, topic, order_no, amount, rest_of_transaction=lambda: None
             cur.execute("INSERT INTO orders (order_no, amount) VALUES (%s, %s)", (order_no, amount))
             cur.execute(
                 "INSERT INTO local_message (msg_id, topic, tag, content, msg_keys) VALUES (%s, %s, %s, %s, %s)",
-                (str(uuid.uuid4()), topic, "vip",
+                (str(uuid.uuid4()), topic, "created",  # the event: tag + keys identify it
                  json.dumps({"orderNo": order_no, "amount": amount}), order_no),
             )
         rest_of_transaction()  # may raise: then neither row exists
