@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs a real Apache RocketMQ name server and broker on loopback for the tests and the demo,
 # without Docker: the jars come from Maven Central (build/rocketmq/pom.xml pins the version,
 # the same as docker-compose.yml's image) and run with the local JDK.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Brings up the MariaDB and Redis servers that the tests and the demo use, and prints the
 # environment that points at them (eval-able lines, also written to bin/services.env).
 #

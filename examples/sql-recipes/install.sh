@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the database drivers of docs/sql-recipes.md's programs, pinned, into
 # ${OUTBOX_SERVICES_DIR:-/tmp/outbox-relay-services}/sql-recipes (nothing in the source tree):
 #   java/    MariaDB Connector/J and rocketmq-client from Maven Central (java/pom.xml)

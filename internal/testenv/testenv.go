@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package testenv gives tests real MariaDB and Redis connections, each test isolated in a
 // database (MySQL) or key prefix (Redis) of its own.
 //

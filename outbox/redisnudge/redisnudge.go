@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package redisnudge wakes the relay through Redis pub/sub after a service commits outbox
 // rows: it is the outbox.Nudger for relays configured with Redis (all of them, since the
 // relay's leader lock lives there). It is a package of its own so that services which do

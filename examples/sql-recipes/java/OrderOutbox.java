@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // OrderOutbox writes orders and their outbox rows from Java with plain JDBC, as
 // docs/sql-recipes.md shows (the part between the recipe markers is the doc's code). The
 // test in internal/brokersuite runs it against MariaDB and checks what the relay delivers.

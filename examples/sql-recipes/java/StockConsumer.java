@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // StockConsumer applies each outbox event exactly once from Java: a RocketMQ push consumer
 // whose effect and dedupe row commit in one JDBC transaction, in the same dedupe table and
 // with the same identity as the Go idempotency.SQLGuard (docs/sql-recipes.md shows the part

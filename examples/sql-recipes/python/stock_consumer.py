@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Applies each outbox event exactly once from Python: a RocketMQ push consumer whose effect and
 dedupe row commit in one PyMySQL transaction, in the same dedupe table and with the same
 identity as the Go idempotency.SQLGuard (docs/sql-recipes.md shows the part between the recipe
