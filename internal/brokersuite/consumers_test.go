@@ -46,6 +46,7 @@ var consumerRecipes = []recipe{
 // RocketMQ and the relay publishing to it.
 type consumerWorld struct {
 	e     *env
+	cdb   *testenv.DB // the consumers' database: the dedupe and effect tables
 	b     *target
 	topic string
 	group string
@@ -58,16 +59,24 @@ func newConsumerWorld(t *testing.T) *consumerWorld {
 	w := &consumerWorld{e: newEnv(t, b), b: b, group: "stock_" + testenv.RandomSuffix(6),
 		deps: filepath.Join(cmp.Or(os.Getenv("OUTBOX_SERVICES_DIR"), "/tmp/outbox-relay-services"), "sql-recipes")}
 	w.topic = b.topic(t, "stock")
+	w.cdb = w.e.db
 	ddl, err := schema.DedupeDDL("stock_dedupe")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{ddl, "CREATE TABLE stock_applied (id bigint AUTO_INCREMENT PRIMARY KEY, identity varchar(300) NOT NULL, consumer varchar(16) NOT NULL)"} {
-		if _, err := w.e.db.Exec(q); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := w.cdb.Exec(ddl); err != nil {
+		t.Fatal(err)
 	}
+	w.createEffectTable(t)
 	return w
+}
+
+// createEffectTable creates stock_applied in the consumers' database.
+func (w *consumerWorld) createEffectTable(t *testing.T) {
+	t.Helper()
+	if _, err := w.cdb.Exec("CREATE TABLE stock_applied (id bigint AUTO_INCREMENT PRIMARY KEY, identity varchar(300) NOT NULL, consumer varchar(16) NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // event is one outbox row: the order's event named by its tag, keyed by the order number.
@@ -98,7 +107,7 @@ func (w *consumerWorld) resend(t *testing.T) {
 // applied returns the effects recorded: identity -> consumers that applied it.
 func (w *consumerWorld) applied(t *testing.T) map[string][]string {
 	t.Helper()
-	rows, err := w.e.db.Query("SELECT identity, consumer FROM stock_applied ORDER BY id")
+	rows, err := w.cdb.Query("SELECT identity, consumer FROM stock_applied ORDER BY id")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +133,7 @@ func (w *consumerWorld) startRecipe(t *testing.T, r recipe) *testenv.Proc {
 	if _, err := exec.LookPath(argv[0]); err != nil {
 		missing(t, argv[0], err)
 	}
-	cfg, err := mysql.ParseDSN(w.e.db.DSN)
+	cfg, err := mysql.ParseDSN(w.cdb.DSN)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +166,7 @@ func (w *consumerWorld) startGo(t *testing.T, received *atomic.Int64) (stop func
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := rocketmqmw.NewTx(guard, w.e.db.DB, rocketmqmw.Config{}, func(ctx context.Context, tx *sql.Tx, m *primitive.MessageExt) error {
+	mw, err := rocketmqmw.NewTx(guard, w.cdb.DB, rocketmqmw.Config{}, func(ctx context.Context, tx *sql.Tx, m *primitive.MessageExt) error {
 		_, err := tx.ExecContext(ctx, "INSERT INTO stock_applied (identity, consumer) VALUES (?, 'go')", rocketmqmw.TopicTagIdentity(m, m.GetKeys()))
 		return err
 	})
@@ -294,7 +303,7 @@ func TestConsumerRecipesShareSQLGuardsTable(t *testing.T) {
 	}
 	// The dedupe rows are what SQLGuard writes: group and identity, byte for byte.
 	var keys []string
-	rows, err := w.e.db.Query("SELECT CONCAT(consumer_group, '|', dedupe_key) FROM stock_dedupe ORDER BY 1")
+	rows, err := w.cdb.Query("SELECT CONCAT(consumer_group, '|', dedupe_key) FROM stock_dedupe ORDER BY 1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,6 +41,16 @@ def main():
                            user=env["RECIPE_MYSQL_USER"], password=env["RECIPE_MYSQL_PASSWORD"],
                            database=env["RECIPE_MYSQL_DATABASE"], charset="utf8mb4")
     every = int(env["RECIPE_ROLLBACK_EVERY"])
+    nudge = None
+    if env.get("RECIPE_NUDGE_CHANNEL"):  # docs/sql-recipes.md#nudging-the-relay
+        import redis
+        r = redis.Redis(host=env["RECIPE_REDIS_HOST"], port=int(env["RECIPE_REDIS_PORT"]))
+
+        def nudge():
+            try:
+                r.publish(env["RECIPE_NUDGE_CHANNEL"], "1")
+            except redis.RedisError:
+                pass  # a hint: the relay polls anyway
     for i in range(int(env["RECIPE_ORDERS"])):
         order_no = env["RECIPE_ORDER_PREFIX"] + str(i)
 
@@ -51,7 +61,9 @@ def main():
         try:
             create_order(conn, env["RECIPE_TOPIC"], order_no, f"{i}.50", rest)
         except Declined:
-            pass  # rolled back on purpose
+            continue  # rolled back on purpose
+        if nudge:
+            nudge()  # after the commit, never inside the transaction
     conn.close()
 
 
