@@ -3,7 +3,7 @@
 # Installs the database drivers of docs/sql-recipes.md's programs, pinned, into
 # ${OUTBOX_SERVICES_DIR:-/tmp/outbox-relay-services}/sql-recipes (nothing in the source tree):
 #   java/    MariaDB Connector/J and rocketmq-client from Maven Central (java/pom.xml)
-#   python/  PyMySQL and rocketmq (the C++ client's binding, librocketmq inside) from PyPI
+#   python-<hash of requirements.txt>/  PyMySQL, redis and rocketmq (the C++ client's binding, librocketmq inside) from PyPI
 #            (python/requirements.txt)
 #   node/    mysql2 from npm (node/package-lock.json, `npm ci`)
 # Run by `make sql-recipes-deps` (and so by `make test`); quick when already installed.
@@ -30,11 +30,16 @@ fi
 
 # Python: PyMySQL into a directory of its own (PYTHONPATH), not the system's site-packages.
 have python3 || die "python3 not found (Debian: python3 python3-pip)"
-if ! cmp -s python/requirements.txt "$DIR/python/requirements.txt"; then
-	rm -rf "$DIR/python"
-	python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --target "$DIR/python" -r python/requirements.txt ||
+# The directory is named by the requirements' hash, so that checkouts with other requirements
+# sharing $DIR (worktrees, branches) never replace each other's packages under a running test.
+py=$DIR/python-$(sha256sum python/requirements.txt | cut -c1-12)
+if [ ! -f "$py/.complete" ]; then
+	rm -rf "$py.tmp"
+	python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --target "$py.tmp" -r python/requirements.txt ||
 		die "pip could not install python/requirements.txt (network?)"
-	cp python/requirements.txt "$DIR/python/requirements.txt"
+	cp python/requirements.txt "$py.tmp/requirements.txt"
+	touch "$py.tmp/.complete"
+	rm -rf "$py" && mv "$py.tmp" "$py"
 fi
 
 # Node: mysql2 exactly as package-lock.json says (NODE_PATH).

@@ -134,7 +134,7 @@ func TestAdoptionPathEndToEnd(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command("python3", "order_outbox.py")
 		cmd.Dir = filepath.Join(recipesDir, "python")
-		cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(w.deps, "python"),
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+pythonDeps(w.deps),
 			"RECIPE_MYSQL_HOST="+host, "RECIPE_MYSQL_PORT="+port, "RECIPE_MYSQL_USER="+cfg.User,
 			"RECIPE_MYSQL_PASSWORD="+cfg.Passwd, "RECIPE_MYSQL_DATABASE="+cfg.DBName, "RECIPE_TOPIC="+topic,
 			"RECIPE_ORDER_PREFIX="+prefix, fmt.Sprintf("RECIPE_ORDERS=%d", orders), "RECIPE_ROLLBACK_EVERY=3",

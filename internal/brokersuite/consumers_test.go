@@ -36,7 +36,7 @@ var consumerRecipes = []recipe{
 		}},
 	{lang: "python", file: "stock_consumer.py", heading: "## Consuming exactly once in Python",
 		command: func(deps string) ([]string, []string, string) {
-			d := filepath.Join(deps, "python")
+			d := pythonDeps(deps)
 			return []string{"python3", "stock_consumer.py"}, []string{"PYTHONPATH=" + d}, filepath.Join(d, "rocketmq")
 		}},
 }

@@ -4,6 +4,8 @@ package brokersuite
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,7 +38,7 @@ var recipes = []recipe{
 		}},
 	{lang: "python", file: "order_outbox.py", heading: "## Python (PyMySQL)",
 		command: func(deps string) ([]string, []string, string) {
-			d := filepath.Join(deps, "python")
+			d := pythonDeps(deps)
 			return []string{"python3", "order_outbox.py"}, []string{"PYTHONPATH=" + d}, filepath.Join(d, "pymysql")
 		}},
 	{lang: "node", file: "order_outbox.js", heading: "## Node.js (mysql2)",
@@ -47,6 +49,17 @@ var recipes = []recipe{
 }
 
 var recipesDir = filepath.Join("..", "..", "examples", "sql-recipes")
+
+// pythonDeps is where install.sh puts the Python recipes' packages: a directory named by the
+// hash of their requirements.txt.
+func pythonDeps(deps string) string {
+	b, err := os.ReadFile(filepath.Join(recipesDir, "python", "requirements.txt"))
+	if err != nil {
+		return filepath.Join(deps, "python-unknown")
+	}
+	sum := sha256.Sum256(b)
+	return filepath.Join(deps, "python-"+hex.EncodeToString(sum[:])[:12])
+}
 
 // TestSQLRecipes runs docs/sql-recipes.md's Java, Python and Node programs: each writes
 // orders with their outbox rows in one transaction, a third of them rolled back on purpose;
