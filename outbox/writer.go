@@ -275,6 +275,9 @@ func withTrace(props, trace map[string]string) map[string]string {
 }
 
 func (w *Writer) validate(m *Message) error {
+	if err := ValidateFields(Fields{MsgID: m.MsgID, Tag: m.Tag, Keys: m.Keys, ShardingKey: m.ShardingKey, Properties: m.Properties}); err != nil {
+		return err
+	}
 	if len(m.MsgID) > MaxMsgIDLen {
 		return fmt.Errorf("msg_id is %d characters, over the limit of %d", len(m.MsgID), MaxMsgIDLen)
 	}

@@ -173,8 +173,10 @@ func (c *completer) setFailing(on bool) {
 // changed to st. A database answer, even a refusal, counts as progress.
 //
 // Once fence reports the lock's validity gone (a leader frozen past its TTL, replaced
-// meanwhile), nothing more is written; every statement is also guarded by the row's status
-// and retry count as read, so a result never overwrites a newer state.
+// meanwhile), only acknowledged sends are still written: an acknowledgement is never
+// forgotten, and a row the broker stored is sent whoever leads now, while a retry or a dead
+// mark of ours could overwrite the new leader's judgement. Every statement is also guarded by
+// the row's status and retry count as read, so a result never overwrites a newer state.
 func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st Stats, fence func() bool) (Stats, []row, []result, error) {
 	nowMs := time.Now().UnixMilli()
 	stale := func() bool { return fence != nil && !fence() }
@@ -218,7 +220,7 @@ func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st 
 		if len(idx) == 0 {
 			return
 		}
-		if stale() {
+		if what != "sent" && stale() {
 			// The lock's validity ran out (a leader frozen past its TTL, replaced meanwhile):
 			// the rows are the new leader's now, and a stale result written over what it did
 			// since would be wrong. At worst the message is sent again (consumers dedupe).
@@ -226,7 +228,6 @@ func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st 
 			return
 		}
 		n, err := f()
-		r.progressOn(err)
 		if err != nil {
 			errs = append(errs, err)
 			failedIdx = append(failedIdx, idx...)
@@ -276,14 +277,6 @@ func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st 
 		leftRows[n], leftRes[n] = rows[i], results[i]
 	}
 	return st, leftRows, leftRes, errors.Join(errs...)
-}
-
-// progressOn marks progress when the database answered: a refusal is an answer, a timeout
-// or a broken connection is not.
-func (r *Relay) progressOn(err error) {
-	if err == nil || isDatabaseAnswer(err) {
-		r.progress.mark()
-	}
 }
 
 func rowIDs(rows []row, idx []int) []int64 {

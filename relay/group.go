@@ -56,6 +56,7 @@ func NewGroup(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) 
 	for p := 0; p < cfg.Partitions; p++ {
 		pc := cfg
 		pc.Partition = p
+		pc.layoutKey = cfg.LockKey + ":layout"
 		if cfg.Partitions > 1 {
 			pc.LockKey = PartitionLockKey(cfg.LockKey, p, cfg.Partitions)
 		}

@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -32,6 +31,10 @@ type incidents struct {
 	failing     map[string]*brokerState
 	lastSuccess time.Time
 	goodTopics  map[string]time.Time // topic -> last acknowledged send
+
+	missing       map[string]time.Time    // topic -> first seen without a route
+	misconfigured map[string]*brokerState // topic -> refused for the relay's configuration
+	metrics       *TableMetrics
 }
 
 type brokerState struct {
@@ -40,12 +43,15 @@ type brokerState struct {
 	last   string
 }
 
-func newIncidents(log zerolog.Logger) *incidents {
+func newIncidents(log zerolog.Logger, metrics *TableMetrics) *incidents {
 	return &incidents{
-		log:        log,
-		recent:     map[string][]time.Time{},
-		failing:    map[string]*brokerState{},
-		goodTopics: map[string]time.Time{},
+		log:           log,
+		recent:        map[string][]time.Time{},
+		failing:       map[string]*brokerState{},
+		goodTopics:    map[string]time.Time{},
+		missing:       map[string]time.Time{},
+		misconfigured: map[string]*brokerState{},
+		metrics:       metrics,
 	}
 }
 
@@ -55,6 +61,12 @@ func (in *incidents) success(topic string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.lastSuccess = now
+	delete(in.missing, topic)
+	if st, ok := in.misconfigured[topic]; ok {
+		delete(in.misconfigured, topic)
+		in.metrics.SetMisconfigured(topic, false)
+		in.log.Info().Str("topic", topic).Float64("refused_s", now.Sub(st.since).Seconds()).Msg("topic accepted again: its rows are sent")
+	}
 	if len(in.goodTopics) < 10000 {
 		in.goodTopics[topic] = now
 	} else if _, ok := in.goodTopics[topic]; ok {
@@ -71,9 +83,21 @@ func brokerKey(err error) string {
 	return "cluster"
 }
 
-// judge turns the page's failed results into counted retries or deferrals (see Publisher for
-// the policy) and updates the brokers' states.
-func (in *incidents) judge(items []item, results []result) {
+// deferredMark ends the reason of a row deferred by a broker's incident; the rows carrying it
+// are brought forward when the broker recovers (store.hastenDeferred).
+const deferredMark = " (broker incident: attempt not counted)"
+
+// topicMissingGrace is how long a topic must have been without a route before its attempts
+// count. A broker that shuts down takes its topics' routes off the name servers; a topic that
+// only lived there looks missing until the broker is back, and a short restart must not kill
+// its rows. A topic this process has delivered before never counts (it is an outage).
+const topicMissingGrace = incidentWindow
+
+// judge turns the page's failed results into counted retries or deferrals by the kind of
+// their error (SendErrorKind; the table in docs/decisions.md, "Failure accounting") and
+// updates the brokers' and topics' states. It reports whether a broker's incident ended
+// with this page: the rows it deferred may be tried again now.
+func (in *incidents) judge(items []item, results []result) (recovered bool) {
 	now := time.Now()
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -84,11 +108,10 @@ func (in *incidents) judge(items []item, results []result) {
 		if results[i].kind != failed {
 			continue
 		}
-		err := results[i].err
-		if IsRefused(err) || errors.Is(err, ErrTopicNotFound) {
+		if k := KindOf(results[i].err); k != SendTransient && k != SendUnreachable {
 			continue
 		}
-		k := brokerKey(err)
+		k := brokerKey(results[i].err)
 		in.recent[k] = append(in.recent[k], now)
 		pageFailures[k]++
 	}
@@ -103,7 +126,6 @@ func (in *incidents) judge(items []item, results []result) {
 			in.recent[k] = ts[cut:]
 		}
 	}
-	clusterHealthy := !in.lastSuccess.IsZero() && now.Sub(in.lastSuccess) < incidentWindow
 
 	for i := range results {
 		res := &results[i]
@@ -112,34 +134,42 @@ func (in *incidents) judge(items []item, results []result) {
 		}
 		err := res.err
 		k := brokerKey(err)
-		switch {
-		case IsRefused(err):
-			res.kind = retry // the broker read this message and refused it
-		case errors.Is(err, ErrTopicNotFound):
-			// The topic's own problem while the cluster delivers other topics; when nothing is
-			// delivered at all, an empty route table may mean no broker is alive: wait.
-			topic := items[i].msg.Topic
-			_, topicWorked := in.goodTopics[topic]
-			if clusterHealthy && !topicWorked {
-				res.kind = retry
+		topic := items[i].msg.Topic
+		switch KindOf(err) {
+		case SendRefused, SendUnreplicated:
+			res.kind = retry // the broker read this message and refused it, or did not replicate it
+		case SendTopicMissing:
+			since, seen := in.missing[topic]
+			if !seen {
+				since = now
+				in.missing[topic] = now
+			}
+			if _, delivered := in.goodTopics[topic]; !delivered && now.Sub(since) >= topicMissingGrace {
+				res.kind = retry // the topic's own problem: counted, dead after its retries
 			} else {
 				res.kind = deferred
 				res.delay = in.deferDelay(k, err, now)
+				res.reason += " (no route yet: attempt not counted)"
 			}
-		case errors.Is(err, ErrBrokerUnreachable):
+		case SendMisconfigured:
+			res.kind = deferred
+			res.delay = in.misconfiguredDelay(topic, err, now)
+			res.reason += " (refused for the relay's configuration: attempt not counted)"
+		case SendUnreachable:
 			res.kind = deferred
 			res.delay = in.deferDelay(k, err, now)
-		case len(in.recent[k]) >= 2:
-			res.kind = deferred // an incident of the broker: not this message's fault
-			res.delay = in.deferDelay(k, err, now)
+			res.reason += deferredMark
 		default:
+			if len(in.recent[k]) >= 2 {
+				res.kind = deferred // an incident of the broker: not this message's fault
+				res.delay = in.deferDelay(k, err, now)
+				res.reason += deferredMark
+				break
+			}
 			// The only failure of a broker that is otherwise fine: counted, so its backoff
 			// grows, but a transient failure never makes a message dead.
 			res.kind = retry
 			res.capped = true
-		}
-		if res.kind == deferred {
-			res.reason = res.reason + " (broker incident: attempt not counted)"
 		}
 	}
 	// A broker that fails everything backs off further with each page; one that still
@@ -164,8 +194,29 @@ func (in *incidents) judge(items []item, results []result) {
 		if pageFailures[k] == 0 && pageSent > 0 {
 			in.log.Info().Str("broker", k).Float64("failing_s", now.Sub(st.since).Seconds()).Msg("broker recovered")
 			delete(in.failing, k)
+			recovered = true
 		}
 	}
+	return recovered
+}
+
+// misconfiguredDelay returns how long a row of topic waits after a refusal of the relay's
+// configuration: as long as the topic has been refused (at least deferBase, at most
+// deferMax), so that its sends back off exponentially however its rows fall into pages. It
+// reports the topic (an error line, the metric) when it was not refused before. Caller
+// holds mu.
+func (in *incidents) misconfiguredDelay(topic string, err error, now time.Time) time.Duration {
+	st := in.misconfigured[topic]
+	if st == nil {
+		st = &brokerState{since: now}
+		in.misconfigured[topic] = st
+		in.metrics.SetMisconfigured(topic, true)
+		in.log.Error().Str("topic", topic).Err(err).
+			Msg("sends of this topic are refused for the relay's configuration (ACL permission or credentials, topic type, proxy): its rows wait and none goes dead; fix the configuration")
+	}
+	st.last = err.Error()
+	d := min(max(now.Sub(st.since), deferBase), deferMax)
+	return time.Duration(float64(d) * (0.75 + 0.5*rand.Float64()))
 }
 
 // deferDelay returns how long a row deferred by broker k's incident waits, and opens the
@@ -190,6 +241,18 @@ func (in *incidents) failingBrokers() map[string]time.Time {
 	out := make(map[string]time.Time, len(in.failing))
 	for k, st := range in.failing {
 		out[k] = st.since
+	}
+	return out
+}
+
+// misconfiguredTopics returns the topics refused for the relay's configuration now, with the
+// last refusal.
+func (in *incidents) misconfiguredTopics() map[string]string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out := make(map[string]string, len(in.misconfigured))
+	for t, st := range in.misconfigured {
+		out[t] = st.last
 	}
 	return out
 }

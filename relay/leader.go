@@ -49,6 +49,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer tick.Stop()
 	r.startWaiting()
 	var nextWaitLog time.Duration = 3 * r.cfg.LockTTL
+	waitingForLayout := false
 	for {
 		if r.gate != nil && !r.gate.wanted() {
 			// Another relay of the group is to hold this partition: wait until it is ours.
@@ -67,11 +68,32 @@ func (r *Relay) Run(ctx context.Context) error {
 			continue
 		}
 		start := time.Now()
-		actx, cancel := context.WithTimeout(ctx, r.cfg.LockTTL/2)
-		err := mutex.TryLockContext(actx)
-		cancel()
+		other, err := r.claimLayout(ctx)
+		if err == nil && other != 0 {
+			if !waitingForLayout {
+				r.log.Warn().Int("partitions", r.cfg.Partitions).Int("other_partitions", other).
+					Msg("relays of this table with another relay.partitions still hold their locks: waiting until the last of them stops")
+			}
+			waitingForLayout = true
+		} else if err == nil {
+			if waitingForLayout {
+				r.log.Info().Int("partitions", r.cfg.Partitions).Msg("the table's layout of partitions is ours now")
+			}
+			waitingForLayout = false
+			actx, cancel := context.WithTimeout(ctx, r.cfg.LockTTL/2)
+			err = mutex.TryLockContext(actx)
+			cancel()
+			if err == nil {
+				// Set the fence again after the lock, so that it outlives the lock's validity.
+				_, _ = r.claimLayout(ctx)
+			}
+		}
 		var freed <-chan time.Time // when the holder's lock expires, if before the next tick
-		if err == nil {
+		if waitingForLayout {
+			if r.gate == nil {
+				r.metrics.SetLockWait(r.Health().LockWait)
+			}
+		} else if err == nil {
 			r.setValidity(start)
 			r.waitingSince.Store(0)
 			if r.gate == nil {
@@ -201,8 +223,14 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 	defer handedOver()
 	r.progress.mark() // the stall clock starts now
 
-	// abort ends sends in flight: at once when the lock is lost or the database stalls,
-	// ShutdownTimeout after ctx.
+	// stopLead ends the term: no new page, no new send. It is done when ctx is, when the
+	// lock is lost and when the database stalls.
+	stopLead, stopLeading := context.WithCancelCause(ctx)
+	defer stopLeading(nil)
+	// abort abandons the sends in flight: at once when the database stalls (nothing could
+	// be written back), else ShutdownTimeout after stopLead. A lost lock does not abandon
+	// them: they were sent all the same, and their acknowledgements are written back, so
+	// that a new leader does not publish them again.
 	abort, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancel(nil)
 	done := make(chan struct{})
@@ -211,7 +239,11 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 		select {
 		case <-done:
 			return
-		case <-ctx.Done():
+		case <-stopLead.Done():
+		}
+		if cause := context.Cause(stopLead); errors.Is(cause, errStalled) {
+			cancel(cause)
+			return
 		}
 		t := time.NewTimer(r.cfg.ShutdownTimeout)
 		defer t.Stop()
@@ -221,27 +253,25 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 			cancel(errShutdown)
 		}
 	}()
-	go r.keepLock(abort, mutex, cancel)
+	go r.keepLock(stopLead, mutex, stopLeading)
 
 	empty, failures := 0, 0
-	for ctx.Err() == nil && abort.Err() == nil {
+	for stopLead.Err() == nil {
 		var st Stats
 		var err error
 		if empty > 0 && failures == 0 {
 			// Idle: one cheap probe instead of a pass's two page reads.
 			var due bool
-			if due, err = r.store.anyDue(abort, time.Now().UnixMilli()); err == nil {
-				r.progress.mark()
-			}
+			due, err = r.store.anyDue(stopLead, time.Now().UnixMilli())
 			if err == nil && due {
-				st, err = r.drain(ctx, abort, r.lockValid)
+				st, err = r.drain(stopLead, abort, r.lockValid)
 			}
 		} else {
-			st, err = r.drain(ctx, abort, r.lockValid)
+			st, err = r.drain(stopLead, abort, r.lockValid)
 		}
 		var wait time.Duration
 		switch {
-		case err != nil && abort.Err() == nil:
+		case err != nil && stopLead.Err() == nil:
 			failures++
 			r.log.Error().Err(err).Int("consecutive", failures).Msg("pass failed")
 			wait = min(r.cfg.PollInterval<<min(failures-1, 5), 30*time.Second)
@@ -261,8 +291,7 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 		}
 		timer := time.NewTimer(wait)
 		select {
-		case <-ctx.Done():
-		case <-abort.Done():
+		case <-stopLead.Done():
 		case <-nudges:
 			empty = 0
 			if r.cfg.Partitions > 1 {
@@ -276,7 +305,10 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 		timer.Stop()
 	}
 
-	cause := context.Cause(abort)
+	cause := context.Cause(stopLead)
+	if errors.Is(cause, context.Canceled) {
+		cause = nil // Run's context: a shutdown, or a partition handed over
+	}
 	if cause == nil && r.gate != nil && !r.gate.wanted() {
 		r.log.Info().Msg("partition handed over to another relay of the group")
 	}
@@ -299,16 +331,16 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 	return cause
 }
 
-// keepLock extends the lock every quarter of its TTL until abort is done. An extension that
+// keepLock extends the lock every quarter of its TTL until term is done. An extension that
 // fails for want of an answer is tried again until the lock's validity runs out; one that
-// finds the lock taken, or validity run out, cancels abort with errLockLost. A leader the
-// database has not answered for StallTimeout cancels abort with errStalled.
-func (r *Relay) keepLock(abort context.Context, mutex *redsync.Mutex, cancel context.CancelCauseFunc) {
+// finds the lock taken, or validity run out, ends the term with errLockLost. A leader whose
+// database has left a statement unanswered for StallTimeout ends it with errStalled.
+func (r *Relay) keepLock(term context.Context, mutex *redsync.Mutex, end context.CancelCauseFunc) {
 	t := time.NewTicker(r.cfg.LockTTL / 4)
 	defer t.Stop()
 	for {
 		select {
-		case <-abort.Done():
+		case <-term.Done():
 			return
 		case <-t.C:
 		}
@@ -316,32 +348,40 @@ func (r *Relay) keepLock(abort context.Context, mutex *redsync.Mutex, cancel con
 			// Frozen past the lock's validity (SIGSTOP, a VM pause): another relay may lead.
 			r.metrics.LockLost()
 			r.log.Warn().Msg("lock validity ran out before an extension succeeded (was the process frozen?)")
-			cancel(errLockLost)
+			end(errLockLost)
 			return
 		}
-		if since := r.progress.since(); since > r.cfg.StallTimeout {
-			cancel(errStalled)
+		if r.progress.stalledFor() > r.cfg.StallTimeout {
+			end(errStalled)
 			return
 		}
 		start := time.Now()
-		ctx, c := context.WithTimeout(abort, r.cfg.LockTTL/4)
+		ctx, c := context.WithTimeout(term, r.cfg.LockTTL/4)
 		ok, err := mutex.ExtendContext(ctx)
 		c()
-		if abort.Err() != nil {
+		if term.Err() != nil {
 			return
 		}
 		switch {
 		case ok && err == nil:
 			r.setValidity(start)
+			if other, ferr := r.claimLayout(term); ferr == nil && other != 0 {
+				// The layout key expired under us (it is set with the lock's TTL) and relays
+				// with another relay.partitions claimed the table: stop.
+				r.metrics.LockLost()
+				r.log.Warn().Int("other_partitions", other).Msg("relays with another relay.partitions claimed the table: stopped publishing")
+				end(errLockLost)
+				return
+			}
 		case !r.lockValid():
 			r.metrics.LockLost()
 			r.log.Warn().Err(err).Msg("lock validity ran out before an extension succeeded")
-			cancel(errLockLost)
+			end(errLockLost)
 			return
 		case isLockTaken(err):
 			r.metrics.LockLost()
 			r.log.Warn().Err(err).Msg("lock extension refused: another relay holds the lock")
-			cancel(errLockLost)
+			end(errLockLost)
 			return
 		default:
 			r.log.Debug().Err(err).Msg("lock extension failed; trying again while the lock is valid")

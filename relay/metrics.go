@@ -57,6 +57,9 @@ type Metrics struct {
 	partOwned   *prometheus.GaugeVec
 	members     *prometheus.GaugeVec
 	buildInfo   *prometheus.GaugeVec
+	sendFails   *prometheus.CounterVec
+	misconfig   *prometheus.GaugeVec
+	unrepl      *prometheus.CounterVec
 
 	mu     sync.Mutex
 	tables map[[2]string]*TableMetrics
@@ -126,12 +129,25 @@ func NewMetricsWith(reg prometheus.Registerer, opts MetricsOptions) *Metrics {
 		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "outbox_relay_build_info", Help: "Always 1; its labels name the relay's version, commit and Go version.",
 		}, []string{"version", "commit", "goversion"}),
+		sendFails: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_relay_send_failures_total", Help: "Failed broker sends by what they mean (kind): transient, unreachable, refused, permanent, topic_missing, misconfigured, unreplicated.",
+		}, []string{"database", "table", "kind"}),
+		misconfig: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "outbox_relay_topic_misconfigured", Help: "1 while sends of the topic are refused for the relay's configuration (ACL permission or credentials, message type); its rows wait, none goes dead.",
+		}, []string{"database", "table", "topic"}),
+		unrepl: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_relay_sent_unreplicated_total", Help: "Messages the broker stored on its master without replicating or flushing them as configured (status), marked sent.",
+		}, []string{"status"}),
 		tables: map[[2]string]*TableMetrics{},
 	}
 	m.SetBuildInfo(moduleVersion())
+	for _, st := range []string{"SLAVE_NOT_AVAILABLE", "FLUSH_SLAVE_TIMEOUT", "FLUSH_DISK_TIMEOUT"} {
+		m.unrepl.WithLabelValues(st) // exported from zero
+	}
 	if reg != nil {
 		reg.MustRegister(m.published, m.failed, m.dead, m.pending, m.oldestDue, m.deadRows, m.publishTime,
-			m.batchTime, m.leader, m.lockWait, m.lockLosses, m.writeBacks, m.partOwned, m.members, m.buildInfo)
+			m.batchTime, m.leader, m.lockWait, m.lockLosses, m.writeBacks, m.partOwned, m.members, m.buildInfo,
+			m.sendFails, m.misconfig, m.unrepl)
 	}
 	return m
 }
@@ -204,6 +220,9 @@ func (m *Metrics) Table(database, table string) *TableMetrics {
 	}
 	// Every gauge and counter is created at zero by WithLabelValues; leader too, explicitly.
 	t.leader.Set(0)
+	for k := range sendErrorKindNames {
+		m.sendFails.WithLabelValues(database, table, SendErrorKind(k).String())
+	}
 	for _, r := range m.opts.Routes {
 		if !literal(r.Topic) || outbox.ValidateTopic(r.Topic) != nil {
 			continue
@@ -417,4 +436,31 @@ func (t *TableMetrics) add(k [2]string) pairCounters {
 	}
 	t.pairs[k] = c
 	return c
+}
+
+// SentUnreplicated counts n messages stored without replication or flush, answered status.
+func (m *Metrics) SentUnreplicated(status string, n int) {
+	if m != nil && n > 0 {
+		m.unrepl.WithLabelValues(status).Add(float64(n))
+	}
+}
+
+// SendFailed counts n failed sends of kind.
+func (t *TableMetrics) SendFailed(kind SendErrorKind, n int) {
+	if t != nil && n > 0 {
+		t.m.sendFails.WithLabelValues(t.database, t.table, kind.String()).Add(float64(n))
+	}
+}
+
+// SetMisconfigured records whether sends of topic are refused for the relay's configuration;
+// a topic's series is removed when it is no longer refused.
+func (t *TableMetrics) SetMisconfigured(topic string, on bool) {
+	if t == nil {
+		return
+	}
+	if on {
+		t.m.misconfig.WithLabelValues(t.database, t.table, topic).Set(1)
+		return
+	}
+	t.m.misconfig.DeleteLabelValues(t.database, t.table, topic)
 }

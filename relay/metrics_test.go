@@ -586,6 +586,19 @@ func TestAlertsFireOnTheRelaysMetrics(t *testing.T) {
 	s.quiet(40, "OutboxRelayBrokerUnreachable", "OutboxRelayBacklogAge", "OutboxRelayFailingSends")
 	add(s)
 
+	// The broker refuses a topic for the relay's ACL user for ten minutes, then it is granted.
+	s = newScenario(t, "a topic refused for the relay's configuration", "a")
+	a = s.relays["a"]
+	s.run(30, func(m int) {
+		a.tm.SetLeader(true)
+		a.tm.Published("orders", "created", 100)
+		a.tm.SetMisconfigured("payments", m >= 10 && m < 20)
+	})
+	s.quiet(11, "OutboxRelayTopicMisconfigured")
+	s.fires(13, "OutboxRelayTopicMisconfigured", map[string]string{"database": testDatabase, "table": testTable, "topic": "payments"})
+	s.quiet(25, "OutboxRelayTopicMisconfigured")
+	add(s)
+
 	// Writers outpace a slow broker: sends take 2 s and the backlog grows.
 	s = newScenario(t, "slow broker and growing backlog", "a")
 	a = s.relays["a"]
@@ -694,6 +707,7 @@ func realSeries(t *testing.T) map[string]map[string]bool {
 	tm.InitPartitions(2) // the series of a partitioned table (relay.partitions > 1)
 	tm.Published("orders", "created", 1)
 	tm.ObservePublish(time.Millisecond)
+	tm.SetMisconfigured("payments", true) // a series exists only while a topic is refused
 	out := map[string]map[string]bool{}
 	for sel := range samples(t, scrape(t, reg)) {
 		name, labels, _ := strings.Cut(sel, "{")
@@ -852,7 +866,9 @@ func TestMetricsDocMatchesTheRelay(t *testing.T) {
 	raw := readRepoFile(t, "docs/metrics.md")
 	doc := string(raw)
 	reg := prometheus.NewRegistry()
-	relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: testRoutes}).Table(testDatabase, testTable).InitPartitions(2)
+	tm := relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: testRoutes}).Table(testDatabase, testTable)
+	tm.InitPartitions(2)
+	tm.SetMisconfigured("payments", true) // a series exists only while a topic is refused
 	text := scrape(t, reg)
 	types := map[string]string{}
 	for _, line := range strings.Split(text, "\n") {

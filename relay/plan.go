@@ -29,7 +29,7 @@ func (r *Relay) plan(ctx context.Context, items []item, orderedKeys []string, ma
 	var unsent map[orderKey][]int64
 	if len(orderedKeys) > 0 {
 		var err error
-		if unsent, err = r.store.unsentUpTo(ctx, orderedKeys, maxOrderedID); err != nil {
+		if unsent, err = r.store.unsentUpTo(ctx, orderedKeys, maxOrderedID, r.ordered); err != nil {
 			return nil, err
 		}
 	}
@@ -105,4 +105,10 @@ func (r *Relay) unorderedUnits(items []item) []unit {
 		return it.msg != nil && it.route.Ordered && it.msg.ShardingKey != ""
 	}), nil, 0)
 	return units
+}
+
+// ordered reports whether messages of topic and tag go on an ordered route.
+func (r *Relay) ordered(topic, tag string) bool {
+	route, ok := r.cfg.Router.Route(topic, tag)
+	return ok && route.Ordered
 }

@@ -69,7 +69,7 @@ func (r *Relay) runUnit(ctx context.Context, u unit, items []item, results []res
 		if ctx.Err() != nil {
 			return
 		}
-		if !IsRefused(err) {
+		if KindOf(err) != SendRefused {
 			// The broker did not take the request (unreachable, timeout, dropped connection,
 			// busy): every message fails alike.
 			for _, i := range u.idx {
@@ -113,8 +113,11 @@ func (r *Relay) sendOne(ctx context.Context, it item, res *result, fence func() 
 	}
 }
 
+// failResult is a failed send's result: dead at once when the message can never be sent
+// (so that an ordered key's next message may go in the same chain), else failed, for
+// incidents.judge to turn into a retry or a deferral.
 func failResult(err error) result {
-	if IsPermanent(err) {
+	if KindOf(err) == SendPermanent {
 		return result{kind: dead, reason: "refused by the broker: " + err.Error()}
 	}
 	return result{kind: failed, reason: err.Error(), err: err}
@@ -128,6 +131,8 @@ func (r *Relay) send(ctx context.Context, route Route, msgs ...*Message) error {
 	spans.end(err)
 	if err == nil {
 		r.incidents.success(msgs[0].Topic)
+	} else if ctx.Err() == nil {
+		r.metrics.SendFailed(KindOf(err), len(msgs))
 	}
 	return err
 }

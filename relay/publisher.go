@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // Message is one outbox row as the relay publishes it.
@@ -37,27 +38,105 @@ type Message struct {
 // follows may duplicate the message, which consumers dedupe. Send must honour ctx: once it
 // is done, return promptly. It is called from many goroutines at once.
 //
-// Send marks what its errors mean, and the relay acts on the marks (docs/decisions.md,
-// "Failure accounting"):
-//   - Permanent: the message can never be sent as it is; it goes dead at once.
-//   - Refused: the broker read the request and refused this message; the attempt counts
-//     against max_retry_count, and a refused batch is retried one message at a time so that
-//     one bad message cannot fail its neighbours.
-//   - ErrTopicNotFound wrapped: the name servers answered that the topic has no route; the
-//     attempt counts (it is the topic's problem, not an outage).
-//   - ErrBrokerUnreachable wrapped: nothing reached a broker (connection refused, no route to
-//     it, name servers down); the attempt never counts, the row waits out the broker's backoff.
-//   - anything else (a timeout, a dropped or reset connection, the broker busy): a transient
-//     failure. It counts only when it singles the message out: when it is the only transient
-//     failure of its broker within the incident window. Failures that come together are an
-//     incident of the broker and count for none of their messages.
-//
-// AtBroker attributes an error to the broker address it came from, so that incidents are
-// judged per broker.
+// Send says what its errors mean with a *SendError (see SendErrorKind), or with the marks
+// Permanent, Refused, ErrTopicNotFound and ErrBrokerUnreachable; an unmarked error is
+// transient. The relay acts on KindOf(err) alone (docs/decisions.md, "Failure accounting").
+// AtBroker, or SendError.Broker, attributes an error to the broker address it came from, so
+// that incidents are judged per broker.
 type Publisher interface {
 	Send(ctx context.Context, route Route, msgs ...*Message) error
 	// Close releases the publisher's connections; Send must not be called after it.
 	Close() error
+}
+
+// SendErrorKind says what a failed send means for its messages: whether the attempt counts
+// against max_retry_count, and whether the messages, their topic or their broker is at fault.
+// The relay acts on the kind alone (docs/decisions.md, "Failure accounting").
+type SendErrorKind uint8
+
+const (
+	// SendTransient is a failure the broker or the network may not repeat: a timeout, a
+	// dropped or reset connection, the broker busy. It counts only when it singles its
+	// message out (the only transient failure of its broker in the incident window).
+	SendTransient SendErrorKind = iota
+	// SendUnreachable is a send that reached no broker (connection refused, no broker
+	// registered, no name server answering): the message was certainly not stored, and the
+	// attempt never counts.
+	SendUnreachable
+	// SendRefused is a broker's refusal of this message: the attempt counts, and a refused
+	// batch is retried one message at a time so that one bad message cannot fail the rest.
+	SendRefused
+	// SendPermanent is a message that can never be sent as it is: it goes dead at once.
+	SendPermanent
+	// SendTopicMissing is a topic the name servers have no route for while they list live
+	// brokers: a misspelt topic, or one not created where autoCreateTopicEnable=false. The
+	// attempt counts, so such rows end dead after their retries.
+	SendTopicMissing
+	// SendMisconfigured is a refusal only the operator's configuration can cure: credentials
+	// refused (a wrong secret key), no permission on the topic, a topic of another message
+	// type (FIFO), a proxy that needs what the client does not send. The attempt does not
+	// count, so nothing goes dead for it; the rows wait, backing off, and the relay reports
+	// the topic as misconfigured (log, metric, health) until a send of it succeeds.
+	SendMisconfigured
+	// SendUnreplicated is a message the broker stored on its master but did not flush or
+	// replicate as asked (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT, FLUSH_DISK_TIMEOUT),
+	// reported as a failure only when the publisher demands replication: the attempt counts,
+	// and a batch is retried whole (its messages are stored, so splitting it adds copies).
+	SendUnreplicated
+)
+
+var sendErrorKindNames = [...]string{"transient", "unreachable", "refused", "permanent", "topic_missing", "misconfigured", "unreplicated"}
+
+// String returns the kind's name as metrics and logs show it.
+func (k SendErrorKind) String() string {
+	if int(k) < len(sendErrorKindNames) {
+		return sendErrorKindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", k)
+}
+
+// SendError is a failed send, classified once, where the broker's answer is read. A
+// Publisher may return it, or mark its errors with Permanent, Refused, ErrTopicNotFound,
+// ErrBrokerUnreachable and AtBroker; KindOf reads either.
+type SendError struct {
+	// Kind says what the failure means for the messages.
+	Kind SendErrorKind
+	// Broker is the address of the broker the send went to; empty when none was chosen.
+	Broker string
+	// Code is the broker's response code when a broker answered, else -1.
+	Code int
+	// Err is the cause, as the client reported it.
+	Err error
+}
+
+func (e *SendError) Error() string {
+	if e.Broker != "" {
+		return e.Err.Error() + " (broker " + e.Broker + ")"
+	}
+	return e.Err.Error()
+}
+
+// Unwrap returns the cause.
+func (e *SendError) Unwrap() error { return e.Err }
+
+// KindOf returns what a Publisher's error means: the Kind of a *SendError it wraps, else the
+// kind its marks say (Permanent, Refused, ErrTopicNotFound, ErrBrokerUnreachable), else
+// SendTransient.
+func KindOf(err error) SendErrorKind {
+	var se *SendError
+	switch {
+	case errors.As(err, &se):
+		return se.Kind
+	case IsPermanent(err):
+		return SendPermanent
+	case IsRefused(err):
+		return SendRefused
+	case errors.Is(err, ErrTopicNotFound):
+		return SendTopicMissing
+	case errors.Is(err, ErrBrokerUnreachable):
+		return SendUnreachable
+	}
+	return SendTransient
 }
 
 // PermanentError marks a failure that no retry can cure (an invalid topic, a body the broker
@@ -113,6 +192,10 @@ func AtBroker(addr string, err error) error {
 
 // BrokerOf returns the broker address err is attributed to, or "" when none is.
 func BrokerOf(err error) string {
+	var se *SendError
+	if errors.As(err, &se) && se.Broker != "" {
+		return se.Broker
+	}
 	var b *BrokerError
 	if errors.As(err, &b) {
 		return b.Broker

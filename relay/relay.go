@@ -115,6 +115,10 @@ type Config struct {
 	// spans, no cost.
 	TracerProvider trace.TracerProvider
 
+	// layoutKey is the Redis key that fences the table's layout of partitions: set by
+	// NewGroup for its partitions, else LockKey + ":layout".
+	layoutKey string
+
 	// perRowWriteBack writes results back with one UPDATE per row, as seed 002's relay did,
 	// instead of the set-based UPDATEs. For the benchmark only (relay/bench_test.go measures
 	// the set-based write-back against it); nothing else sets it.
@@ -164,6 +168,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.LockTTL == 0 {
 		c.LockTTL = 2 * time.Second
+	}
+	if c.layoutKey == "" {
+		c.layoutKey = c.LockKey + ":layout"
 	}
 	if c.Partitions == 0 {
 		c.Partitions = 1
@@ -269,10 +276,11 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Rel
 		store: store{db: db, table: schema.QuoteIdent(cfg.Table), name: cfg.Table, timeout: cfg.QueryTimeout,
 			partition: cfg.Partition, partitions: cfg.Partitions},
 		log:       log,
-		incidents: newIncidents(log),
+		incidents: newIncidents(log, cfg.Metrics.Table(cfg.Database, cfg.Table)),
 		tracer:    msgtrace.Tracer(cfg.TracerProvider),
 	}
 	r.progress.mark()
+	r.store.pg = &r.progress
 	return r, nil
 }
 
@@ -386,11 +394,19 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool) []
 		// The ordered-key check could not run: hold the page's ordered rows, send the rest.
 		r.log.Warn().Err(err).Msg("ordered-key check failed; ordered rows of this page wait for the next pass")
 		units = r.unorderedUnits(items)
-	} else {
-		r.progress.mark()
 	}
 	r.publish(ctx, units, items, results, fence)
-	r.incidents.judge(items, results)
+	if r.incidents.judge(items, results) {
+		// The rows deferred during the incident hold deferrals of up to 30 s, grown while
+		// the broker failed: bring them forward, so that an outage's rows follow the broker's
+		// return within a pass instead of waiting them out.
+		n, err := r.store.hastenDeferred(ctx, time.Now().UnixMilli(), deferredMark)
+		if err != nil {
+			r.log.Warn().Err(err).Msg("broker recovered; rows deferred during its incident wait out their deferral")
+		} else if n > 0 {
+			r.log.Info().Int64("rows", n).Msg("broker recovered: rows deferred during its incident are due now")
+		}
+	}
 	for i := range rows {
 		rows[i].content = nil // published: the completer needs ids and counts only
 	}
@@ -444,12 +460,16 @@ func (r *Relay) prepare(rw *row, routes map[routeKey]routed) (*Message, Route, e
 	if err != nil {
 		return nil, Route{}, fmt.Errorf("malformed properties: %w", err)
 	}
+	keys := strings.Fields(rw.keys)
+	if err := outbox.ValidateFields(outbox.Fields{MsgID: rw.msgID, Tag: rw.tag, Keys: keys, ShardingKey: rw.shardingKey, Properties: props}); err != nil {
+		return nil, Route{}, err // a plain-SQL writer's field would forge a property: never sent
+	}
 	if rt.noRoute != nil {
 		return nil, Route{}, rt.noRoute
 	}
 	return &Message{
 		ID: rw.id, MsgID: rw.msgID, Topic: rw.topic, Tag: rw.tag,
-		Keys: strings.Fields(rw.keys), ShardingKey: rw.shardingKey, Body: rw.content,
+		Keys: keys, ShardingKey: rw.shardingKey, Body: rw.content,
 		Properties: props, RetryCount: rw.retryCount, MaxRetries: rw.maxRetries,
 	}, rt.route, nil
 }

@@ -6,12 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
+	"sync/atomic"
 	"time"
 
 	rocketmq "github.com/apache/rocketmq-client-go/v2"
@@ -33,8 +30,21 @@ type RocketMQConfig struct {
 	SendTimeout time.Duration
 	// AccessKey and SecretKey are ACL credentials; empty for none.
 	AccessKey, SecretKey string
-	// Log receives the lines on brokers going down and coming back and on ordered queues
-	// waiting for their broker. Defaults to none.
+	// Connections is the number of connections to each broker, spread over as many
+	// clients per producer group; sends go round robin. A broker that drops a connection
+	// fails only the sends in flight on it, and the sends answered on the others show that
+	// the broker is alive, so that those are given up at once instead of after the send
+	// timeout. Defaults to 4.
+	Connections int
+	// RequireReplication treats a message the broker stored but did not replicate or flush
+	// as asked (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT, FLUSH_DISK_TIMEOUT) as a failed
+	// attempt, counted against max_retry_count. Defaults to false: stored means sent, and
+	// each such send is counted in outbox_relay_sent_unreplicated_total and logged.
+	RequireReplication bool
+	// Metrics counts sends stored without replication. Defaults to none.
+	Metrics *Metrics
+	// Log receives the lines on brokers going down and coming back, on ordered queues
+	// waiting for their broker and on sends stored without replication. Defaults to none.
 	Log zerolog.Logger
 }
 
@@ -54,12 +64,17 @@ type RocketMQPublisher struct {
 	queues   *queueChooser
 
 	mu        sync.Mutex
-	producers map[string]rocketmq.Producer
+	producers map[string][]rocketmq.Producer // by group: Connections producers each
+	next      atomic.Uint32                  // round robin over a group's producers
 	closed    bool
 
-	probeMu   sync.Mutex
-	probedAt  time.Time
-	nsReached bool
+	probeMu    sync.Mutex
+	probedAt   time.Time
+	probedLive int
+	probedErr  error
+
+	unreplicated unreplicatedLog
+	inflight     inflightSends
 }
 
 // NewRocketMQPublisher checks cfg and returns a publisher; no connection is made until the
@@ -74,12 +89,15 @@ func NewRocketMQPublisher(cfg RocketMQConfig) (*RocketMQPublisher, error) {
 	if cfg.SendTimeout <= 0 {
 		cfg.SendTimeout = 3 * time.Second
 	}
+	if cfg.Connections <= 0 {
+		cfg.Connections = 4
+	}
 	return &RocketMQPublisher{
 		cfg: cfg,
 		// A distinct instance name per publisher lets several publishers of the same group
 		// live in one process (the client registers groups per instance).
 		instance:  fmt.Sprintf("outbox-relay-%d-%s", os.Getpid(), randomHex(4)),
-		producers: map[string]rocketmq.Producer{},
+		producers: map[string][]rocketmq.Producer{},
 		queues:    newQueueChooser(cfg.Log),
 	}, nil
 }
@@ -93,13 +111,30 @@ func (p *RocketMQPublisher) producer(group string) (rocketmq.Producer, error) {
 	if p.closed {
 		return nil, errors.New("relay: publisher closed")
 	}
-	if prod, ok := p.producers[group]; ok {
-		return prod, nil
+	prods := p.producers[group]
+	if len(prods) == 0 {
+		for c := 0; c < p.cfg.Connections; c++ {
+			prod, err := p.newProducer(group, c)
+			if err != nil {
+				for _, started := range prods {
+					_ = started.Shutdown()
+				}
+				return nil, err
+			}
+			prods = append(prods, prod)
+		}
+		p.producers[group] = prods
 	}
+	return prods[p.next.Add(1)%uint32(len(prods))], nil
+}
+
+// newProducer starts the producer of group for connection c: each has an instance name, and
+// so a client and connections, of its own.
+func (p *RocketMQPublisher) newProducer(group string, c int) (rocketmq.Producer, error) {
 	opts := []producer.Option{
 		producer.WithNsResolver(primitive.NewPassthroughResolver(p.cfg.NameServers)),
 		producer.WithGroupName(group),
-		producer.WithInstanceName(p.instance),
+		producer.WithInstanceName(fmt.Sprintf("%s-c%d", p.instance, c)),
 		producer.WithRetry(0),
 		producer.WithSendMsgTimeout(p.cfg.SendTimeout),
 		producer.WithQueueSelector(p.queues),
@@ -115,7 +150,6 @@ func (p *RocketMQPublisher) producer(group string) (rocketmq.Producer, error) {
 	if err := prod.Start(); err != nil {
 		return nil, fmt.Errorf("relay: start producer %s: %w", group, err)
 	}
-	p.producers[group] = prod
 	return prod, nil
 }
 
@@ -142,6 +176,12 @@ func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Mess
 		return AtBroker(wait.addr, fmt.Errorf("%w: %w", ErrBrokerUnreachable, wait))
 	}
 	err = p.sendTo(ctx, prod, route, out, mq)
+	if errors.Is(err, errConnectionLost) && ctx.Err() == nil {
+		// The broker answers later sends, so the connection of this one was dropped, not the
+		// broker: send again at once (the client opens a new connection). Whether the first
+		// was stored is unknown; a copy is what a lost ack costs anyway.
+		err = p.sendTo(ctx, prod, route, out, mq)
+	}
 	if err == nil || !brokerFault(err) || ctx.Err() != nil {
 		return err
 	}
@@ -170,9 +210,8 @@ func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Mess
 // when the broker was known to be down.
 func (p *RocketMQPublisher) brokerFailed(err error) (string, error) {
 	addr := BrokerOf(err)
-	var be *BrokerError
-	errors.As(err, &be)
-	if brokerCode(be.Err.Error()) != -1 {
+	var se *SendError
+	if errors.As(err, &se) && se.Code >= 0 {
 		// The broker answered (busy, flow control, an error): not down, but an unordered
 		// message is better sent elsewhere now.
 		return p.queues.nameOf(addr), err
@@ -181,7 +220,8 @@ func (p *RocketMQPublisher) brokerFailed(err error) (string, error) {
 	if wasDown && !errors.Is(err, ErrBrokerUnreachable) {
 		// A probe of a broker known to be down (a timeout, say): the broker's outage, not
 		// this message's failure.
-		err = AtBroker(addr, fmt.Errorf("%w: broker %s still failing: %w", ErrBrokerUnreachable, broker, err))
+		err = &SendError{Kind: SendUnreachable, Broker: addr, Code: -1,
+			Err: fmt.Errorf("%w: broker %s still failing: %w", ErrBrokerUnreachable, broker, err)}
 	}
 	return broker, err
 }
@@ -198,13 +238,20 @@ func (p *RocketMQPublisher) sendTo(ctx context.Context, prod rocketmq.Producer, 
 	for _, m := range out {
 		m.Queue = mq
 	}
+	var track *inflightSend
+	if mq != nil {
+		ctx, track = p.inflight.start(ctx, mq.BrokerName, len(out))
+	}
 	res, err := prod.SendSync(ctx, out...)
+	p.inflight.finish(track, err == nil)
 	if err != nil {
-		return p.classify(err, len(out) > 1)
+		if cause := context.Cause(ctx); errors.Is(cause, errConnectionLost) {
+			return &SendError{Kind: SendTransient, Broker: BrokerOf(err), Code: -1, Err: fmt.Errorf("%w: %w", cause, err)}
+		}
+		return p.classify(ctx, err, len(out) > 1)
 	}
 	if res.Status != primitive.SendOK {
-		// Stored but not flushed or replicated as the broker was asked to: not an ack.
-		return fmt.Errorf("broker answered send status %d", res.Status)
+		return p.storedStatus(res, out[0].Topic, len(out))
 	}
 	return nil
 }
@@ -212,7 +259,8 @@ func (p *RocketMQPublisher) sendTo(ctx context.Context, prod rocketmq.Producer, 
 // brokerFault reports whether a failed send is the broker's fault (unreachable, timed out,
 // busy, read-only), not the message's or the topic's.
 func brokerFault(err error) bool {
-	return BrokerOf(err) != "" && !IsRefused(err) && !IsPermanent(err) && !errors.Is(err, ErrTopicNotFound)
+	k := KindOf(err)
+	return BrokerOf(err) != "" && (k == SendTransient || k == SendUnreachable)
 }
 
 // attributeBroker is a producer interceptor that attributes a failed send to the broker
@@ -255,107 +303,6 @@ func toPrimitive(m *Message, route Route) *primitive.Message {
 	return pm
 }
 
-// Response codes of RocketMQ's remoting protocol that classify needs.
-const (
-	codeSystemError        = 1
-	codeSystemBusy         = 2
-	codeMessageIllegal     = 13
-	codeServiceUnavailable = 14
-	codeNoPermission       = 16
-	codeTopicNotExist      = 17
-)
-
-// brokerCode returns the response code of a broker's answer as rocketmq-client-go v2.1.2
-// reports it ("CODE: n, DESC: ..."), or -1.
-func brokerCode(msg string) int {
-	rest, ok := strings.CutPrefix(msg, "CODE: ")
-	if !ok {
-		return -1
-	}
-	end := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
-	if end <= 0 {
-		return -1
-	}
-	n, err := strconv.Atoi(rest[:end])
-	if err != nil {
-		return -1
-	}
-	return n
-}
-
-// classify marks the client's errors for the relay (see Publisher). A broker's answer is
-// classified by its code; "route info not found" is a missing topic when a name server
-// answers and an unreachable cluster when none does; connection failures are unreachable;
-// everything else (timeouts, dropped connections) is left unmarked: transient.
-func (p *RocketMQPublisher) classify(err error, batch bool) error {
-	broker := BrokerOf(err)
-	msg := err.Error()
-	var be *BrokerError
-	if errors.As(err, &be) {
-		msg = be.Err.Error()
-	}
-	switch code := brokerCode(msg); code {
-	case -1:
-	case codeMessageIllegal: // size or properties: no retry can cure it
-		return Permanent(Refused(err))
-	case codeTopicNotExist:
-		return fmt.Errorf("%w: %w", ErrTopicNotFound, err)
-	case codeSystemError:
-		if strings.Contains(msg, "size exceeded") {
-			// Apache RocketMQ 5.3 refuses a batch holding an oversized message, or too large
-			// as a whole, with SYSTEM_ERROR ("message body size exceeded"): about the request,
-			// not the broker, so the relay sends the batch's messages one by one.
-			if batch {
-				return Refused(err)
-			}
-			return Permanent(Refused(err))
-		}
-		return err
-	case codeSystemBusy, codeServiceUnavailable, codeNoPermission:
-		// The broker's state, not the message's: busy, flow control, disk full, read-only.
-		return err
-	default:
-		return Refused(err)
-	}
-	lower := strings.ToLower(msg)
-	if strings.Contains(lower, "route info not found") {
-		if p.nameServerAnswers() {
-			return fmt.Errorf("%w: %w (does the topic exist? with autoCreateTopicEnable=false it must be created first)", ErrTopicNotFound, err)
-		}
-		return fmt.Errorf("%w: no name server answers at %s: %w", ErrBrokerUnreachable, strings.Join(p.cfg.NameServers, ","), err)
-	}
-	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
-		return AtBroker(broker, fmt.Errorf("%w: %w", ErrBrokerUnreachable, err))
-	}
-	for _, w := range []string{"connection refused", "no route to host", "network is unreachable"} {
-		if strings.Contains(lower, w) {
-			return fmt.Errorf("%w: %w", ErrBrokerUnreachable, err)
-		}
-	}
-	return err
-}
-
-// nameServerAnswers reports whether any name server accepts a TCP connection, checked at
-// most once a second: it tells a topic without a route from a cluster out of reach.
-func (p *RocketMQPublisher) nameServerAnswers() bool {
-	p.probeMu.Lock()
-	defer p.probeMu.Unlock()
-	if time.Since(p.probedAt) < time.Second {
-		return p.nsReached
-	}
-	p.nsReached = false
-	for _, addr := range p.cfg.NameServers {
-		c, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
-		if err == nil {
-			c.Close()
-			p.nsReached = true
-			break
-		}
-	}
-	p.probedAt = time.Now()
-	return p.nsReached
-}
-
 // Close shuts every producer down.
 func (p *RocketMQPublisher) Close() error {
 	p.mu.Lock()
@@ -365,9 +312,11 @@ func (p *RocketMQPublisher) Close() error {
 	}
 	p.closed = true
 	var errs []error
-	for group, prod := range p.producers {
-		if err := prod.Shutdown(); err != nil {
-			errs = append(errs, fmt.Errorf("shutdown producer %s: %w", group, err))
+	for group, prods := range p.producers {
+		for _, prod := range prods {
+			if err := prod.Shutdown(); err != nil {
+				errs = append(errs, fmt.Errorf("shutdown producer %s: %w", group, err))
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -19,6 +19,8 @@ import (
 // validated when the relay was built; values always go through placeholders.
 type store struct {
 	db *sql.DB
+	// pg tracks the statements' answers, for the stall clock; nil tracks nothing.
+	pg *progress
 	// table is the quoted table name for SQL; name is the plain one for messages.
 	table, name string
 	// timeout bounds each statement.
@@ -31,6 +33,8 @@ type store struct {
 	scanMu   sync.Mutex
 	scanHint string
 	scanDone bool
+	// reasonChars is the width of the table's fail_reason (0: unknown), read by scanIndex.
+	reasonChars int
 }
 
 // row is one due outbox row as read by a page.
@@ -71,8 +75,10 @@ type cursor struct {
 // (relay_partition, status, next_retry_time), the same range one level down.
 func (s *store) pageQuery(status int, nowMs int64, c cursor, limit, maxBody int) (string, []any) {
 	where, args := s.partitionWhere([]any{maxBody})
-	return `SELECT id, msg_id, topic, tag, IF(LENGTH(content) <= ?, content, NULL), COALESCE(LENGTH(content), 0), msg_keys, sharding_key,
-			properties, retry_count, max_retry_count, next_retry_time
+	// NULLs of an adopted table's nullable columns read as the contract's defaults, so that
+	// no row fails its page; a NULL msg_id or topic then makes the row dead with a reason.
+	return `SELECT id, COALESCE(msg_id, ''), COALESCE(topic, ''), COALESCE(tag, ''), IF(LENGTH(content) <= ?, content, NULL), COALESCE(LENGTH(content), 0),
+			COALESCE(msg_keys, ''), COALESCE(sharding_key, ''), properties, COALESCE(retry_count, 0), COALESCE(max_retry_count, 3), next_retry_time
 		FROM ` + s.table + s.scanHint + `
 		WHERE ` + where + `status = ? AND next_retry_time <= ? AND ((next_retry_time = ? AND id > ?) OR next_retry_time > ?) AND is_deleted = 0
 		ORDER BY next_retry_time, id LIMIT ?`, append(args, status, nowMs, c.next, c.id, c.next, limit)
@@ -97,7 +103,7 @@ func (s *store) anyDue(ctx context.Context, nowMs int64) (bool, error) {
 	// Two ranges of the (status, next_retry_time) index, or of the partition's index one
 	// level down (key_len 12: every part used).
 	where, args := s.partitionWhere(nil)
-	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM `+s.table+`
+	err := s.queryRow(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM `+s.table+`
 		WHERE `+where+`status IN (0, 1) AND next_retry_time <= ? LIMIT 1) due`, append(args, nowMs)...).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("probe due rows of %s: %w", s.name, err)
@@ -126,7 +132,7 @@ func (s *store) scanIndex(ctx context.Context) error {
 	if s.partitions > 1 {
 		cols = schema.PartitionColumn + "," + cols
 	}
-	err := s.db.QueryRowContext(ctx, `SELECT INDEX_NAME FROM information_schema.STATISTICS
+	err := s.queryRow(ctx, `SELECT INDEX_NAME FROM information_schema.STATISTICS
 		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?
 		GROUP BY INDEX_NAME HAVING GROUP_CONCAT(LOWER(COLUMN_NAME) ORDER BY SEQ_IN_INDEX) = ?
 		ORDER BY INDEX_NAME LIMIT 1`, s.name, cols).Scan(&name)
@@ -137,6 +143,9 @@ func (s *store) scanIndex(ctx context.Context) error {
 	default:
 		s.scanHint = " FORCE INDEX (`" + strings.ReplaceAll(name, "`", "``") + "`)"
 	}
+	if s.reasonChars, err = schema.FailReasonWidth(ctx, s.db, s.name); err != nil {
+		return err
+	}
 	s.scanDone = true
 	return nil
 }
@@ -145,33 +154,38 @@ func (s *store) scanIndex(ctx context.Context) error {
 type orderKey struct{ topic, key string }
 
 // unsentUpTo returns, per ordered stream among keys, the ids of its rows still pending or
-// failed (due or not) up to maxID, ascending. A row may go only when every earlier unsent row
-// of its stream goes before it in the same batch.
-func (s *store) unsentUpTo(ctx context.Context, keys []string, maxID int64) (map[orderKey][]int64, error) {
+// failed (due or not) up to maxID, ascending, leaving out the rows whose topic and tag are
+// not ordered (an unordered row of the same order, a delayed close-check say, is no part of
+// the stream and holds nothing back). A row may go only when every earlier unsent row of its
+// stream goes before it in the same batch.
+func (s *store) unsentUpTo(ctx context.Context, keys []string, maxID int64, ordered func(topic, tag string) bool) (map[orderKey][]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	out := map[orderKey][]int64{}
 	for start := 0; start < len(keys); start += maxIDsPerStatement {
 		chunk := keys[start:min(start+maxIDsPerStatement, len(keys))]
-		q := `SELECT id, topic, sharding_key FROM ` + s.table + `
+		q := `SELECT id, COALESCE(topic, ''), tag, sharding_key FROM ` + s.table + `
 			WHERE sharding_key IN (` + placeholders(len(chunk)) + `) AND status IN (0, 1) AND id <= ? AND is_deleted = 0`
 		args := make([]any, 0, len(chunk)+1)
 		for _, k := range chunk {
 			args = append(args, k)
 		}
 		args = append(args, maxID)
-		rows, err := s.db.QueryContext(ctx, q, args...)
+		rows, err := s.query(ctx, q, args...)
 		if err != nil {
 			return nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.name, err)
 		}
 		for rows.Next() {
 			var id int64
 			var k orderKey
-			if err := rows.Scan(&id, &k.topic, &k.key); err != nil {
+			var tag sql.NullString // NULL in an adopted table whose tag column allows it
+			if err := rows.Scan(&id, &k.topic, &tag, &k.key); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.name, err)
 			}
-			out[k] = append(out[k], id)
+			if ordered(k.topic, tag.String) {
+				out[k] = append(out[k], id)
+			}
 		}
 		err = rows.Err()
 		rows.Close()
@@ -188,7 +202,7 @@ func (s *store) unsentUpTo(ctx context.Context, keys []string, maxID int64) (map
 // maxIDsPerStatement bounds an IN list.
 const maxIDsPerStatement = 1000
 
-// maxReasonChars is the width of fail_reason.
+// maxReasonChars is the width of the contract's fail_reason.
 const maxReasonChars = 1000
 
 // Every status change is one autocommitted statement that reaches its rows through the
@@ -205,7 +219,7 @@ const maxReasonChars = 1000
 func (s *store) exec(ctx context.Context, q string, args ...any) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	res, err := s.db.ExecContext(ctx, q, args...)
+	res, err := s.execStmt(ctx, q, args...)
 	if err != nil {
 		return 0, err
 	}
@@ -245,7 +259,7 @@ func (s *store) markRetry(ctx context.Context, retryCount int, fails []failure, 
 	var total int64
 	for start := 0; start < len(fails); start += maxIDsPerStatement {
 		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
-		reasonSQL, reasonArgs := reasonCase(chunk)
+		reasonSQL, reasonArgs := s.reasonCase(chunk)
 		args := []any{retryCount + 1, retryCount + 1, nextMs}
 		args = append(args, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
@@ -268,7 +282,7 @@ func (s *store) markTransientRetry(ctx context.Context, retryCount int, fails []
 	var total int64
 	for start := 0; start < len(fails); start += maxIDsPerStatement {
 		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
-		reasonSQL, reasonArgs := reasonCase(chunk)
+		reasonSQL, reasonArgs := s.reasonCase(chunk)
 		args := []any{retryCount + 1, nextMs}
 		args = append(args, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
@@ -291,7 +305,7 @@ func (s *store) markDeferred(ctx context.Context, retryCount int, fails []failur
 	var total int64
 	for start := 0; start < len(fails); start += maxIDsPerStatement {
 		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
-		reasonSQL, reasonArgs := reasonCase(chunk)
+		reasonSQL, reasonArgs := s.reasonCase(chunk)
 		args := append([]any{nextMs}, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
 		args = append(args, retryCount)
@@ -311,7 +325,7 @@ func (s *store) markDeferred(ctx context.Context, retryCount int, fails []failur
 func (s *store) markSentPerRow(ctx context.Context, _ int, ids []int64, nowMs int64) (int64, error) {
 	var total int64
 	for _, id := range ids {
-		res, err := s.db.ExecContext(ctx, `UPDATE `+s.table+` SET status = 2, sent_time = ?
+		res, err := s.execStmt(ctx, `UPDATE `+s.table+` SET status = 2, sent_time = ?
 			WHERE id = ? AND status IN (0, 1)`, nowMs, id)
 		if err != nil {
 			return total, fmt.Errorf("mark row %d of %s sent: %w", id, s.name, err)
@@ -327,10 +341,10 @@ func (s *store) markSentPerRow(ctx context.Context, _ int, ids []int64, nowMs in
 func (s *store) markRetryPerRow(ctx context.Context, retryCount int, fails []failure, nextMs int64) (int64, error) {
 	var total int64
 	for _, f := range fails {
-		res, err := s.db.ExecContext(ctx, `UPDATE `+s.table+` SET retry_count = ?,
+		res, err := s.execStmt(ctx, `UPDATE `+s.table+` SET retry_count = ?,
 			status = CASE WHEN ? > max_retry_count THEN 3 ELSE 1 END, next_retry_time = ?, fail_reason = ?
 			WHERE id = ? AND status IN (0, 1) AND retry_count = ?`,
-			retryCount+1, retryCount+1, nextMs, truncateReason(f.reason), f.id, retryCount)
+			retryCount+1, retryCount+1, nextMs, s.truncateReason(f.reason), f.id, retryCount)
 		if err != nil {
 			return total, fmt.Errorf("record failed attempt of row %d in %s: %w", f.id, s.name, err)
 		}
@@ -345,7 +359,7 @@ func (s *store) markDead(ctx context.Context, fails []failure) (int64, error) {
 	var total int64
 	for start := 0; start < len(fails); start += maxIDsPerStatement {
 		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
-		reasonSQL, args := reasonCase(chunk)
+		reasonSQL, args := s.reasonCase(chunk)
 		args = append(args, failureIDs(chunk)...)
 		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET status = 3, fail_reason = `+reasonSQL+`
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1)`, args...)
@@ -364,7 +378,7 @@ func (s *store) markDead(ctx context.Context, fails []failure) (int64, error) {
 func (s *store) backlog(ctx context.Context, now time.Time) (pending int64, oldestDue time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	err = s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+s.table+` WHERE status IN (0, 1) AND is_deleted = 0`).Scan(&pending)
+	err = s.queryRow(ctx, `SELECT COUNT(*) FROM `+s.table+` WHERE status IN (0, 1) AND is_deleted = 0`).Scan(&pending)
 	if err != nil {
 		return 0, 0, fmt.Errorf("count backlog of %s: %w", s.name, err)
 	}
@@ -374,7 +388,7 @@ func (s *store) backlog(ctx context.Context, now time.Time) (pending int64, olde
 
 // reasonCase returns the SQL expression and arguments that set each row's own reason: a
 // single placeholder when all reasons agree, as they do when the broker is down.
-func reasonCase(fails []failure) (string, []any) {
+func (s *store) reasonCase(fails []failure) (string, []any) {
 	same := true
 	for _, f := range fails[1:] {
 		if f.reason != fails[0].reason {
@@ -383,27 +397,35 @@ func reasonCase(fails []failure) (string, []any) {
 		}
 	}
 	if same {
-		return "?", []any{truncateReason(fails[0].reason)}
+		return "?", []any{s.truncateReason(fails[0].reason)}
 	}
 	var b strings.Builder
 	args := make([]any, 0, 2*len(fails))
 	b.WriteString("CASE id")
 	for _, f := range fails {
 		b.WriteString(" WHEN ? THEN ?")
-		args = append(args, f.id, truncateReason(f.reason))
+		args = append(args, f.id, s.truncateReason(f.reason))
 	}
 	b.WriteString(" END")
 	return b.String(), args
 }
 
-// truncateReason keeps a reason within fail_reason's 1,000 characters.
-func truncateReason(s string) string {
-	s = strings.ToValidUTF8(s, "?")
-	if utf8.RuneCountInString(s) <= maxReasonChars {
-		return s
+// truncateReason keeps a reason within fail_reason's 1,000 characters, or the column's
+// own width when an adopted table's is narrower (scanIndex reads it): a longer reason would
+// fail every write-back of its page under strict sql_mode (error 1406).
+func (s *store) truncateReason(reason string) string {
+	width := maxReasonChars
+	s.scanMu.Lock()
+	if s.reasonChars > 0 {
+		width = min(width, s.reasonChars)
 	}
-	r := []rune(s)
-	return string(r[:maxReasonChars-3]) + "..."
+	s.scanMu.Unlock()
+	reason = strings.ToValidUTF8(reason, "?")
+	if utf8.RuneCountInString(reason) <= width {
+		return reason
+	}
+	r := []rune(reason)
+	return string(r[:max(0, width-3)]) + "..."[:min(3, width)]
 }
 
 func placeholders(n int) string {
@@ -424,4 +446,81 @@ func failureIDs(fails []failure) []any {
 		out[i] = f.id
 	}
 	return out
+}
+
+// query, queryRow and execStmt run one statement and tell the stall clock when it was sent
+// and whether the database answered it (progress).
+func (s *store) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	s.pg.begin()
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	s.pg.end(err)
+	return rows, err
+}
+
+func (s *store) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	s.pg.begin()
+	row := s.db.QueryRowContext(ctx, q, args...)
+	s.pg.end(row.Err())
+	return row
+}
+
+func (s *store) execStmt(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	s.pg.begin()
+	res, err := s.db.ExecContext(ctx, q, args...)
+	s.pg.end(err)
+	return res, err
+}
+
+// hastenDeferredMax bounds the rows one recovery brings forward: a larger outage's other
+// rows wait out their deferral (30 s at most).
+const hastenDeferredMax = 100000
+
+// hastenDeferred makes the failed rows whose reason ends with mark and whose next attempt is
+// after nowMs due now, and returns how many it changed. The rows are found on the page
+// query's index (status, next_retry_time), read without locks, and changed by primary key,
+// guarded by their state as read, like every status change.
+func (s *store) hastenDeferred(ctx context.Context, nowMs int64, mark string) (int64, error) {
+	if err := s.scanIndex(ctx); err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	where, args := s.partitionWhere(nil)
+	rows, err := s.query(ctx, `SELECT id FROM `+s.table+s.scanHint+`
+		WHERE `+where+`status = 1 AND next_retry_time > ? AND fail_reason LIKE ? ORDER BY next_retry_time LIMIT ?`,
+		append(args, nowMs, "%"+likeEscape(mark), hastenDeferredMax)...)
+	if err != nil {
+		return 0, fmt.Errorf("find deferred rows of %s: %w", s.name, err)
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("find deferred rows of %s: %w", s.name, err)
+		}
+		ids = append(ids, id)
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return 0, fmt.Errorf("find deferred rows of %s: %w", s.name, err)
+	}
+	var total int64
+	for start := 0; start < len(ids); start += maxIDsPerStatement {
+		chunk := ids[start:min(start+maxIDsPerStatement, len(ids))]
+		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET next_retry_time = ?
+			WHERE id IN (`+placeholders(len(chunk))+`) AND status = 1 AND next_retry_time > ?`,
+			append(append([]any{nowMs}, int64Args(chunk)...), nowMs)...)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("bring %d deferred rows of %s forward: %w", len(chunk), s.name, err)
+		}
+	}
+	return total, nil
+}
+
+// likeEscape escapes LIKE's wildcards and escape character in s.
+func likeEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
 }

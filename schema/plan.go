@@ -60,7 +60,7 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 		ddl, _ := DDL(table)
 		return append([]Step{{SQL: strings.TrimSpace(ddl), Online: true}}, partitionSteps(table, partitions, st)...), nil
 	}
-	var online, wrong []string
+	var online, wrong, widen []string
 	autoInc := false
 	for _, p := range problems {
 		switch {
@@ -72,6 +72,8 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 			online = append(online, fmt.Sprintf("ADD COLUMN %s %s", QuoteIdent(p.Object), p.Want))
 		case "not auto_increment":
 			autoInc = true
+		case "narrow column":
+			widen = append(widen, p.Object)
 		case "missing index":
 			ix := indexByName(p.Object)
 			kind := "INDEX"
@@ -98,45 +100,36 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 			Alter: alter, Online: true,
 		})
 	}
-	if autoInc {
-		alter, err := modifyID(ctx, db, table)
+	if autoInc || len(widen) > 0 {
+		// One copy of the table for every change of a column's definition.
+		var mods, what []string
+		found, err := readColumns(ctx, db, table) // for the comments, which MODIFY drops
 		if err != nil {
 			return nil, err
 		}
+		if autoInc {
+			sign := "" // MODIFY replaces the whole definition: keep an unsigned id unsigned
+			if strings.Contains(strings.ToLower(found["id"].columnType), "unsigned") {
+				sign = " unsigned"
+			}
+			mods = append(mods, "MODIFY COLUMN `id` bigint"+sign+" NOT NULL AUTO_INCREMENT"+commentClause(found["id"].comment))
+			what = append(what, "making id AUTO_INCREMENT")
+		}
+		if len(widen) > 0 {
+			for _, name := range widen {
+				mods = append(mods, fmt.Sprintf("MODIFY COLUMN %s %s%s", QuoteIdent(name), columnByName(name).def, commentClause(found[name].comment)))
+			}
+			what = append(what, "widening "+strings.Join(widen, ", "))
+		}
+		alter := strings.Join(mods, ", ")
 		steps = append(steps, Step{
 			SQL:   fmt.Sprintf("ALTER TABLE %s %s, ALGORITHM=COPY, LOCK=SHARED", QuoteIdent(table), alter),
 			Alter: alter,
-			Blocking: "making id AUTO_INCREMENT changes the column's definition, which InnoDB does by copying the table: " +
+			Blocking: strings.Join(what, " and ") + " changes column definitions, which InnoDB does by copying the table: " +
 				"reads continue, writes wait until the copy ends (minutes on a large table)",
 		})
 	}
 	return append(steps, partitionSteps(table, partitions, st)...), nil
-}
-
-// modifyID returns the clause that makes id AUTO_INCREMENT. MODIFY COLUMN replaces the whole
-// definition, so what the relay does not need changed is written back: the sign and the
-// comment (seed 002's ids carry one).
-func modifyID(ctx context.Context, db *sql.DB, table string) (string, error) {
-	var colType, comment string
-	err := db.QueryRowContext(ctx, `SELECT COLUMN_TYPE, COLUMN_COMMENT FROM information_schema.COLUMNS
-		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'id'`, table).Scan(&colType, &comment)
-	if err != nil {
-		return "", fmt.Errorf("read column id of %s: %w", table, err)
-	}
-	alter := "MODIFY COLUMN `id` bigint"
-	if strings.Contains(strings.ToLower(colType), "unsigned") {
-		alter += " unsigned"
-	}
-	alter += " NOT NULL AUTO_INCREMENT"
-	if comment != "" {
-		alter += " COMMENT " + quoteString(comment)
-	}
-	return alter, nil
-}
-
-// quoteString returns s as a single-quoted SQL string literal.
-func quoteString(s string) string {
-	return "'" + strings.NewReplacer(`\`, `\\`, "'", "''").Replace(s) + "'"
 }
 
 // DedupePlan returns the CREATE TABLE of the consumer dedupe table named table (see
@@ -200,4 +193,22 @@ func hasRows(ctx context.Context, db *sql.DB, table string) (bool, error) {
 		return false, fmt.Errorf("look for rows in %s: %w", table, err)
 	}
 	return true, nil
+}
+
+// columnByName returns the contract's column name.
+func columnByName(name string) column {
+	for _, c := range columns {
+		if c.name == name {
+			return c
+		}
+	}
+	panic("schema: unknown column " + name)
+}
+
+// commentClause keeps a column's comment through a MODIFY, which would drop it.
+func commentClause(comment string) string {
+	if comment == "" {
+		return ""
+	}
+	return " COMMENT '" + strings.NewReplacer(`\`, `\\`, "'", "''").Replace(comment) + "'"
 }

@@ -66,7 +66,7 @@ func (a *app) bench(ctx context.Context, d config.Database, o drainbench.Options
 		return err
 	}
 	defer db.Close()
-	pub, err := relay.NewRocketMQPublisher(rocketmqConfig(a.cfg, a.log))
+	pub, err := relay.NewRocketMQPublisher(rocketmqConfig(a.cfg, a.log, nil))
 	if err != nil {
 		return err
 	}

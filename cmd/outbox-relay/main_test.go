@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/ops"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 )
@@ -260,7 +261,8 @@ func TestRequeueConfirmation(t *testing.T) {
 	}
 	// A person says no.
 	r = cli(t, "n\n", true, "requeue", dsn, "--topic=stock")
-	if r.code != exitRefused || !strings.Contains(r.out, "Requeue 12 dead rows") || countStatus(t, db, 3) != 14 {
+	// The prompt names the server, the schema and the table (issue 23, row 10).
+	if r.code != exitRefused || !strings.Contains(r.out, "Requeue 12 dead rows in local_message on "+config.DatabaseLabel(db.DSN)+"?") || countStatus(t, db, 3) != 14 {
 		t.Fatalf("refused: %+v", r)
 	}
 	r = cli(t, "", false, "requeue", dsn, "--topic=stock", "--dry-run")
@@ -341,4 +343,30 @@ func TestNoFlagShadowsAConfigFlag(t *testing.T) {
 		}
 	}
 	walk(root)
+}
+
+// TestPurgeRefusesAShortRetention is issue 23, row 9: `purge --older-than 1s` deleted sent
+// rows at once, after which the same msg_id could be inserted and published again. Under
+// the 1h floor purge refuses without --allow-short-retention, and deletes nothing.
+func TestPurgeRefusesAShortRetention(t *testing.T) {
+	t.Parallel()
+	db := testenv.MySQL(t)
+	dsn := "--mysql-dsn=" + db.DSN
+	if r := cli(t, "", false, "migrate", dsn); r.code != 0 {
+		t.Fatalf("migrate: %+v", r)
+	}
+	if _, err := db.Exec("INSERT INTO local_message (msg_id, topic, content, status, update_time) VALUES ('sent-1', 't', '{}', 2, NOW() - INTERVAL 1 MINUTE)"); err != nil {
+		t.Fatal(err)
+	}
+	r := cli(t, "", false, "purge", dsn, "--older-than=1s")
+	if r.code != exitUsage || !strings.Contains(r.errOut, "--allow-short-retention") || !strings.Contains(r.errOut, "published again") {
+		t.Fatalf("purge --older-than=1s: %+v", r)
+	}
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM local_message").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("rows after the refused purge: %d, %v", n, err)
+	}
+	if r := cli(t, "", false, "purge", dsn, "--older-than=1s", "--allow-short-retention"); r.code != 0 || !strings.Contains(r.out, "deleted 1 sent row(s)") {
+		t.Fatalf("purge --older-than=1s --allow-short-retention: %+v", r)
+	}
 }

@@ -54,7 +54,8 @@ func TestMigratePrintSQL(t *testing.T) {
 		"ALGORITHM=INPLACE, LOCK=NONE;",
 		"-- gh-ost / pt-online-schema-change --alter: ADD COLUMN `msg_keys`",
 		"-- local_message: BLOCKING: making id AUTO_INCREMENT",
-		"ALTER TABLE `local_message` MODIFY COLUMN `id` bigint NOT NULL AUTO_INCREMENT COMMENT '主键ID', ALGORITHM=COPY, LOCK=SHARED;",
+		"ALTER TABLE `local_message` MODIFY COLUMN `id` bigint NOT NULL AUTO_INCREMENT COMMENT '主键ID', " +
+			"MODIFY COLUMN `content` mediumtext NOT NULL COMMENT '消息内容(JSON格式)', ALGORITHM=COPY, LOCK=SHARED;",
 		"CREATE TABLE IF NOT EXISTS `fresh_outbox`",
 		"CREATE TABLE IF NOT EXISTS `stock_dedupe`",
 	} {
@@ -152,5 +153,39 @@ func TestMigratePartitions(t *testing.T) {
 	}
 	if r := cli(t, "", false, "migrate", dsn, conf(4), "--check"); r.code != 0 {
 		t.Fatalf("migrate --check after going to 4 partitions: %+v", r)
+	}
+}
+
+// TestMigrateCheckNarrowContent is issue 26, row 13: an adopted table whose content is text
+// (64 KiB) is not up to date for `migrate --check`, which names the limit; `migrate` widens
+// it (a copy of the table, so --allow-blocking on a table with rows), and a 70 KB body fits.
+func TestMigrateCheckNarrowContent(t *testing.T) {
+	t.Parallel()
+	db := testenv.MySQL(t)
+	dsn := "--mysql-dsn=" + db.DSN
+	if r := cli(t, "", false, "migrate", dsn); r.code != 0 {
+		t.Fatalf("migrate: %+v", r)
+	}
+	if _, err := db.Exec("ALTER TABLE local_message MODIFY content text NOT NULL"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("INSERT INTO local_message (msg_id, topic, content) VALUES ('a', 't', '{}')"); err != nil {
+		t.Fatal(err)
+	}
+	r := cli(t, "", false, "migrate", dsn, "--check")
+	if r.code != 1 || !strings.Contains(r.out, "narrow column content") || !strings.Contains(r.out, "65535 bytes") {
+		t.Fatalf("migrate --check on content text: %+v", r)
+	}
+	if r := cli(t, "", false, "migrate", dsn); r.code == 0 || !strings.Contains(r.out+r.errOut, "--allow-blocking") {
+		t.Fatalf("migrate without --allow-blocking on a table with rows: %+v", r)
+	}
+	if r := cli(t, "", false, "migrate", dsn, "--allow-blocking"); r.code != 0 {
+		t.Fatalf("migrate --allow-blocking: %+v", r)
+	}
+	if r := cli(t, "", false, "migrate", dsn, "--check"); r.code != 0 {
+		t.Fatalf("migrate --check after widening: %+v", r)
+	}
+	if _, err := db.Exec("INSERT INTO local_message (msg_id, topic, content) VALUES ('big', 't', ?)", strings.Repeat("x", 70_000)); err != nil {
+		t.Fatalf("a 70 KB body after migrate: %v", err)
 	}
 }

@@ -8,8 +8,9 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"net"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/dashboard"
+	"github.com/outbox-relay/outbox-relay/internal/httpserve"
 	"github.com/outbox-relay/outbox-relay/internal/ops"
 	"github.com/outbox-relay/outbox-relay/internal/redisconn"
 	"github.com/outbox-relay/outbox-relay/relay"
@@ -72,11 +74,6 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	if err != nil {
 		return fmt.Errorf("connect to Redis: %w", err)
 	}
-	pub, err := relay.NewRocketMQPublisher(rocketmqConfig(cfg, log))
-	if err != nil {
-		return err
-	}
-	defer pub.Close()
 	router, err := routerFrom(cfg.Routes)
 	if err != nil {
 		return err
@@ -86,6 +83,11 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	metrics := relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: routeRules(cfg.Routes)})
 	v, c, _ := buildInfo()
 	metrics.SetBuildInfo(v, c)
+	pub, err := relay.NewRocketMQPublisher(rocketmqConfig(cfg, log, metrics))
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
 	tp, stopTracing, err := setupTracing(ctx, log)
 	if err != nil {
 		return err
@@ -112,7 +114,8 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 			LockKey: func(table string) string { return cfg.LockKeyIn(db, table) }, Partitions: cfg.Relay.Partitions})
 	}
 
-	ui, err := dashboard.New(rconn.LockReader(), dashboard.Config{Databases: sources, AdminToken: cfg.HTTP.AdminToken, Logger: &log})
+	ui, err := dashboard.New(rconn.LockReader(), dashboard.Config{Databases: sources, AdminToken: cfg.HTTP.AdminToken,
+		ReadToken: cfg.HTTP.ReadToken, OpenReads: cfg.HTTP.Loopback(), Hosts: cfg.HTTP.Hosts, Logger: &log})
 	if err != nil {
 		return err
 	}
@@ -120,7 +123,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 		return err
 	}
 	defer ui.Stop()
-	srv, err := serveHTTP(cfg.HTTP.Addr, reg, dbs, rdb, ui, log)
+	srv, err := serveHTTP(cfg.HTTP, reg, dbs, rdb, ui, log)
 	if err != nil {
 		return err
 	}
@@ -141,11 +144,12 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 }
 
 // rocketmqConfig is the publisher's configuration; its log lines (a broker down or back, an
-// ordered queue waiting for its broker) go to log.
-func rocketmqConfig(cfg config.Config, log zerolog.Logger) relay.RocketMQConfig {
+// ordered queue waiting for its broker, sends stored without replication) go to log.
+func rocketmqConfig(cfg config.Config, log zerolog.Logger, metrics *relay.Metrics) relay.RocketMQConfig {
 	return relay.RocketMQConfig{
 		NameServers: cfg.RocketMQ.NameServers, Group: cfg.RocketMQ.Group, SendTimeout: cfg.RocketMQ.SendTimeout,
 		AccessKey: cfg.RocketMQ.AccessKey, SecretKey: cfg.RocketMQ.SecretKey, Log: log,
+		RequireReplication: cfg.RocketMQ.RequireReplication, Metrics: metrics,
 	}
 }
 
@@ -296,7 +300,7 @@ func lockHolderText(ctx context.Context, rdb redis.UniversalClient, key string) 
 // timeout (it is about to give its lock up); /readyz fails when a database is not ready (down
 // at start and being retried) or does not answer, or Redis does not answer, and says which
 // tables this process leads and which it waits for.
-func serveHTTP(addr string, reg *prometheus.Registry, dbs []*runDatabase, rdb redis.UniversalClient, ui http.Handler, log zerolog.Logger) (*http.Server, error) {
+func serveHTTP(hc config.HTTP, reg *prometheus.Registry, dbs []*runDatabase, rdb redis.UniversalClient, ui http.Handler, log zerolog.Logger) (*httpserve.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/ui/", ui)
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -353,6 +357,15 @@ func serveHTTP(addr string, reg *prometheus.Registry, dbs []*runDatabase, rdb re
 					// holds it, never more than Redis knows.
 					states = append(states, name+": not trying for its lock, "+lockHolderText(ctx, rdb, rl.LockKey()))
 				}
+				h := rl.Health()
+				for _, topic := range slices.Sorted(maps.Keys(h.MisconfiguredTopics)) {
+					// Not a readiness failure: the process is fine, the broker refuses the
+					// relay's configuration; the rows wait and OutboxRelayTopicMisconfigured pages.
+					states = append(states, fmt.Sprintf("%s: topic %s refused for the relay's configuration (rows wait): %s", name, topic, h.MisconfiguredTopics[topic]))
+				}
+				for _, broker := range slices.Sorted(maps.Keys(h.FailingBrokers)) {
+					states = append(states, fmt.Sprintf("%s: broker %s failing for %.0fs (rows wait, no retry spent)", name, broker, time.Since(h.FailingBrokers[broker]).Seconds()))
+				}
 			}
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -367,16 +380,15 @@ func serveHTTP(addr string, reg *prometheus.Registry, dbs []*runDatabase, rdb re
 			fmt.Fprintln(w, s)
 		}
 	})
-	ln, err := net.Listen("tcp", addr)
+	srv, err := httpserve.Listen(hc.Addr, mux, httpserve.Limits{MaxConnections: hc.MaxConnections})
 	if err != nil {
-		return nil, fmt.Errorf("http.addr %s: %w", addr, err)
+		return nil, fmt.Errorf("http.addr %s: %w", hc.Addr, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Err(err).Msg("http server")
 		}
 	}()
-	log.Info().Str("addr", ln.Addr().String()).Msg("http: /metrics /healthz /readyz /ui/")
+	log.Info().Str("addr", srv.Addr().String()).Bool("bodies_need_token", !hc.Loopback()).Msg("http: /metrics /healthz /readyz /ui/")
 	return srv, nil
 }

@@ -65,7 +65,7 @@ func TestDefaults(t *testing.T) {
 		Lock:    Lock{TTL: 2 * time.Second, Key: "outbox-relay:lock:{db}:{table}", RedlockAddrs: []string{}},
 		Backoff: backoff.Default(),
 		Routes:  []Route{},
-		HTTP:    HTTP{Addr: ":9464"},
+		HTTP:    HTTP{Addr: ":9464", Hosts: []string{}, MaxConnections: 1024},
 		Log:     Log{Level: "info", Format: LogFormatAuto},
 	}
 	got := mustLoad(t, "")
@@ -211,6 +211,7 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 		{"relay: {max_body_bytes: 0}", "relay.max_body_bytes"},
 		{"relay: {shutdown_timeout: 0s}", "relay.shutdown_timeout"},
 		{"relay: {purge_retention: -1h}", "relay.purge_retention"},
+		{"relay: {purge_retention: 10m}", "relay.purge_retention"},
 		{"relay: {purge_retention: 7days}", "relay.purge_retention"},
 		{"mysql: {dsn: 'root:@tcp(127.0.0.1:3306)/'}", "mysql.dsn"},
 		{"mysql: {dsn: 'app:pw@tcp(db:3306)/?parseTime=true'}", "mysql.dsn"},
@@ -384,5 +385,23 @@ func TestMissingDSNIsAnError(t *testing.T) {
 	}
 	if _, err := Load(NewViper(), file); err != nil {
 		t.Fatalf("databases without mysql.dsn: %v", err)
+	}
+}
+
+// TestRedisURLRefusedWithoutEchoingThePassword is issue 23, row 10: a Redis URL in
+// redis.addr (or an address list) is refused naming the key, and the password is not in
+// the message.
+func TestRedisURLRefusedWithoutEchoingThePassword(t *testing.T) {
+	t.Parallel()
+	for _, yaml := range []string{
+		"redis: {addr: 'redis://:s3cr3t-pw@cache:6379/0'}",
+		"redis: {addr: 'rediss://app:s3cr3t-pw@cache:6380'}",
+		"redis: {addrs: ['app:s3cr3t-pw@cache:6379'], cluster: true}",
+		"lock: {redlock_addrs: ['redis://:s3cr3t-pw@a:6379', 'b:6379', 'c:6379']}",
+	} {
+		_, err := load(t, yaml)
+		if err == nil || !strings.Contains(err.Error(), "redis.password") || strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("%s: %v; want a refusal pointing at redis.password, without the password", yaml, err)
+		}
 	}
 }

@@ -34,6 +34,8 @@ const (
 	KeyRocketMQSecretKey   = "rocketmq.secret_key"
 	KeyRocketMQGroup       = "rocketmq.group"
 	KeyRocketMQSendTimeout = "rocketmq.send_timeout"
+	// KeyRocketMQRequireReplication makes a send stored without replication a failure.
+	KeyRocketMQRequireReplication = "rocketmq.require_replication"
 
 	KeyRelayPollInterval    = "relay.poll_interval"
 	KeyRelayBatchSize       = "relay.batch_size"
@@ -59,8 +61,11 @@ const (
 
 	KeyRoutes = "routes"
 
-	KeyHTTPAddr       = "http.addr"
-	KeyHTTPAdminToken = "http.admin_token"
+	KeyHTTPAddr           = "http.addr"
+	KeyHTTPAdminToken     = "http.admin_token"
+	KeyHTTPReadToken      = "http.read_token"
+	KeyHTTPHosts          = "http.hosts"
+	KeyHTTPMaxConnections = "http.max_connections"
 
 	KeyLogLevel  = "log.level"
 	KeyLogFormat = "log.format"
@@ -92,6 +97,7 @@ var defaults = []struct {
 	{KeyRocketMQSecretKey, ""},
 	{KeyRocketMQGroup, "outbox-relay"},
 	{KeyRocketMQSendTimeout, 3 * time.Second},
+	{KeyRocketMQRequireReplication, false},
 	{KeyRelayPollInterval, time.Second},
 	{KeyRelayBatchSize, 500},
 	{KeyRelayConcurrency, 16},
@@ -113,6 +119,9 @@ var defaults = []struct {
 	{KeyRoutes, []any{}},
 	{KeyHTTPAddr, ":9464"},
 	{KeyHTTPAdminToken, ""},
+	{KeyHTTPReadToken, ""},
+	{KeyHTTPHosts, []string{}},
+	{KeyHTTPMaxConnections, 1024},
 	{KeyLogLevel, "info"},
 	{KeyLogFormat, ""},
 }

@@ -91,11 +91,12 @@ func decode(v *viper.Viper, file string, environ []string) (Config, []problem, e
 			Cluster:          d.bool(KeyRedisCluster),
 		},
 		RocketMQ: RocketMQ{
-			NameServers: d.list(KeyRocketMQNameServers),
-			AccessKey:   d.str(KeyRocketMQAccessKey),
-			SecretKey:   d.str(KeyRocketMQSecretKey),
-			Group:       d.str(KeyRocketMQGroup),
-			SendTimeout: d.duration(KeyRocketMQSendTimeout),
+			NameServers:        d.list(KeyRocketMQNameServers),
+			AccessKey:          d.str(KeyRocketMQAccessKey),
+			SecretKey:          d.str(KeyRocketMQSecretKey),
+			Group:              d.str(KeyRocketMQGroup),
+			SendTimeout:        d.duration(KeyRocketMQSendTimeout),
+			RequireReplication: d.bool(KeyRocketMQRequireReplication),
 		},
 		Relay: Relay{
 			PollInterval:    d.duration(KeyRelayPollInterval),
@@ -116,7 +117,8 @@ func decode(v *viper.Viper, file string, environ []string) (Config, []problem, e
 
 			RedlockAddrs: d.list(KeyLockRedlockAddrs),
 		},
-		HTTP: HTTP{Addr: d.str(KeyHTTPAddr), AdminToken: d.str(KeyHTTPAdminToken)},
+		HTTP: HTTP{Addr: d.str(KeyHTTPAddr), AdminToken: d.str(KeyHTTPAdminToken), ReadToken: d.str(KeyHTTPReadToken),
+			Hosts: d.list(KeyHTTPHosts), MaxConnections: d.int(KeyHTTPMaxConnections)},
 		Log: Log{
 			Level:  strings.ToLower(d.str(KeyLogLevel)),
 			Format: strings.ToLower(d.str(KeyLogFormat)),

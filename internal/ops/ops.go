@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -165,7 +166,9 @@ func OldestDue(ctx context.Context, db *sql.DB, table string, now time.Time) (ti
 	nowMs := now.UnixMilli()
 	oldest := nowMs
 	for _, status := range []outbox.Status{outbox.StatusPending, outbox.StatusFailed} {
-		for _, r := range [][2]int64{{0, 0}, {1, nowMs}} {
+		// Rows written with next_retry_time 0 (most), and the rest up to now: two seeks.
+		// Negative times are due too, as the relay reads them.
+		for _, r := range [][2]int64{{math.MinInt64, 0}, {1, nowMs}} {
 			var since sql.NullInt64
 			err := db.QueryRowContext(ctx, q, int(status), r[0], r[1]).Scan(&since)
 			switch {
@@ -452,6 +455,11 @@ func explainSkipped(ctx context.Context, db *sql.DB, table string, asked, done [
 	}
 	return skipped, closeRows(rows)
 }
+
+// MinPurgeRetention is the shortest retention purge accepts without an explicit override: a
+// purged row's msg_id no longer meets the unique key, so the same msg_id can be inserted and
+// published again, and consumers deduplicate it only while they remember its key.
+const MinPurgeRetention = time.Hour
 
 // PurgeOptions tunes Purge.
 type PurgeOptions struct {

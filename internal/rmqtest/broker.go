@@ -313,7 +313,11 @@ func (b *broker) handleSend(c *conn, qs queuedSend) {
 		if code == 0 {
 			code = resSystemError
 		}
-		c.reply(req, newResponse(req, code, "rmqtest: injected broker error"))
+		remark := f.ErrorRemark
+		if remark == "" {
+			remark = "rmqtest: injected broker error"
+		}
+		c.reply(req, newResponse(req, code, remark))
 		return
 	}
 	if !s.topicExists(h.topic) {
@@ -334,7 +338,14 @@ func (b *broker) handleSend(c *conn, qs queuedSend) {
 	for i, r := range recs {
 		ids[i] = r.offsetMsgID()
 	}
-	resp := newResponse(req, resSuccess, "")
+	code = resSuccess
+	if s.roll(f.Unreplicated) {
+		code = f.UnreplicatedCode
+		if code == 0 {
+			code = resSlaveNotAvailable
+		}
+	}
+	resp := newResponse(req, code, "")
 	resp.Ext["msgId"] = strings.Join(ids, ",")
 	resp.Ext["queueId"] = strconv.Itoa(int(recs[0].queueID))
 	resp.Ext["queueOffset"] = strconv.FormatInt(recs[0].queueOffset, 10)

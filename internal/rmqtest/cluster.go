@@ -153,6 +153,10 @@ func (c *Cluster) Close() {
 type clusterNameServer struct{ c *Cluster }
 
 func (n *clusterNameServer) serve(cn *conn, req *command) {
+	if req.Code == reqGetBrokerClusterInfo {
+		cn.reply(req, clusterInfo(req, n.c.brokers...))
+		return
+	}
 	if req.Code != reqGetRouteInfoByTopic {
 		n.c.brokers[0].logUnknown("name server", req.Code, cn.remoteAddr())
 		cn.reply(req, newResponse(req, resRequestCodeNotSupported, "request code not supported by rmqtest name server"))

@@ -48,6 +48,7 @@ const (
 	reqLockBatchMQ             int16 = 41
 	reqUnlockBatchMQ           int16 = 42
 	reqGetRouteInfoByTopic     int16 = 105
+	reqGetBrokerClusterInfo    int16 = 106
 	reqSendMessageV2           int16 = 310
 	reqSendBatchMessage        int16 = 320
 )
@@ -56,6 +57,7 @@ const (
 const (
 	resSuccess                 int16 = 0
 	resSystemError             int16 = 1
+	resSlaveNotAvailable       int16 = 11
 	resRequestCodeNotSupported int16 = 3
 	resMessageIllegal          int16 = 13
 	resTopicNotExist           int16 = 17

@@ -4,6 +4,7 @@ package rmqtest
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 )
@@ -84,6 +85,8 @@ func (n *nameServer) serve(c *conn, req *command) {
 		resp := newResponse(req, resSuccess, "")
 		resp.Body = body
 		c.reply(req, resp)
+	case reqGetBrokerClusterInfo:
+		c.reply(req, clusterInfo(req, s))
 	default:
 		s.logUnknown("name server", req.Code, c.remoteAddr())
 		c.reply(req, newResponse(req, resRequestCodeNotSupported, "request code not supported by rmqtest name server"))
@@ -98,4 +101,28 @@ func (s *Server) route(topic string) (routeQueueData, routeBrokerData) {
 	q := s.topic(topic)
 	return routeQueueData{BrokerName: s.opts.BrokerName, ReadQueueNums: q, WriteQueueNums: q, Perm: int(s.perm.Load())},
 		routeBrokerData{Cluster: s.opts.ClusterName, BrokerName: s.opts.BrokerName, BrokerAddrs: map[int64]string{0: s.brokerAddr}}
+}
+
+// clusterInfo answers GET_BROKER_CLUSTER_INFO with the running brokers among servers, in
+// the shape Apache RocketMQ's name server writes with fastjson: the broker address map's
+// number keys are not quoted, which is not JSON that encoding/json reads.
+func clusterInfo(req *command, servers ...*Server) *command {
+	var table, names []string
+	cluster := ""
+	for _, s := range servers {
+		if !s.BrokerRunning() {
+			continue
+		}
+		cluster = s.opts.ClusterName
+		table = append(table, fmt.Sprintf(`%q:{"brokerAddrs":{0:%q},"brokerName":%q,"cluster":%q}`,
+			s.opts.BrokerName, s.brokerAddr, s.opts.BrokerName, s.opts.ClusterName))
+		names = append(names, fmt.Sprintf("%q", s.opts.BrokerName))
+	}
+	clusters := ""
+	if len(names) > 0 {
+		clusters = fmt.Sprintf(`%q:[%s]`, cluster, strings.Join(names, ","))
+	}
+	resp := newResponse(req, resSuccess, "")
+	resp.Body = []byte(`{"brokerAddrTable":{` + strings.Join(table, ",") + `},"clusterAddrTable":{` + clusters + `}}`)
+	return resp
 }

@@ -86,7 +86,7 @@ func (o *Options) setDefaults() {
 // Faults describes the failures injected into sends (SEND_MESSAGE, SEND_MESSAGE_V2,
 // SEND_BATCH_MESSAGE; a batch is one send). Rates are fractions in [0, 1]: 0 never,
 // 1 always. Each send rolls for each non-zero rate independently, in the order
-// Latency, DropBeforeStore, ErrorRate, DropAfterStore.
+// Latency, DropBeforeStore, ErrorRate, DropAfterStore, Unreplicated.
 //
 // Before a drop, pulls held (long-polling) on the same connection are answered "no
 // new message": the Go client never fails requests pending on a closed connection, so
@@ -107,6 +107,15 @@ type Faults struct {
 	// DropAfterStore is the fraction of sends that are stored and then the connection
 	// closed without an answer: a lost ack, so a client retry stores a duplicate.
 	DropAfterStore float64
+	// ErrorRemark is the remark of injected errors. Defaults to "rmqtest: injected broker
+	// error"; ACL refusals, say, are told apart by their remark.
+	ErrorRemark string
+	// Unreplicated is the fraction of sends that are stored and answered with
+	// UnreplicatedCode, as a SYNC_MASTER whose slave is down answers.
+	Unreplicated float64
+	// UnreplicatedCode is the response code of sends stored without replication: 11
+	// (SLAVE_NOT_AVAILABLE, the default), 12 (FLUSH_SLAVE_TIMEOUT) or 10 (FLUSH_DISK_TIMEOUT).
+	UnreplicatedCode int16
 }
 
 // Message is a stored message as the inspection API returns it.

@@ -60,6 +60,21 @@ func TestFailoverDeliversEveryCommittedRow(t *testing.T) {
 	}
 }
 
+// TestRollingUpdateDeliversEveryCommittedRowOnce: a rolling update of two relays (surge) and
+// a recreate, writers committing; every committed row is delivered, and none twice: a
+// SIGTERMed leader writes its sends back before its successor takes the lock (runRolling
+// checks and fails).
+func TestRollingUpdateDeliversEveryCommittedRowOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds outbox-relay and runs relay processes")
+	}
+	testenv.MySQL(t)
+	testenv.Redis(t)
+	if err := runRolling(context.Background(), append(servers(), "-replicas", "2", "-rounds", "1", "-rate", "40")); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestPartitionsBench: a short run of the relay-group bench with one and two relays: every
 // row is sent, the survivor of a kill -9 and the relays after a join and a SIGTERM own every
 // partition once (runPartitions fails otherwise).

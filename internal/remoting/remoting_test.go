@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package remoting_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/outbox-relay/outbox-relay/internal/remoting"
+	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
+)
+
+// TestLiveBrokers asks the test broker's name server for its brokers, which it answers in
+// fastjson's shape (unquoted number keys), while the broker runs and after it stops.
+func TestLiveBrokers(t *testing.T) {
+	srv, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx := context.Background()
+	n, err := remoting.LiveBrokers(ctx, srv.NameServerAddr())
+	if err != nil || n != 1 {
+		t.Fatalf("LiveBrokers with the broker running = %d, %v; want 1", n, err)
+	}
+	srv.StopBroker()
+	n, err = remoting.LiveBrokers(ctx, srv.NameServerAddr())
+	if err != nil || n != 0 {
+		t.Fatalf("LiveBrokers with the broker stopped = %d, %v; want 0", n, err)
+	}
+}
+
+// TestLiveBrokersCluster counts the brokers of a cluster, some stopped.
+func TestLiveBrokersCluster(t *testing.T) {
+	c, err := rmqtest.StartCluster(rmqtest.ClusterOptions{Brokers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Broker(1).StopBroker()
+	n, err := remoting.LiveBrokers(context.Background(), c.NameServerAddrs()[0])
+	if err != nil || n != 2 {
+		t.Fatalf("LiveBrokers = %d, %v; want 2 of 3", n, err)
+	}
+}
+
+// TestLiveBrokersRefused: a closed port is an error, not zero brokers.
+func TestLiveBrokersRefused(t *testing.T) {
+	if _, err := remoting.LiveBrokers(context.Background(), "127.0.0.1:1"); err == nil {
+		t.Fatal("LiveBrokers of a closed port succeeded")
+	}
+}

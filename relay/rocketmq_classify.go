@@ -1,0 +1,238 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/internal/remoting"
+)
+
+// This file is the only reader of rocketmq-client-go's errors and send statuses: every
+// failure of a RocketMQPublisher leaves it as a *SendError whose Kind the relay acts on
+// (docs/decisions.md, "Failure accounting").
+
+// Response codes of RocketMQ's remoting protocol (ResponseCode) that classify reads.
+const (
+	codeSystemError        = 1
+	codeSystemBusy         = 2
+	codeFlushDiskTimeout   = 10
+	codeSlaveNotAvailable  = 11
+	codeFlushSlaveTimeout  = 12
+	codeMessageIllegal     = 13
+	codeServiceUnavailable = 14
+	codeVersionUnsupported = 15
+	codeNoPermission       = 16
+	codeTopicNotExist      = 17
+)
+
+// brokerCode returns the response code of a broker's answer as rocketmq-client-go reports
+// it ("CODE: n, DESC: ..."), or -1 when no broker answered.
+func brokerCode(msg string) int {
+	rest, ok := strings.CutPrefix(msg, "CODE: ")
+	if !ok {
+		return -1
+	}
+	end := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
+	if end <= 0 {
+		return -1
+	}
+	n, err := strconv.Atoi(rest[:end])
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// misconfiguredAnswer reports whether a broker's or proxy's answer refuses the relay's
+// configuration rather than the message or the broker's state: ACL (1.0 and 2.0) refusing
+// the credentials or their permission, a topic whose message type (FIFO, NORMAL) is not the
+// route's, a proxy that needs the broker name.
+func misconfiguredAnswer(code int, lower string) bool {
+	switch {
+	case code == codeNoPermission:
+		// A broker whose write permission is off (brokerPermission=4, a broker being
+		// drained) answers NO_PERMISSION too: that is the broker's state, not ours.
+		return !strings.Contains(lower, "sending message is forbidden")
+	case strings.Contains(lower, "signature"), strings.Contains(lower, "authentication"),
+		strings.Contains(lower, "accesskey"), strings.Contains(lower, "no permission"):
+		return true
+	case strings.Contains(lower, "topicmessagetype"):
+		return true
+	case code == codeVersionUnsupported && strings.Contains(lower, "bname"):
+		return true
+	}
+	return false
+}
+
+// classify turns the client's error of a send into a *SendError. A broker's answer is judged
+// by its code (and, for the few codes that carry several meanings, its text); "route info
+// not found" is a missing topic when the name servers list live brokers and an unreachable
+// cluster when they list none or do not answer; a refused connection is unreachable;
+// anything else (a timeout, a dropped connection) is transient.
+func (p *RocketMQPublisher) classify(ctx context.Context, err error, batch bool) error {
+	broker := BrokerOf(err)
+	msg := err.Error()
+	var be *BrokerError
+	if errors.As(err, &be) {
+		msg = be.Err.Error()
+	}
+	lower := strings.ToLower(msg)
+	code := brokerCode(msg)
+	out := &SendError{Kind: SendTransient, Broker: broker, Code: code, Err: err}
+	switch {
+	case code < 0:
+	case misconfiguredAnswer(code, lower):
+		out.Kind = SendMisconfigured
+		return out
+	case code == codeMessageIllegal: // size or properties: no retry can cure it
+		out.Kind = SendPermanent
+		return out
+	case code == codeTopicNotExist:
+		out.Kind, out.Err = SendTopicMissing, fmt.Errorf("%w: %w", ErrTopicNotFound, err)
+		return out
+	case code == codeSystemError && strings.Contains(lower, "size exceeded"):
+		// Apache RocketMQ 5.3 refuses a batch holding an oversized message, or too large as
+		// a whole, with SYSTEM_ERROR ("message body size exceeded"): about the request, not
+		// the broker, so the relay sends the batch's messages one by one.
+		out.Kind = SendPermanent
+		if batch {
+			out.Kind = SendRefused
+		}
+		return out
+	case code == codeSystemError, code == codeSystemBusy, code == codeServiceUnavailable, code == codeNoPermission:
+		// The broker's state, not the message's: busy, flow control, disk full, read-only.
+		return out
+	default:
+		out.Kind = SendRefused
+		return out
+	}
+	if misconfiguredAnswer(-1, lower) {
+		out.Kind = SendMisconfigured
+		return out
+	}
+	for _, w := range []string{"use of closed network connection", "broken pipe", "connection reset by peer"} {
+		if strings.Contains(lower, w) {
+			// Written to, or waiting on, a connection the broker had closed: the client
+			// opens a new one for the next send.
+			out.Err = fmt.Errorf("%w: %w", errConnectionLost, err)
+			return out
+		}
+	}
+	if strings.Contains(lower, "route info not found") {
+		live, nsErr := p.liveBrokers(ctx)
+		switch {
+		case nsErr != nil:
+			out.Kind = SendUnreachable
+			out.Err = fmt.Errorf("%w: no name server answers at %s (%v): %w", ErrBrokerUnreachable, strings.Join(p.cfg.NameServers, ","), nsErr, err)
+		case live == 0:
+			out.Kind = SendUnreachable
+			out.Err = fmt.Errorf("%w: no broker is registered with the name servers: %w", ErrBrokerUnreachable, err)
+		default:
+			out.Kind = SendTopicMissing
+			out.Err = fmt.Errorf("%w: %w (does the topic exist? with autoCreateTopicEnable=false it must be created first)", ErrTopicNotFound, err)
+		}
+		return out
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
+		out.Kind, out.Err = SendUnreachable, fmt.Errorf("%w: %w", ErrBrokerUnreachable, err)
+		return out
+	}
+	for _, w := range []string{"connection refused", "no route to host", "network is unreachable"} {
+		if strings.Contains(lower, w) {
+			out.Kind, out.Err = SendUnreachable, fmt.Errorf("%w: %w", ErrBrokerUnreachable, err)
+			return out
+		}
+	}
+	return out
+}
+
+// storedStatus judges a send the broker answered with a status other than SEND_OK. The
+// three "stored on the master, not flushed or replicated as asked" statuses are sent unless
+// RequireReplication is set (stored means sent: RocketMQ documents each as a stored
+// message, and sending it again only adds a copy); any other status is transient.
+func (p *RocketMQPublisher) storedStatus(res *primitive.SendResult, topic string, n int) error {
+	var name string
+	switch res.Status {
+	case primitive.SendFlushDiskTimeout:
+		name = "FLUSH_DISK_TIMEOUT"
+	case primitive.SendFlushSlaveTimeout:
+		name = "FLUSH_SLAVE_TIMEOUT"
+	case primitive.SendSlaveNotAvailable:
+		name = "SLAVE_NOT_AVAILABLE"
+	default:
+		return &SendError{Kind: SendTransient, Code: -1, Err: fmt.Errorf("broker answered send status %d", res.Status)}
+	}
+	broker := ""
+	if res.MessageQueue != nil {
+		broker = res.MessageQueue.BrokerName
+	}
+	if p.cfg.RequireReplication {
+		return &SendError{Kind: SendUnreplicated, Code: -1,
+			Err: fmt.Errorf("broker %s stored the message but answered %s (rocketmq.require_replication is on)", broker, name)}
+	}
+	p.cfg.Metrics.SentUnreplicated(name, n)
+	p.unreplicated.note(p.cfg.Log, broker, topic, name, n)
+	return nil
+}
+
+// liveBrokers returns how many brokers the first answering name server lists, asking at
+// most once a second: it tells a topic without a route from a cluster without brokers.
+func (p *RocketMQPublisher) liveBrokers(ctx context.Context) (int, error) {
+	p.probeMu.Lock()
+	defer p.probeMu.Unlock()
+	if time.Since(p.probedAt) < time.Second {
+		return p.probedLive, p.probedErr
+	}
+	var errs []error
+	p.probedLive, p.probedErr = 0, nil
+	for _, addr := range p.cfg.NameServers {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		n, err := remoting.LiveBrokers(cctx, addr)
+		cancel()
+		if err == nil {
+			p.probedLive = n
+			errs = nil
+			break
+		}
+		errs = append(errs, err)
+	}
+	p.probedErr = errors.Join(errs...)
+	p.probedAt = time.Now()
+	return p.probedLive, p.probedErr
+}
+
+// unreplicatedLog logs sends stored without replication at most once per broker and status
+// every 10 seconds, with how many there were meanwhile: a SYNC_MASTER whose slave is down
+// answers every send so, and a line per send would flood the log.
+type unreplicatedLog struct {
+	mu   sync.Mutex
+	last map[[2]string]time.Time
+	held map[[2]string]int
+}
+
+func (u *unreplicatedLog) note(log zerolog.Logger, broker, topic, status string, n int) {
+	k := [2]string{broker, status}
+	u.mu.Lock()
+	if u.last == nil {
+		u.last, u.held = map[[2]string]time.Time{}, map[[2]string]int{}
+	}
+	u.held[k] += n
+	if time.Since(u.last[k]) < 10*time.Second {
+		u.mu.Unlock()
+		return
+	}
+	count := u.held[k]
+	u.last[k], u.held[k] = time.Now(), 0
+	u.mu.Unlock()
+	log.Warn().Str("broker", broker).Str("topic", topic).Str("status", status).Int("messages", count).
+		Msg("broker stored messages without replicating or flushing them as configured: marked sent (is its slave down?)")
+}

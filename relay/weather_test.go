@@ -1,0 +1,432 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/tcpproxy"
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
+	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay"
+)
+
+// Tests of broker weather (issue 21): a broker that is slow, degraded or flaky rather than
+// down, and the lock lost while acknowledged sends are still in the pipeline.
+
+// copiesByMsgID counts the broker's copies of each message of topic.
+func copiesByMsgID(b *bundle, topic string) map[string]int {
+	out := map[string]int{}
+	for _, m := range b.broker.Messages(topic) {
+		out[m.Properties[outbox.MsgIDProperty]]++
+	}
+	return out
+}
+
+// TestStoredWithoutReplicationIsSent: a SYNC_MASTER whose slave is down stores every
+// message and answers SLAVE_NOT_AVAILABLE (or a flush timeout). Stored means sent: each row
+// is marked sent after one send, the broker holds one copy of each, and the sends are
+// counted in outbox_relay_sent_unreplicated_total.
+func TestStoredWithoutReplicationIsSent(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int16{11, 12, 10} {
+		t.Run(fmt.Sprintf("code=%d", code), func(t *testing.T) {
+			b := setup(t)
+			reg := prometheus.NewRegistry()
+			metrics := relay.NewMetrics(reg)
+			pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{
+				NameServers: []string{b.broker.NameServerAddr()}, SendTimeout: 2 * time.Second, Metrics: metrics,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { pub.Close() })
+			b.broker.SetFaults(rmqtest.Faults{Unreplicated: 1, UnreplicatedCode: code})
+			const n = 40
+			msgs := make([]outbox.Message, n)
+			for i := range msgs {
+				msgs[i] = outbox.Message{MsgID: fmt.Sprintf("u%03d", i), Topic: "orders", Body: []byte("x")}
+				if i%2 == 1 {
+					msgs[i].ShardingKey = fmt.Sprintf("SN%d", i) // single sends as well as batches
+				}
+			}
+			b.insert(t, msgs...)
+			r, err := relay.New(b.db.DB, b.rdb, pub, b.config())
+			if err != nil {
+				t.Fatal(err)
+			}
+			run(t, r)
+			eventually(t, 30*time.Second, "every row sent", func() bool {
+				return countWhere(t, b.db.DB, "status = 2") == n
+			})
+			if k := countWhere(t, b.db.DB, "retry_count > 0 OR fail_reason IS NOT NULL"); k != 0 {
+				t.Errorf("%d rows were judged failed although the broker stored them", k)
+			}
+			for id, c := range copiesByMsgID(b, "orders") {
+				if c != 1 {
+					t.Errorf("the broker holds %d copies of %s, want 1 (a stored message was sent again)", c, id)
+				}
+			}
+			var total float64
+			for _, st := range []string{"SLAVE_NOT_AVAILABLE", "FLUSH_SLAVE_TIMEOUT", "FLUSH_DISK_TIMEOUT"} {
+				total += metricValue(t, reg, "outbox_relay_sent_unreplicated_total", st)
+			}
+			if total != n {
+				t.Errorf("outbox_relay_sent_unreplicated_total = %v, want %d", total, n)
+			}
+		})
+	}
+}
+
+// TestRequireReplicationCountsUnreplicatedSends: with RequireReplication, a send stored
+// without replication is a counted failure: the row is retried and ends dead after
+// max_retry_count, with the status in its reason.
+func TestRequireReplicationCountsUnreplicatedSends(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{
+		NameServers: []string{b.broker.NameServerAddr()}, SendTimeout: 2 * time.Second, RequireReplication: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close() })
+	b.broker.SetTopicFaults("ledger", rmqtest.Faults{Unreplicated: 1})
+	b.insert(t, outbox.Message{MsgID: "l1", Topic: "ledger", Body: []byte("x"), MaxRetries: 2},
+		outbox.Message{MsgID: "o1", Topic: "orders", Body: []byte("y")})
+	cfg := b.config()
+	cfg.Backoff.Base, cfg.Backoff.Max = 20*time.Millisecond, 50*time.Millisecond
+	r, err := relay.New(b.db.DB, b.rdb, pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, r)
+	eventually(t, 30*time.Second, "the unreplicated row dead after 3 attempts, the other sent", func() bool {
+		return countWhere(t, b.db.DB, "msg_id = 'l1' AND status = 3 AND retry_count = 3 AND fail_reason LIKE '%SLAVE_NOT_AVAILABLE%'") == 1 &&
+			countWhere(t, b.db.DB, "msg_id = 'o1' AND status = 2") == 1
+	})
+}
+
+// TestMissingTopicOnAQuietTableGoesDead: on a cluster with autoCreateTopicEnable=false, rows
+// of a topic that does not exist are the only rows of the table. Nothing else is delivered,
+// yet the name servers list a live broker: the topic is missing, not the cluster. The rows
+// end dead after their attempts, with a reason naming the topic.
+func TestMissingTopicOnAQuietTableGoesDead(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, rmqtest.Options{NoAutoCreateTopics: true, Topics: []string{"orders"}})
+	cfg := b.config()
+	cfg.Backoff.Base, cfg.Backoff.Max = 20*time.Millisecond, 50*time.Millisecond
+	for i := 0; i < 3; i++ {
+		b.insert(t, outbox.Message{MsgID: fmt.Sprintf("typo%d", i), Topic: "ordres", Body: []byte("t"), MaxRetries: 1})
+	}
+	run(t, b.newRelay(t, cfg))
+	eventually(t, 60*time.Second, "the rows of the missing topic dead after their attempts", func() bool {
+		return countWhere(t, b.db.DB, "topic = 'ordres' AND status = 3 AND retry_count = 2 AND fail_reason LIKE '%ordres%route%'") == 3
+	})
+}
+
+// TestMisconfiguredTopicWaitsVisibly: the broker refuses a topic for the relay's credentials
+// (ACL 2.0's "has no permission", a wrong secret key's "check signature failed"). That is
+// the operator's to fix: no row goes dead or spends a retry, the topic is reported (health,
+// metric), its sends back off instead of hammering the broker, the other topics flow, and
+// once the permission is granted every row is sent.
+func TestMisconfiguredTopicWaitsVisibly(t *testing.T) {
+	t.Parallel()
+	for _, remark := range []string{
+		"User:nobody has no permission to access Topic:payments from 127.0.0.1, no matched policies.",
+		"check signature failed.",
+	} {
+		t.Run(strings.Fields(remark)[0], func(t *testing.T) {
+			b := setup(t)
+			reg := prometheus.NewRegistry()
+			cfg := b.config()
+			cfg.Metrics = relay.NewMetrics(reg)
+			pub := &countingPublisher{Publisher: b.pub, counts: map[string]int{}}
+			b.broker.SetTopicFaults("payments", rmqtest.Faults{ErrorRate: 1, ErrorCode: 16, ErrorRemark: remark})
+			for i := 0; i < 5; i++ {
+				b.insert(t, outbox.Message{MsgID: fmt.Sprintf("p%d", i), Topic: "payments", Body: []byte("p"), MaxRetries: 1})
+				b.insert(t, outbox.Message{MsgID: fmt.Sprintf("o%d", i), Topic: "orders", Body: []byte("o")})
+			}
+			r, err := relay.New(b.db.DB, b.rdb, pub, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			run(t, r)
+			eventually(t, 30*time.Second, "the other topic sent and payments reported misconfigured", func() bool {
+				_, reported := r.Health().MisconfiguredTopics["payments"]
+				return countWhere(t, b.db.DB, "topic = 'orders' AND status = 2") == 5 && reported
+			})
+			if got := metricValue(t, reg, "outbox_relay_topic_misconfigured", "payments"); got != 1 {
+				t.Errorf("outbox_relay_topic_misconfigured{topic=payments} = %v, want 1", got)
+			}
+			// Let the refusals run for a while: they back off, nothing counts. The second
+			// refusal of p0 waits at least 0.5 s, the third 1 s, the fourth 2 s (less a
+			// quarter of jitter): 4 refusals cannot come sooner than 1 s after the first. An
+			// unbounded retry loop (the old ~16 sends a second) makes them in a fraction of it.
+			eventually(t, 30*time.Second, "the first refusal", func() bool { return pub.count("p0") >= 1 })
+			start := time.Now()
+			eventually(t, 30*time.Second, "several refusals recorded", func() bool {
+				return pub.count("p0") >= 4
+			})
+			if took := time.Since(start); took < time.Second {
+				t.Errorf("row p0 was refused 3 more times within %s: the refusals do not back off", took)
+			}
+			if n := countWhere(t, b.db.DB, "topic = 'payments' AND (status = 3 OR retry_count > 0)"); n != 0 {
+				t.Fatalf("%d rows of the refused topic went dead or spent retries: %s", n, statusCounts(t, b.db.DB))
+			}
+			if n := countWhere(t, b.db.DB, "topic = 'payments' AND status = 1 AND fail_reason LIKE ?", "%"+strings.Fields(remark)[0]+"%"); n != 5 {
+				t.Errorf("%d of 5 refused rows say why they wait, want 5", n)
+			}
+			b.broker.ClearFaults()
+			eventually(t, 60*time.Second, "every refused row sent once permitted", func() bool {
+				return countWhere(t, b.db.DB, "topic = 'payments' AND status = 2") == 5
+			})
+			eventually(t, 10*time.Second, "the topic no longer reported", func() bool {
+				_, reported := r.Health().MisconfiguredTopics["payments"]
+				return !reported && metricValue(t, reg, "outbox_relay_topic_misconfigured", "payments") == 0
+			})
+		})
+	}
+}
+
+// metricValue returns the value of the gauge or counter name in the series with the label
+// value, 0 when there is none.
+func metricValue(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetValue() == label {
+					return m.GetGauge().GetValue() + m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// TestSlowBrokerIsNotADatabaseStall: every send takes longer than the send timeout, for
+// longer than the stall timeout, while the database answers at once. The leader keeps its
+// lock and reports healthy (a slow broker is a broker incident, not a stall), no row spends
+// a retry, and the rows are sent when the broker is fast again.
+func TestSlowBrokerIsNotADatabaseStall(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{b.broker.NameServerAddr()}, SendTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close() })
+	cfg := b.config()
+	cfg.LockTTL = time.Second
+	cfg.QueryTimeout = 500 * time.Millisecond
+	cfg.StallTimeout = 1500 * time.Millisecond
+	cfg.DisableBatchSend = true
+	cfg.Concurrency = 2 // a page of 40 slow sends takes 10 s: far beyond the stall timeout
+	const n = 40
+	for i := 0; i < n; i++ {
+		b.insert(t, outbox.Message{MsgID: fmt.Sprintf("s%02d", i), Topic: "orders", Body: []byte("s")})
+	}
+	b.broker.SetFaults(rmqtest.Faults{Latency: 2 * time.Second})
+	r, err := relay.New(b.db.DB, b.rdb, pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, r)
+	eventually(t, 10*time.Second, "the relay leading", func() bool { return r.Health().Leader })
+	// Watch until the slow sends' failures are written back, and for three stall timeouts
+	// at least: the leader must not stall or give its lock up meanwhile.
+	minEnd := time.Now().Add(3 * cfg.StallTimeout)
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(minEnd) || countWhere(t, b.db.DB, "fail_reason IS NOT NULL") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no send failed within 60 s: the broker was not slow and the test proves nothing")
+		}
+		if h := r.Health(); h.Stalled || !h.Leader {
+			t.Fatalf("with a slow broker and a fast database the leader reports stalled=%v leader=%v", h.Stalled, h.Leader)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if k := countWhere(t, b.db.DB, "status = 3"); k != 0 {
+		t.Fatalf("%d rows dead through a slow broker", k)
+	}
+	b.broker.ClearFaults()
+	eventually(t, 60*time.Second, "every row sent once the broker is fast", func() bool {
+		return countWhere(t, b.db.DB, "status = 2") == n
+	})
+}
+
+// TestAcknowledgedSendsWrittenBackWhenRedisIsLost: Redis stops answering for longer than
+// the lock's TTL while sends are in flight. The leader stops taking new work, but the sends
+// already acknowledged are written back: after Redis returns and the relay leads again,
+// the broker holds exactly one copy of every row.
+func TestAcknowledgedSendsWrittenBackWhenRedisIsLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	proxy, err := tcpproxy.Start(testenv.RedisAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	opts := *b.rdb.Options()
+	opts.Addr = proxy.Addr()
+	opts.ReadTimeout, opts.WriteTimeout = 200*time.Millisecond, 200*time.Millisecond
+	rdb := redis.NewClient(&opts)
+	t.Cleanup(func() { rdb.Close() })
+
+	cfg := b.config()
+	cfg.LockTTL = time.Second
+	cfg.DisableBatchSend = true
+	cfg.BatchSize = 100
+	cfg.DisableNudge = true
+	const n = 1500
+	msgs := make([]outbox.Message, n)
+	for i := range msgs {
+		msgs[i] = outbox.Message{MsgID: fmt.Sprintf("k%05d", i), Topic: "orders", Body: []byte("k")}
+	}
+	b.insert(t, msgs...)
+	b.broker.SetFaults(rmqtest.Faults{Latency: 150 * time.Millisecond})
+	r, err := relay.New(b.db.DB, rdb, b.pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, r)
+	eventually(t, 60*time.Second, "a part of the rows sent", func() bool { return countWhere(t, b.db.DB, "status = 2") >= 200 })
+	proxy.Freeze()
+	eventually(t, 30*time.Second, "the lock lost while Redis does not answer", func() bool { return !r.Health().Leader })
+	if countWhere(t, b.db.DB, "status = 2") == n {
+		t.Fatal("every row was sent before the lock was lost: the test proves nothing")
+	}
+	proxy.Thaw()
+	eventually(t, 120*time.Second, "every row sent after Redis is back", func() bool { return countWhere(t, b.db.DB, "status = 2") == n })
+	twice := 0
+	for _, c := range copiesByMsgID(b, "orders") {
+		if c > 1 {
+			twice++
+		}
+	}
+	if twice != 0 {
+		t.Fatalf("%d of %d rows published twice: acknowledged sends were forgotten when the lock was lost", twice, n)
+	}
+}
+
+// TestUnorderedRowOfAnOrderDoesNotHoldItsOrderedEvents: an order's close-check goes on an
+// unordered route, delayed 30 minutes; the same order's ordered events, written after it,
+// are sent at once in order.
+func TestUnorderedRowOfAnOrderDoesNotHoldItsOrderedEvents(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	router, err := relay.NewPatternRouter(
+		relay.PatternRule{Topic: "order-events", Tag: "close-check", Route: relay.Route{}},
+		relay.PatternRule{Topic: "order-events", Route: relay.Route{Ordered: true}},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.config()
+	cfg.Router = router
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b.insert(t, outbox.Message{MsgID: "SN1-check", Topic: "order-events", Tag: "close-check", ShardingKey: "SN1",
+		Body: []byte("check"), DeliverAt: time.Now().Add(30 * time.Minute)})
+	for i, tag := range []string{"created", "paid", "shipped"} {
+		b.insert(t, outbox.Message{MsgID: fmt.Sprintf("SN1-%d-%s", i, tag), Topic: "order-events", Tag: tag, ShardingKey: "SN1", Body: []byte(tag)})
+	}
+	run(t, b.newRelay(t, cfg))
+	got, err := b.broker.WaitMessages(ctx, "order-events", 3)
+	if err != nil {
+		t.Fatalf("the order's ordered events were held back: %v; rows: %s", err, statusCounts(t, b.db.DB))
+	}
+	var order []string
+	for _, m := range got {
+		order = append(order, m.Tags)
+	}
+	if strings.Join(order, ",") != "created,paid,shipped" {
+		t.Fatalf("ordered events arrived as %v", order)
+	}
+	if k := countWhere(t, b.db.DB, "msg_id = 'SN1-check' AND status = 0"); k != 1 {
+		t.Fatal("the delayed close-check was not left waiting")
+	}
+}
+
+// TestOutageRowsFollowTheBrokersReturn: the broker is down while writers keep committing;
+// the rows of the outage are deferred, further and further as it lasts. When the broker is
+// back, they are sent before the deferrals they were given run out: its return brings them
+// forward instead of leaving them to wait up to 30 s.
+func TestOutageRowsFollowTheBrokersReturn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	cfg.DisableNudge = true
+	wctx, stopWriters := context.WithCancel(context.Background())
+	defer stopWriters()
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		for i := 0; wctx.Err() == nil; i++ {
+			if err := b.writer.InsertNoTx(context.Background(), b.db.DB, []outbox.Message{{MsgID: fmt.Sprintf("w%05d", i), Topic: "orders", Body: []byte("w")}}); err != nil {
+				t.Error(err)
+				return
+			}
+			select {
+			case <-wctx.Done():
+			case <-time.After(20 * time.Millisecond): // writers' pace, not a synchronisation
+			}
+		}
+	}()
+	run(t, b.newRelay(t, cfg))
+	eventually(t, 30*time.Second, "rows flowing", func() bool { return countWhere(t, b.db.DB, "status = 2") >= 20 })
+	b.broker.StopBroker()
+	// Let the outage last until its rows carry deferrals of several seconds.
+	eventually(t, 60*time.Second, "rows deferred by 4 s or more", func() bool {
+		return countWhere(t, b.db.DB, "status = 1 AND next_retry_time > ? AND fail_reason LIKE '%broker incident%'",
+			time.Now().Add(4*time.Second).UnixMilli()) >= 5
+	})
+	deferred := map[int64]int64{}
+	rs, err := b.db.Query("SELECT id, next_retry_time FROM local_message WHERE status = 1 AND fail_reason LIKE '%broker incident%'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rs.Next() {
+		var id, next int64
+		if err := rs.Scan(&id, &next); err != nil {
+			t.Fatal(err)
+		}
+		deferred[id] = next
+	}
+	rs.Close()
+	if err := b.broker.StartBroker(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "every deferred row sent", func() bool {
+		return countWhere(t, b.db.DB, "status = 1 AND fail_reason LIKE '%broker incident%'") == 0
+	})
+	stopWriters()
+	<-written
+	late := 0
+	for id, next := range deferred {
+		var sent int64
+		if err := b.db.QueryRow("SELECT COALESCE(sent_time, 0) FROM local_message WHERE id = ? AND status = 2", id).Scan(&sent); err != nil {
+			t.Fatalf("row %d: %v", id, err)
+		}
+		if sent >= next {
+			late++
+		}
+	}
+	if late > 0 {
+		t.Fatalf("%d of %d rows deferred during the outage waited out their deferral after the broker was back", late, len(deferred))
+	}
+}
