@@ -32,6 +32,7 @@ help:
 	@echo "make bench-partitions  a relay group sharing one table: rows/s with 1-3 relays, takeover, Redis upkeep"
 	@echo "make lint        gofmt and go vet"
 	@echo "make build       static binary $(BIN) (CGO_ENABLED=0, -trimpath, version stamps)"
+	@echo "make release VERSION=vX.Y.Z  tag, binaries, SHA256SUMS and notes in dist/VERSION (docs/releasing.md)"
 	@echo "make services    start or reuse MariaDB and Redis on 127.0.0.1"
 	@echo "make rocketmq    start or reuse Apache RocketMQ (name server 127.0.0.1:19876) from Maven Central"
 
@@ -48,6 +49,15 @@ check-build:
 	  || { echo "check-build: bad version output:" >&2; cat bin/.check-build.out >&2; exit 1; }
 	@if ldd bin/release/outbox-relay >/dev/null 2>&1; then echo "check-build: bin/release/outbox-relay is dynamically linked" >&2; exit 1; fi
 	@echo "check-build: bin/release/outbox-relay $(VERSION) is static and runs"
+
+# release builds a tagged release into dist/VERSION (scripts/release.sh, docs/releasing.md).
+.PHONY: release spdx
+release:
+	@VERSION='$(VERSION)' bash scripts/release.sh
+
+# spdx gives every source file its SPDX licence identifier (scripts/spdx.sh).
+spdx:
+	@bash scripts/spdx.sh
 
 # services starts (or reuses) private MariaDB and Redis servers and writes their addresses to
 # bin/services.env, which test and demo read; it never changes a server it did not start.
@@ -143,6 +153,7 @@ bench-partitions: services
 	$(WITH_SERVICES) $(GO) run ./internal/cmd/relaybench partitions $(PARTITIONS_ARGS)
 
 lint: vet
+	@bash scripts/spdx.sh --check
 	@files=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$files" ]; then echo "gofmt needed:"; echo "$$files"; exit 1; fi
 

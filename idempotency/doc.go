@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package idempotency turns the relay's at-least-once delivery into an exactly-once
 // business effect on the consumer side.
 //

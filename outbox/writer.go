@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package outbox
 
 import (
@@ -333,8 +335,10 @@ func asDuplicate(err error) *DuplicateError {
 	return &DuplicateError{MsgID: m[1], err: err}
 }
 
-// NudgeChannel is the Redis pub/sub channel on which the relay of table listens for nudges
-// (see outbox/redisnudge).
+// NudgeChannel is the Redis pub/sub channel of table's relay for writers that name no
+// database (see outbox/redisnudge). Relays listen on it as well as on NudgeChannelIn, the
+// channel of their own database, which writers should prefer: every relay of a table of
+// that name on the same Redis wakes on this one.
 func NudgeChannel(table string) string { return "outbox-relay:nudge:" + table }
 
 // maxNudgeKeys bounds the hashes one nudge carries; a nudge for more rows wakes every

@@ -115,7 +115,9 @@ func (r *Relay) Run(ctx context.Context) error {
 				r.log.Warn().Err(err).Msg("lock: cannot reach Redis")
 			}
 			if w := r.Health().LockWait; w >= nextWaitLog {
-				r.log.Warn().Str("lock", r.cfg.LockKey).Float64("waited_s", w.Seconds()).
+				// Info: waiting is a standby's normal state. OutboxRelayLockWaitLong pages
+				// when every relay of the table waits (outbox_relay_lock_wait_seconds).
+				r.log.Info().Str("lock", r.cfg.LockKey).Float64("waited_s", w.Seconds()).
 					Msg("standby: still waiting for the table's lock, held by another relay; if no other relay serves this table, another process is using the same lock key (lock.key)")
 				nextWaitLog = 2 * nextWaitLog
 			}
@@ -413,7 +415,7 @@ func (r *Relay) listen(ctx context.Context) <-chan struct{} {
 		return nil
 	}
 	out := make(chan struct{}, 1)
-	go forwardNudges(ctx, r.rdb.Subscribe(ctx, outbox.NudgeChannel(r.cfg.Table)), []chan struct{}{out})
+	go forwardNudges(ctx, r.rdb.Subscribe(ctx, nudgeChannels(r.cfg.Database, r.cfg.Table)...), []chan struct{}{out})
 	return out
 }
 

@@ -287,6 +287,9 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Rel
 // Table returns the table the relay serves.
 func (r *Relay) Table() string { return r.cfg.Table }
 
+// LockKey returns the Redis key of the lock this relay holds or waits for.
+func (r *Relay) LockKey() string { return r.cfg.LockKey }
+
 // Name is the table, followed by "[p/P]" for partition p of P.
 func (r *Relay) Name() string {
 	if r.cfg.Partitions <= 1 {

@@ -371,13 +371,14 @@ func (s *store) markDead(ctx context.Context, fails []failure) (int64, error) {
 	return total, nil
 }
 
-// backlog returns the unsent rows (pending or failed, soft-deleted ones included: the count
-// is answered from the (status, next_retry_time) index alone) and how long the oldest due row
-// has been due (ops.OldestDue, as the status command reports it).
+// backlog returns the unsent rows (pending or failed; rows marked is_deleted = 1 are never
+// sent and left out, at the cost of reading the backlog's rows, not only the index: 0.4 s
+// instead of 0.2 s for 500k rows) and how long the oldest due row has been due
+// (ops.OldestDue, as the status command reports it).
 func (s *store) backlog(ctx context.Context, now time.Time) (pending int64, oldestDue time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	err = s.queryRow(ctx, `SELECT COUNT(*) FROM `+s.table+` WHERE status IN (0, 1)`).Scan(&pending)
+	err = s.queryRow(ctx, `SELECT COUNT(*) FROM `+s.table+` WHERE status IN (0, 1) AND is_deleted = 0`).Scan(&pending)
 	if err != nil {
 		return 0, 0, fmt.Errorf("count backlog of %s: %w", s.name, err)
 	}

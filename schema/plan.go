@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package schema
 
 import (
@@ -106,7 +108,11 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 			return nil, err
 		}
 		if autoInc {
-			mods = append(mods, "MODIFY COLUMN `id` bigint NOT NULL AUTO_INCREMENT"+commentClause(found["id"].comment))
+			sign := "" // MODIFY replaces the whole definition: keep an unsigned id unsigned
+			if strings.Contains(strings.ToLower(found["id"].columnType), "unsigned") {
+				sign = " unsigned"
+			}
+			mods = append(mods, "MODIFY COLUMN `id` bigint"+sign+" NOT NULL AUTO_INCREMENT"+commentClause(found["id"].comment))
 			what = append(what, "making id AUTO_INCREMENT")
 		}
 		if len(widen) > 0 {
@@ -135,6 +141,9 @@ func DedupePlan(ctx context.Context, db *sql.DB, table string) ([]Step, error) {
 	}
 	cols, err := readColumns(ctx, db, table)
 	if err != nil || len(cols) > 0 {
+		return nil, err
+	}
+	if err := columnsHidden(ctx, db, table); err != nil {
 		return nil, err
 	}
 	return []Step{{SQL: strings.TrimSpace(ddl), Online: true}}, nil

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package schema
 
 import (
@@ -136,6 +138,9 @@ func check(ctx context.Context, db *sql.DB, table string, partitions int) ([]Pro
 		return nil, partitionState{}, err
 	}
 	if len(found) == 0 {
+		if err := columnsHidden(ctx, db, table); err != nil {
+			return nil, partitionState{}, err
+		}
 		return []Problem{{Kind: "missing table", Object: table}}, partitionState{got: 1}, nil
 	}
 	var problems []Problem

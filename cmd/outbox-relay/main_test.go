@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -49,6 +51,7 @@ func TestVersion(t *testing.T) {
 
 func TestUsageErrorsExit2(t *testing.T) {
 	t.Parallel()
+	const dsn = "--mysql-dsn=u:p@tcp(127.0.0.1:1)/x" // required; the failures below come first
 	tests := []struct {
 		args []string
 		want string
@@ -60,13 +63,15 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"config", "--table=bad-name"}, "mysql.table"},
 		{[]string{"config", "--log-level=loud"}, "log.level"},
 		{[]string{"run", "--mysql-dsn=root:@tcp(127.0.0.1:3306)/"}, "mysql.dsn: names no database"},
+		{[]string{"run"}, "mysql.dsn: missing: the relay has no default database"},
+		{[]string{"migrate", "--print-sql"}, "mysql.dsn: missing"},
 		{[]string{"config", "--config=/nonexistent/outbox.yaml"}, "/nonexistent/outbox.yaml"},
-		{[]string{"requeue"}, "--all-dead"},
-		{[]string{"requeue", "--older-than=-1h", "--all-dead"}, "--older-than"},
-		{[]string{"dead"}, "dead list"},
-		{[]string{"dead", "list", "--limit=0"}, "--limit"},
-		{[]string{"purge"}, "--older-than"},
-		{[]string{"purge", "--older-than=1h", "--delete-batch-size=0"}, "--delete-batch-size"},
+		{[]string{"requeue", dsn}, "--all-dead"},
+		{[]string{"requeue", "--older-than=-1h", "--all-dead", dsn}, "--older-than"},
+		{[]string{"dead", dsn}, "dead list"},
+		{[]string{"dead", "list", "--limit=0", dsn}, "--limit"},
+		{[]string{"purge", dsn}, "--older-than"},
+		{[]string{"purge", "--older-than=1h", "--delete-batch-size=0", dsn}, "--delete-batch-size"},
 		{[]string{"migrate", "extra-arg"}, "unknown command"},
 	}
 	for _, tt := range tests {

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -88,24 +90,24 @@ func lastSQLLine(s string) string {
 }
 
 // migrate on a live seed table runs the online step and stops before the blocking one unless
-// --allow-blocking; --dedupe-table creates the consumer's dedupe table.
+// --allow-blocking; --dedupe-table with --table creates the consumer's dedupe table as well.
 func TestMigrateLiveTableNeedsAllowBlocking(t *testing.T) {
 	t.Parallel()
 	db := testenv.MySQL(t)
 	dsn := "--mysql-dsn=" + db.DSN
 	seed002(t, db)
-	r := cli(t, "", false, "migrate", dsn, "--dedupe-table=stock_dedupe")
+	r := cli(t, "", false, "migrate", dsn, "--dedupe-table=stock_dedupe", "--table=local_message")
 	if r.code != exitRuntime || !strings.Contains(r.errOut, "--allow-blocking") || !strings.Contains(r.errOut, "AUTO_INCREMENT") {
 		t.Fatalf("migrate of a live seed table: %+v", r)
 	}
 	if ddl := createTable(t, db, "local_message"); !strings.Contains(ddl, "`sent_time`") || strings.Contains(ddl, "AUTO_INCREMENT") {
 		t.Fatalf("online step not applied, or blocking step applied:\n%s", ddl)
 	}
-	r = cli(t, "", false, "migrate", dsn, "--allow-blocking", "--dedupe-table=stock_dedupe")
+	r = cli(t, "", false, "migrate", dsn, "--allow-blocking", "--dedupe-table=stock_dedupe", "--table=local_message")
 	if r.code != 0 || !strings.Contains(r.out, "local_message: upgraded") || !strings.Contains(r.out, "stock_dedupe: dedupe table created") {
 		t.Fatalf("migrate --allow-blocking: %+v", r)
 	}
-	r = cli(t, "", false, "migrate", dsn, "--dedupe-table=stock_dedupe")
+	r = cli(t, "", false, "migrate", dsn, "--dedupe-table=stock_dedupe", "--table=local_message")
 	if r.code != 0 || r.out != "local_message: up to date\nstock_dedupe: dedupe table exists\n" {
 		t.Fatalf("second migrate: %+v", r)
 	}

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -95,6 +97,9 @@ locks with relay.partitions > 1.`,
 					fmt.Fprintf(tw, "  partition %d/%d\t%s\n", p, len(r.Partitions), lockText(l))
 				}
 				fmt.Fprintf(tw, "  pending\t%d\n  failed\t%d\n  sent\t%d\n  dead\t%d\n", r.Pending, r.Failed, r.Sent, r.Dead)
+				if r.Deleted > 0 {
+					fmt.Fprintf(tw, "  deleted, never sent\t%d\n", r.Deleted)
+				}
 				fmt.Fprintf(tw, "  due now\t%d\n  oldest due\t%s\n", r.Due, r.OldestDueAge.Round(time.Second))
 				if len(r.ByTopic) > 0 {
 					fmt.Fprintln(tw, "\n  STATUS\tTOPIC\tCOUNT\t")

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package config
 
 import (
@@ -66,7 +68,8 @@ type Config struct {
 
 // MySQL is where the outbox table lives.
 type MySQL struct {
-	// DSN is the go-sql-driver/mysql DSN (mysql.dsn). Defaults to root:@tcp(127.0.0.1:3306)/test.
+	// DSN is the go-sql-driver/mysql DSN (mysql.dsn). Required unless Databases is set: there
+	// is no default, so a forgotten DSN never reaches a database nobody chose.
 	// It may hold a password: print it only through Redacted.
 	DSN string
 	// Table is the outbox table (mysql.table). Defaults to local_message.
@@ -295,11 +298,11 @@ func (c Config) Tables() []string {
 }
 
 // Default returns the configuration with every key at its default, whatever the
-// environment.
+// environment. mysql.dsn has no default, so Default alone does not validate.
 func Default() Config {
-	c, err := loadFrom(defaultsViper(), "", nil)
-	if err != nil {
-		panic(fmt.Sprintf("config: defaults do not load: %v", err)) // a bug in this package
+	c, probs, err := decode(defaultsViper(), "", nil)
+	if err != nil || len(probs) > 0 {
+		panic(fmt.Sprintf("config: defaults do not decode: %v %v", err, probs)) // a bug in this package
 	}
 	return c
 }
@@ -328,8 +331,16 @@ func (c Config) problems() []problem {
 	}
 
 	// mysql, databases
-	if p := dsnProblem(c.MySQL.DSN); p != "" {
-		bad(KeyMySQLDSN, "%s", p)
+	switch {
+	case len(c.Databases) > 0:
+		// databaseProblems: mysql.dsn must then be unset.
+	case c.MySQL.DSN == "":
+		bad(KeyMySQLDSN, "missing: the relay has no default database; set it in the file, in %s or with --%s "+
+			"(e.g. relay:secret@tcp(db:3306)/shop), or list databases", EnvName(KeyMySQLDSN), FlagName(KeyMySQLDSN))
+	default:
+		if p := dsnProblem(c.MySQL.DSN); p != "" {
+			bad(KeyMySQLDSN, "%s", p)
+		}
 	}
 	if err := schema.ValidateIdent(c.MySQL.Table); err != nil {
 		bad(KeyMySQLTable, "%v", err)

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package config
 
 import (
@@ -13,10 +15,15 @@ import (
 	"github.com/outbox-relay/outbox-relay/backoff"
 )
 
+// testDSN is the mysql.dsn load supplies when a test sets none.
+const testDSN = "root:@tcp(127.0.0.1:3306)/test"
+
 // load writes yaml (if not empty) to a temporary file and loads it with args as flags.
 func load(t *testing.T, yaml string, args ...string) (Config, error) {
 	t.Helper()
 	v := NewViper()
+	// mysql.dsn is required; tests of other keys get testDSN unless they set one.
+	v.SetDefault(KeyMySQLDSN, testDSN)
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -47,7 +54,7 @@ func mustLoad(t *testing.T, yaml string, args ...string) Config {
 func TestDefaults(t *testing.T) {
 	t.Parallel()
 	want := Config{
-		MySQL:    MySQL{DSN: "root:@tcp(127.0.0.1:3306)/test", Table: "local_message", Tables: []string{}},
+		MySQL:    MySQL{DSN: testDSN, Table: "local_message", Tables: []string{}},
 		Redis:    Redis{Addr: "127.0.0.1:6379", Addrs: []string{}},
 		RocketMQ: RocketMQ{NameServers: []string{"127.0.0.1:9876"}, Group: "outbox-relay", SendTimeout: 3 * time.Second},
 		Relay: Relay{
@@ -65,8 +72,9 @@ func TestDefaults(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("defaults:\n got %s\nwant %s", got, want)
 	}
+	want.MySQL.DSN = "" // required: no default
 	if !reflect.DeepEqual(Default(), want) {
-		t.Fatal("Default() differs from Load with nothing set")
+		t.Fatal("Default() differs from Load with nothing but mysql.dsn set")
 	}
 	if got.Tables()[0] != "local_message" || len(got.Tables()) != 1 {
 		t.Fatalf("Tables() = %v", got.Tables())
@@ -354,6 +362,29 @@ log: {format: console}
 	back := mustLoad(t, string(y))
 	if !reflect.DeepEqual(back, c.Redacted()) {
 		t.Fatalf("round trip differs:\n%s\n%s", y, back)
+	}
+}
+
+// A configuration without mysql.dsn (and without databases) is refused naming the key and
+// how to set it: the relay never falls back to a database nobody chose.
+func TestMissingDSNIsAnError(t *testing.T) {
+	t.Setenv("OUTBOX_MYSQL_DSN", "")
+	_, err := Load(NewViper(), "")
+	if err == nil {
+		t.Fatal("Load accepted a configuration without mysql.dsn")
+	}
+	for _, want := range []string{"mysql.dsn: missing", "OUTBOX_MYSQL_DSN", "--mysql-dsn"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	// The databases list needs no mysql.dsn.
+	file := filepath.Join(t.TempDir(), "dbs.yaml")
+	if err := os.WriteFile(file, []byte("databases: [{name: shop, dsn: 'u:p@tcp(h:3306)/shop'}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(NewViper(), file); err != nil {
+		t.Fatalf("databases without mysql.dsn: %v", err)
 	}
 }
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package config
 
 import (
@@ -78,7 +80,7 @@ var defaults = []struct {
 	key string
 	val any
 }{
-	{KeyMySQLDSN, "root:@tcp(127.0.0.1:3306)/test"},
+	{KeyMySQLDSN, ""}, // required: Config.problems
 	{KeyMySQLTable, "local_message"},
 	{KeyMySQLTables, []string{}},
 	{KeyDatabases, []any{}},

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package ops
 
 import (
@@ -39,11 +41,14 @@ type TopicCount struct {
 // StatusReport summarizes an outbox table.
 type StatusReport struct {
 	Table string `json:"table"`
-	// Pending, Failed, Sent and Dead count all rows of each status (deleted ones included).
+	// Pending, Failed, Sent and Dead count the rows of each status; rows marked is_deleted = 1
+	// are never sent, so Pending, Failed and Dead leave them out (Sent counts them all).
 	Pending int64 `json:"pending"`
 	Failed  int64 `json:"failed"`
 	Sent    int64 `json:"sent"`
 	Dead    int64 `json:"dead"`
+	// Deleted counts the unsent rows (pending, failed or dead) marked is_deleted = 1.
+	Deleted int64 `json:"deleted"`
 	// Due counts the rows the relay should be sending now (pending or failed, next_retry_time
 	// passed, not deleted).
 	Due int64 `json:"due"`
@@ -116,6 +121,19 @@ func Status(ctx context.Context, db *sql.DB, table string, now time.Time) (Statu
 		}
 		tc.Status, tc.Deleted = outbox.Status(st).String(), del != 0
 		r.ByTopic = append(r.ByTopic, tc)
+		if tc.Deleted {
+			// The count by status comes from the index alone; this query reads the unsent
+			// rows anyway, so it is where the deleted ones are taken out of the backlog.
+			r.Deleted += tc.Count
+			switch outbox.Status(st) {
+			case outbox.StatusPending:
+				r.Pending -= tc.Count
+			case outbox.StatusFailed:
+				r.Failed -= tc.Count
+			case outbox.StatusDead:
+				r.Dead -= tc.Count
+			}
+		}
 	}
 	if err := closeRows(rows); err != nil {
 		return r, fmt.Errorf("count %s by topic: %w", table, err)

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package remoting is a small client of RocketMQ's remoting protocol for the few requests
 // the relay makes itself, beside rocketmq-client-go: asking the name servers which brokers
 // are alive, so that a topic without a route can be told from a cluster without brokers.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package charttest checks the Helm chart deploy/helm/outbox-relay and the manifests of
 // deploy/kubernetes against the Kubernetes API types and against the outbox-relay binary.
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command relaybench is the development benchmark tool of outbox-relay: it runs the relay
 // against MariaDB/MySQL, Redis and the in-process test broker (internal/rmqtest), which the
 // release binary does not link. Run it from a checkout:

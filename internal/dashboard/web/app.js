@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // outbox-relay dashboard. Every value from the server reaches the page as text (textContent,
 // text nodes), never as markup: a message body holding <script> stays text. The token (read
 // or admin) lives in sessionStorage only and goes out only in the Authorization header of the
