@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/outbox-relay/outbox-relay/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/tcpproxy"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
@@ -428,5 +430,60 @@ func TestOutageRowsFollowTheBrokersReturn(t *testing.T) {
 	}
 	if late > 0 {
 		t.Fatalf("%d of %d rows deferred during the outage waited out their deferral after the broker was back", late, len(deferred))
+	}
+}
+
+// BenchmarkOutageRecovery: writers commit 50 rows a second throughout a broker outage of
+// OUTAGE (default 25s); reports how long after the broker's return the outage's rows were
+// all sent (drained_s):
+//
+//	go test -run '^$' -bench OutageRecovery -benchtime 1x ./relay/
+func BenchmarkOutageRecovery(b *testing.B) {
+	outage := 25 * time.Second
+	if v := os.Getenv("OUTAGE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		outage = d
+	}
+	for i := 0; i < b.N; i++ {
+		bu := setup(b)
+		cfg := bu.config()
+		cfg.Backoff = backoff.Policy{} // the defaults, as deployed
+		cfg.DisableNudge = true
+		wctx, stopWriters := context.WithCancel(context.Background())
+		written := make(chan struct{})
+		go func() {
+			defer close(written)
+			for n := 0; wctx.Err() == nil; n++ {
+				if err := bu.writer.InsertNoTx(context.Background(), bu.db.DB, []outbox.Message{{MsgID: fmt.Sprintf("w%06d", n), Topic: "orders", Body: []byte("w")}}); err != nil {
+					b.Error(err)
+					return
+				}
+				select {
+				case <-wctx.Done():
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}()
+		run(b, bu.newRelay(b, cfg))
+		eventually(b, 30*time.Second, "rows flowing", func() bool { return countWhere(b, bu.db.DB, "status = 2") >= 20 })
+		bu.broker.StopBroker()
+		time.Sleep(outage) // the outage itself, not a synchronisation
+		if err := bu.broker.StartBroker(); err != nil {
+			b.Fatal(err)
+		}
+		back := time.Now()
+		var maxID int64
+		if err := bu.db.QueryRow("SELECT MAX(id) FROM local_message").Scan(&maxID); err != nil {
+			b.Fatal(err)
+		}
+		eventually(b, 120*time.Second, "every row of the outage sent", func() bool {
+			return countWhere(b, bu.db.DB, "id <= ? AND status <> 2", maxID) == 0
+		})
+		b.ReportMetric(time.Since(back).Seconds(), "drained_s")
+		stopWriters()
+		<-written
 	}
 }
