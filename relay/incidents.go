@@ -143,12 +143,21 @@ func (in *incidents) judge(items []item, results []result) (recovered bool) {
 			if !seen {
 				since = now
 				in.missing[topic] = now
+				in.log.Warn().Str("topic", topic).Err(err).
+					Msg("topic has no route on the name servers: its rows end dead after their retries unless it appears (create it where autoCreateTopicEnable=false)")
 			}
-			if _, delivered := in.goodTopics[topic]; !delivered && now.Sub(since) >= topicMissingGrace {
+			_, delivered := in.goodTopics[topic]
+			switch {
+			case !delivered && now.Sub(since) >= topicMissingGrace:
 				res.kind = retry // the topic's own problem: counted, dead after its retries
-			} else {
+			case delivered:
+				// Delivered before by this process: its brokers left the name servers, an outage.
 				res.kind = deferred
 				res.delay = in.deferDelay(k, err, now)
+				res.reason += deferredMark
+			default:
+				res.kind = deferred
+				res.delay = time.Duration(float64(time.Second) * (0.75 + 0.5*rand.Float64()))
 				res.reason += " (no route yet: attempt not counted)"
 			}
 		case SendMisconfigured:
