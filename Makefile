@@ -15,7 +15,7 @@ BENCHTIME ?= 1s
 # BENCH_ROWS is the backlog drained by the relay's benchmarks and by `outbox-relay bench`.
 BENCH_ROWS ?= 100000
 
-.PHONY: help build check-build services services-stop rocketmq rocketmq-stop sql-recipes-deps test test-race test-short test-alerts bench bench-local bench-load bench-failover bench-partitions lint vet demo clean
+.PHONY: help build check-build services services-stop rocketmq rocketmq-stop sql-recipes-deps test test-race test-short test-alerts test-chart bench bench-local bench-load bench-failover bench-rolling bench-partitions lint vet demo clean
 
 help:
 	@echo "make demo        run the order service example end to end (starts MariaDB and Redis);"
@@ -23,14 +23,17 @@ help:
 	@echo "make test        start the servers, go vet, every test, and check the release build"
 	@echo "make test-race   every test under the race detector"
 	@echo "make test-short  go test -short: packages skip their slow tests"
+	@echo "make test-chart  render the Helm chart, check it against the Kubernetes API types and the binary"
 	@echo "make test-alerts promtool check rules and test rules of deploy/prometheus (fetches promtool)"
 	@echo "make bench       the benchmarks (BENCHTIME=$(BENCHTIME))"
 	@echo "make bench-local drain BENCH_ROWS rows to the in-process test broker (no RocketMQ needed)"
 	@echo "make bench-load  production load: writers, relay processes, outbox-relay vs seed 002 (~8 min)"
 	@echo "make bench-failover  delivery gap after kill -9 and SIGTERM of the leader"
+	@echo "make bench-rolling   a Kubernetes rolling update replayed with relay processes: gap, duplicates, RSS"
 	@echo "make bench-partitions  a relay group sharing one table: rows/s with 1-3 relays, takeover, Redis upkeep"
 	@echo "make lint        gofmt and go vet"
 	@echo "make build       static binary $(BIN) (CGO_ENABLED=0, -trimpath, version stamps)"
+	@echo "make release VERSION=vX.Y.Z  tag, binaries, SHA256SUMS and notes in dist/VERSION (docs/releasing.md)"
 	@echo "make services    start or reuse MariaDB and Redis on 127.0.0.1"
 	@echo "make rocketmq    start or reuse Apache RocketMQ (name server 127.0.0.1:19876) from Maven Central"
 
@@ -47,6 +50,15 @@ check-build:
 	  || { echo "check-build: bad version output:" >&2; cat bin/.check-build.out >&2; exit 1; }
 	@if ldd bin/release/outbox-relay >/dev/null 2>&1; then echo "check-build: bin/release/outbox-relay is dynamically linked" >&2; exit 1; fi
 	@echo "check-build: bin/release/outbox-relay $(VERSION) is static and runs"
+
+# release builds a tagged release into dist/VERSION (scripts/release.sh, docs/releasing.md).
+.PHONY: release spdx
+release:
+	@VERSION='$(VERSION)' bash scripts/release.sh
+
+# spdx gives every source file its SPDX licence identifier (scripts/spdx.sh).
+spdx:
+	@bash scripts/spdx.sh
 
 # services starts (or reuses) private MariaDB and Redis servers and writes their addresses to
 # bin/services.env, which test and demo read; it never changes a server it did not start.
@@ -74,13 +86,25 @@ WITH_SERVICES = set -a && . bin/services.env && set +a &&
 
 vet:
 	$(GO) vet ./...
+	$(GO) -C $(CHARTTEST) vet ./...
+
+# CHARTTEST is the Helm chart's test (deploy/helm/charttest): a Go module of its own, so that
+# Helm's and Kubernetes' libraries stay out of the relay's go.mod; `./...` does not reach it.
+CHARTTEST := deploy/helm/charttest
 
 test: services rocketmq sql-recipes-deps browser-deps vet
 	$(WITH_SERVICES) $(GO) test -count=1 -timeout 15m ./...
+	$(MAKE) --no-print-directory test-chart
 	$(MAKE) --no-print-directory check-build
+
+# test-chart renders deploy/helm/outbox-relay, decodes every manifest into the Kubernetes API
+# types and checks them against the relay binary (and a running relay, with the servers).
+test-chart: services rocketmq
+	$(WITH_SERVICES) $(GO) -C $(CHARTTEST) test -count=1 -timeout 10m ./...
 
 test-race: services rocketmq
 	$(WITH_SERVICES) $(GO) test -race -count=1 -timeout 25m ./...
+	$(WITH_SERVICES) $(GO) -C $(CHARTTEST) test -race -count=1 -timeout 10m ./...
 
 # test-alerts checks the shipped Prometheus rules and runs their promtool unit tests;
 # scripts/promtool.sh fetches promtool from Debian's prometheus package when it is missing.
@@ -122,10 +146,15 @@ bench-load: services
 bench-failover: services
 	$(WITH_SERVICES) $(GO) run ./internal/cmd/relaybench failover
 
+# bench-rolling replays a Kubernetes rolling update with processes (docs/kubernetes.md).
+bench-rolling: services
+	$(WITH_SERVICES) $(GO) run ./internal/cmd/relaybench rolling $(ROLLING_ARGS)
+
 bench-partitions: services
 	$(WITH_SERVICES) $(GO) run ./internal/cmd/relaybench partitions $(PARTITIONS_ARGS)
 
 lint: vet
+	@bash scripts/spdx.sh --check
 	@files=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$files" ]; then echo "gofmt needed:"; echo "$$files"; exit 1; fi
 

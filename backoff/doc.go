@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package backoff computes how long the relay waits before it retries a message that failed.
 //
 // The default schedule is seed 002's: min(base * 2^n, max) with base 1s and max 1h, so the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package idempotency turns the relay's at-least-once delivery into an exactly-once
 // business effect on the consumer side.
 //
@@ -52,6 +54,21 @@
 // duplicate arriving after Retention is applied again. Choose ClaimTTL well above the
 // slowest handler (default 5 minutes) and Retention above the longest replay window
 // (default 72 hours).
+//
+// What Redis may do to exactly once: every consumed key has a TTL, so a maxmemory-policy
+// other than noeviction (volatile-lru is managed Redis's usual default) evicts consumed keys
+// when memory runs short; a restart without persistence (no appendonly, no RDB) forgets them
+// all, and an RDB-only server the last minutes'; replication is asynchronous, so a failover
+// may lose the keys written just before it. In each case a redelivery arriving afterwards is
+// applied again. OpenRedisStore checks eviction and persistence at start and refuses an
+// unsafe server (RedisConfig.AllowUnsafe turns that into a warning); nothing removes the
+// failover window. For money, use SQLGuard.
+//
+// A Duplicate is logged at debug level by the middleware and counted in
+// outbox_consumer_duplicates_total (rocketmqmw.Config.Registerer). RedisStore keeps a
+// fingerprint of the first delivery's body beside a consumed key, so that a duplicate whose
+// body differs, a distinct event that shares the identity of an earlier one, is logged at
+// warn level: its identity lacks what tells the events apart (see TopicTagIdentity).
 //
 // # RocketMQ
 //

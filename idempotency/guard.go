@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package idempotency
 
 import (
@@ -101,6 +103,17 @@ func NewGuard(store Store, cfg Config) (*Guard, error) {
 // so that a consumer shutting down still records what it did. If fn panics the claim is
 // released and the panic goes on.
 func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context) error) (Result, error) {
+	return g.DoWithFingerprint(ctx, key, "", fn)
+}
+
+// Group returns the consumer group of the guard's keys (Config.Group).
+func (g *Guard) Group() string { return g.cfg.Group }
+
+// DoWithFingerprint is Do that also remembers fingerprint (a digest of the message's body)
+// with a consumed key, when the Store is a Fingerprinter, and on a Duplicate returns the
+// first delivery's in Result.FirstFingerprint: a distinct event sharing the identity of an
+// earlier one can then be told from a redelivery. An empty fingerprint is Do.
+func (g *Guard) DoWithFingerprint(ctx context.Context, key, fingerprint string, fn func(ctx context.Context) error) (Result, error) {
 	if key == "" {
 		return Result{Outcome: Failed}, ErrNoKey
 	}
@@ -113,9 +126,14 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context)
 	if err != nil {
 		return Result{Outcome: Failed}, err
 	}
+	fp, _ := g.store.(Fingerprinter)
 	switch res {
 	case ClaimConsumed:
-		return Result{Outcome: Duplicate}, nil
+		r := Result{Outcome: Duplicate}
+		if fp != nil && fingerprint != "" {
+			r.FirstFingerprint, _ = fp.Fingerprint(ctx, storeKey) // best effort: a hint for logs
+		}
+		return r, nil
 	case ClaimHeld:
 		return Result{Outcome: InProgress}, ErrInProgress
 	case ClaimAcquired:
@@ -141,6 +159,9 @@ func (g *Guard) Do(ctx context.Context, key string, fn func(ctx context.Context)
 	}
 	if err := g.store.Finish(after, storeKey, token, g.cfg.Retention); err != nil {
 		return Result{Outcome: Applied, NotRecorded: fmt.Errorf("idempotency: %q applied but not recorded: %w", key, err)}, nil
+	}
+	if fp != nil && fingerprint != "" {
+		_ = fp.SetFingerprint(after, storeKey, fingerprint, g.cfg.Retention) // best effort: a hint for logs
 	}
 	return Result{Outcome: Applied}, nil
 }

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package idempotency
 
 import (
@@ -40,6 +42,10 @@ type Result struct {
 	// applied again. Only Guard sets it; SQLGuard records the key in the effect's own
 	// transaction.
 	NotRecorded error
+	// FirstFingerprint is, for a Duplicate, the fingerprint the first delivery of the key was
+	// applied with (Guard.DoWithFingerprint on a Store that is a Fingerprinter); empty when
+	// unknown. A different one means a distinct event shares the identity and was skipped.
+	FirstFingerprint string
 }
 
 // String returns the outcome's name in lower case, for logs and metrics labels.

@@ -1,9 +1,12 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package idempotency
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -53,6 +56,11 @@ type RedisConfig struct {
 	// KeyPrefix is put before every key, to keep the store's keys apart from others in the
 	// same Redis database. Defaults to DefaultRedisKeyPrefix ("idempotency:").
 	KeyPrefix string
+	// AllowUnsafe lets OpenRedisStore open a store on a server that may forget consumed keys
+	// (see CheckRedis), logging the risks at warn level instead of refusing. Defaults to false.
+	AllowUnsafe bool
+	// Logger receives OpenRedisStore's warning. Defaults to slog.Default().
+	Logger *slog.Logger
 }
 
 // RedisStore is a Store in Redis: a claim is SET key consuming:<token> NX PX ttl, and
@@ -70,7 +78,8 @@ type RedisStore struct {
 var _ Store = (*RedisStore)(nil)
 
 // NewRedisStore returns a Store on rdb, which can be a *redis.Client, *redis.ClusterClient or
-// anything else that runs scripts.
+// anything else that runs scripts. It does not look at the server's settings: OpenRedisStore
+// does, and refuses a server that may evict or lose consumed keys.
 func NewRedisStore(rdb redis.Scripter, cfg RedisConfig) (*RedisStore, error) {
 	if rdb == nil {
 		return nil, errors.New("idempotency: NewRedisStore: nil Redis client")
@@ -123,4 +132,38 @@ func (s *RedisStore) Release(ctx context.Context, key, token string) error {
 		return fmt.Errorf("idempotency: release %q: %w", key, ErrClaimLost)
 	}
 	return nil
+}
+
+// fingerprintKey is where key's fingerprint is kept: a space after the prefix, which no
+// group (and so no key of Guard's) can hold, keeps the two apart.
+func (s *RedisStore) fingerprintKey(key string) string { return s.prefix + "fp " + key }
+
+var _ Fingerprinter = (*RedisStore)(nil)
+
+// SetFingerprint implements Fingerprinter.
+func (s *RedisStore) SetFingerprint(ctx context.Context, key, fingerprint string, retention time.Duration) error {
+	c, ok := s.rdb.(redis.StringCmdable)
+	if !ok {
+		return nil
+	}
+	if err := c.Set(ctx, s.fingerprintKey(key), fingerprint, retention).Err(); err != nil {
+		return fmt.Errorf("idempotency: keep the fingerprint of %q in redis: %w", key, err)
+	}
+	return nil
+}
+
+// Fingerprint implements Fingerprinter.
+func (s *RedisStore) Fingerprint(ctx context.Context, key string) (string, error) {
+	c, ok := s.rdb.(redis.StringCmdable)
+	if !ok {
+		return "", nil
+	}
+	v, err := c.Get(ctx, s.fingerprintKey(key)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("idempotency: read the fingerprint of %q in redis: %w", key, err)
+	}
+	return v, nil
 }

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package idempotency
 
 import (
@@ -71,6 +73,9 @@ type SQLGuard struct {
 	insertSQL string
 	purgeSQL  string
 }
+
+// Group returns the consumer group of the guard's keys (SQLConfig.Group).
+func (g *SQLGuard) Group() string { return g.cfg.Group }
 
 // NewSQLGuard returns a SQLGuard. Zero fields of cfg take their documented defaults; an
 // invalid field is reported by name. It does not touch the database: create the table with

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package idempotency
 
 import (
@@ -52,4 +54,14 @@ type Store interface {
 	// Release frees key so that a redelivery can claim it at once, if and only if token still
 	// holds the claim. Otherwise it returns ErrClaimLost and leaves the key as it is.
 	Release(ctx context.Context, key, token string) error
+}
+
+// Fingerprinter is a Store that can also keep a fingerprint of the first delivery beside a
+// consumed key (Guard.DoWithFingerprint). RedisStore is one. Fingerprints are hints for
+// logs and metrics, never part of the decision to apply a message.
+type Fingerprinter interface {
+	// SetFingerprint keeps fingerprint for key for retention.
+	SetFingerprint(ctx context.Context, key, fingerprint string, retention time.Duration) error
+	// Fingerprint returns key's fingerprint, or "" when there is none.
+	Fingerprint(ctx context.Context, key string) (string, error)
 }

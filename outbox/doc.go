@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package outbox is the library a Go service uses to write outbox messages inside its own
 // database transaction, so that a message exists if and only if the business change that
 // caused it was committed.

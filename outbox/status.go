@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package outbox
 
 // Status is the delivery state of an outbox row, stored in its status column.

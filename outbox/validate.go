@@ -1,7 +1,10 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package outbox
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -145,4 +148,117 @@ func hasControl(s string) bool {
 		}
 	}
 	return false
+}
+
+// MaxPropertyBytes bounds the RocketMQ properties a message's fields make: every name and
+// value with its two separator bytes, the keys, tag, sharding key and msg_id among them.
+// RocketMQ's proxy refuses user properties over 16 KiB, and the Go client writes a batched
+// message's properties with a 16-bit length that larger ones would wrap, spilling bytes that
+// the broker would read as the next message. 1 KiB of the 16 is left to the properties the
+// client and the relay add (UNIQ_KEY, WAIT, DELAY, trace context).
+const MaxPropertyBytes = 15 << 10
+
+// MaxProperties is the most user properties a message may carry: the RocketMQ proxy's limit.
+const MaxProperties = 128
+
+// ErrInvalidField is matched by errors.Is for every *FieldError.
+var ErrInvalidField = errors.New("outbox: field cannot travel as a RocketMQ property")
+
+// FieldError reports a message field that would forge or break a RocketMQ property: a control
+// character (RocketMQ joins properties with bytes 1 and 2, unescaped) or too many property
+// bytes. Field is the table column (msg_id, msg_keys, sharding_key, tag, properties).
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string {
+	return e.Field + ": " + e.Reason
+}
+
+// Is makes errors.Is(err, ErrInvalidField) true.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalidField }
+
+// Fields are the parts of a message that the relay sends as RocketMQ properties.
+type Fields struct {
+	MsgID       string
+	Tag         string
+	Keys        []string
+	ShardingKey string
+	Properties  map[string]string
+}
+
+// ValidateFields checks that f travels as the properties it says and no others: a msg_id,
+// no control character (bytes 0-31 and 127, the separators 1 and 2 among them) in the
+// msg_id, keys, sharding key, tag or a property's name or value, at most MaxProperties
+// properties, and at most MaxPropertyBytes of them in all. The Writer refuses a message that
+// fails with a *FieldError; the relay parks such a row dead with the error as its reason,
+// unsent.
+func ValidateFields(f Fields) error {
+	if f.MsgID == "" {
+		return &FieldError{Field: "msg_id", Reason: "empty (NULL or '' in the table): a message needs its id"}
+	}
+	if err := controlFree("msg_id", f.MsgID); err != nil {
+		return err
+	}
+	if err := controlFree("tag", f.Tag); err != nil {
+		return err
+	}
+	// KEYS holds the keys joined by spaces, or the msg_id when there are none; the msg_id
+	// also goes as OUTBOX_MSG_ID.
+	keysLen := len(f.MsgID)
+	if len(f.Keys) > 0 {
+		keysLen = len(f.Keys) - 1
+	}
+	for _, k := range f.Keys {
+		if err := controlFree("msg_keys", k); err != nil {
+			return err
+		}
+		keysLen += len(k)
+	}
+	size := len("KEYS") + keysLen + 2 + propertySize(MsgIDProperty, f.MsgID)
+	if err := controlFree("sharding_key", f.ShardingKey); err != nil {
+		return err
+	}
+	if f.Tag != "" {
+		size += propertySize("TAGS", f.Tag)
+	}
+	if f.ShardingKey != "" {
+		size += propertySize("SHARDING_KEY", f.ShardingKey)
+	}
+	if len(f.Properties) > MaxProperties {
+		return &FieldError{Field: "properties", Reason: fmt.Sprintf("%d properties, over RocketMQ's limit of %d", len(f.Properties), MaxProperties)}
+	}
+	for k, v := range f.Properties {
+		if err := controlFree("properties", k); err != nil {
+			return err
+		}
+		if err := controlFree("properties", v); err != nil {
+			return &FieldError{Field: "properties", Reason: fmt.Sprintf("value of %q: %s", k, err.(*FieldError).Reason)}
+		}
+		size += propertySize(k, v)
+	}
+	if size > MaxPropertyBytes {
+		return &FieldError{Field: "properties", Reason: fmt.Sprintf(
+			"the message's properties (keys, tag, sharding key, msg_id and user properties) take %d bytes, over the limit of %d", size, MaxPropertyBytes)}
+	}
+	return nil
+}
+
+// propertySize is the bytes one property takes in RocketMQ's encoding: name 0x01 value 0x02.
+func propertySize(name, value string) int { return len(name) + len(value) + 2 }
+
+// controlFree returns a *FieldError naming the first control character of s, without
+// quoting s itself (it may be long, and is the attacker's text).
+func controlFree(field, s string) error {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f {
+			why := "a control character"
+			if c == 1 || c == 2 {
+				why = "a RocketMQ property separator"
+			}
+			return &FieldError{Field: field, Reason: fmt.Sprintf("byte %d is 0x%02x, %s: it would forge or break the message's properties", i, c, why)}
+		}
+	}
+	return nil
 }

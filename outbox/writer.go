@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package outbox
 
 import (
@@ -273,6 +275,9 @@ func withTrace(props, trace map[string]string) map[string]string {
 }
 
 func (w *Writer) validate(m *Message) error {
+	if err := ValidateFields(Fields{MsgID: m.MsgID, Tag: m.Tag, Keys: m.Keys, ShardingKey: m.ShardingKey, Properties: m.Properties}); err != nil {
+		return err
+	}
 	if len(m.MsgID) > MaxMsgIDLen {
 		return fmt.Errorf("msg_id is %d characters, over the limit of %d", len(m.MsgID), MaxMsgIDLen)
 	}
@@ -330,8 +335,10 @@ func asDuplicate(err error) *DuplicateError {
 	return &DuplicateError{MsgID: m[1], err: err}
 }
 
-// NudgeChannel is the Redis pub/sub channel on which the relay of table listens for nudges
-// (see outbox/redisnudge).
+// NudgeChannel is the Redis pub/sub channel of table's relay for writers that name no
+// database (see outbox/redisnudge). Relays listen on it as well as on NudgeChannelIn, the
+// channel of their own database, which writers should prefer: every relay of a table of
+// that name on the same Redis wakes on this one.
 func NudgeChannel(table string) string { return "outbox-relay:nudge:" + table }
 
 // maxNudgeKeys bounds the hashes one nudge carries; a nudge for more rows wakes every

@@ -13,6 +13,23 @@
 // pending or failed, so two relays at once can only publish a row twice, never lose it or
 // overwrite a newer state. Consumers dedupe with package idempotency.
 //
+// Where each guarantee is enforced (one place each):
+//   - Per-key order (a key's rows in id order, one in flight): plan.go, which lets an ordered
+//     key's rows go only as the prefix of its unsent rows present in the page (a row of an
+//     unordered route is no part of the stream), and publish.go, which sends a key's chain one
+//     message after the other and stops it at the first that is not sent.
+//   - What a failed send means: rocketmq_classify.go alone reads the client's errors and
+//     send statuses and leaves a SendError of one SendErrorKind; incidents.go alone turns the
+//     kind into a counted retry, a deferral or a dead row (the failure-accounting table of
+//     docs/decisions.md).
+//   - An acknowledged send is never forgotten: complete.go writes sent rows back even after
+//     the lock's validity ran out or the pass was cancelled, and leader.go lets the sends in
+//     flight finish when the lock is lost.
+//   - No status is overwritten by an older one: every UPDATE of store.go is guarded by the
+//     row's status and retry count as read.
+//   - A database stall is a statement left unanswered (progress.go), never a slow broker.
+//   - One layout of partitions at a time: layout.go.
+//
 // With Config.TracerProvider set, every message sent gets an OpenTelemetry producer span, a
 // child of the writer's trace context stored in the row, whose own context the message
 // carries on to the consumer (docs/configuration.md, "Tracing").

@@ -44,6 +44,7 @@ type Group struct {
 	assigned []int    // partitions this process is to hold, as last computed
 	seen     []string // live members, as last read
 	conflict string   // a member with another number of partitions, if any
+	renewErr error    // why the last membership renewal failed; nil after a success
 }
 
 // NewGroup checks cfg and returns the group of cfg.Table's cfg.Partitions partitions. The
@@ -55,6 +56,7 @@ func NewGroup(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) 
 	for p := 0; p < cfg.Partitions; p++ {
 		pc := cfg
 		pc.Partition = p
+		pc.layoutKey = cfg.LockKey + ":layout"
 		if cfg.Partitions > 1 {
 			pc.LockKey = PartitionLockKey(cfg.LockKey, p, cfg.Partitions)
 		}
@@ -92,6 +94,15 @@ func PartitionLockKey(key string, p, n int) string { return fmt.Sprintf("%s:%d/%
 
 // Relays returns the group's relays, one per partition.
 func (g *Group) Relays() []*Relay { return slices.Clone(g.parts) }
+
+// MembershipError returns why the last renewal of this relay's group membership in Redis
+// failed (a missing ACL permission, Redis down), or nil. While it fails the relay is assigned
+// nothing and waits for no lock.
+func (g *Group) MembershipError() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.renewErr
+}
 
 // Members returns how many relays of the group this process saw in Redis at its last
 // renewal, whatever their number of partitions.
@@ -173,6 +184,9 @@ func (g *Group) heartbeat(ctx context.Context) {
 	hctx, cancel := context.WithTimeout(ctx, g.cfg.LockTTL/4)
 	members, err := membership.Run(hctx, g.rdb, []string{g.members}, g.member, memberTTL(g.cfg.LockTTL).Milliseconds()).StringSlice()
 	cancel()
+	g.mu.Lock()
+	g.renewErr = err
+	g.mu.Unlock()
 	if err != nil {
 		if ctx.Err() == nil {
 			g.log.Warn().Err(err).Msg("group: membership not renewed")
@@ -257,7 +271,17 @@ func (g *Group) sampleBacklogEvery(ctx context.Context, every time.Duration) {
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
+	// outbox_relay_lock_wait_seconds: how long this process has gone without partition 0's
+	// lock (the whole table's with one partition), so that OutboxRelayLockWaitLong (the
+	// minimum over the table's relays above a minute) fires when no relay holds it.
+	lastLed := time.Now()
 	for {
+		if first.leading.Load() {
+			lastLed = time.Now()
+			first.metrics.SetLockWait(0)
+		} else {
+			first.metrics.SetLockWait(time.Since(lastLed))
+		}
 		if g.cfg.Partitions == 1 || first.leading.Load() {
 			first.sampleBacklog(ctx)
 		} else {
@@ -292,7 +316,16 @@ func (g *Group) fanOutNudges(ctx context.Context) {
 	for i, r := range g.parts {
 		outs[i] = r.nudgeIn
 	}
-	forwardNudges(ctx, g.rdb.Subscribe(ctx, outbox.NudgeChannel(g.cfg.Table)), outs)
+	forwardNudges(ctx, g.rdb.Subscribe(ctx, nudgeChannels(g.cfg.Database, g.cfg.Table)...), outs)
+}
+
+// nudgeChannels are the channels a table's relay listens on: its database's, and the one
+// without a database that writers of earlier versions (and those naming none) publish on.
+func nudgeChannels(database, table string) []string {
+	if database == "" {
+		return []string{outbox.NudgeChannel(table)}
+	}
+	return []string{outbox.NudgeChannelIn(database, table), outbox.NudgeChannel(table)}
 }
 
 // assign shares n partitions among members, the same way in every process: each member

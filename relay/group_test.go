@@ -8,7 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/tcpproxy"
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/schema"
@@ -381,4 +385,68 @@ func BenchmarkOrderedUnderDroppedConnections(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestNewLayoutWaitsForTheOldLayoutsLocks: relays with relay.partitions = 2 hold the table;
+// relays with 4 start beside them (a change of relay.partitions being rolled out). One old
+// relay then loses Redis for longer than the group's membership lasts: it drops out of the
+// members while it still holds its locks. The new relays must not lead any partition until
+// the old relay's locks have run out: at no moment do an old and a new relay lead at once.
+func TestNewLayoutWaitsForTheOldLayoutsLocks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.migrate(t, 2)
+	proxy, err := tcpproxy.Start(testenv.RedisAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	opts := *b.rdb.Options()
+	opts.Addr = proxy.Addr()
+	opts.ReadTimeout, opts.WriteTimeout = 100*time.Millisecond, 100*time.Millisecond
+	oldRdb := redis.NewClient(&opts)
+	t.Cleanup(func() { oldRdb.Close() })
+
+	cfg := b.config()
+	cfg.LockTTL = time.Second
+	cfg.Partitions = 2
+	oldGroup, err := relay.NewGroup(b.db.DB, oldRdb, b.pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runGroup(t, oldGroup)
+	leading := func(g *relay.Group) int {
+		n := 0
+		for _, r := range g.Relays() {
+			if r.Health().Leader {
+				n++
+			}
+		}
+		return n
+	}
+	eventually(t, 30*time.Second, "the old relay leading both partitions", func() bool { return leading(oldGroup) == 2 })
+	cfg.Partitions = 4
+	newGroup := b.newGroup(t, cfg)
+	runGroup(t, newGroup)
+
+	check := func(what string, until func() bool, within time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for !until() {
+			if o, n := leading(oldGroup), leading(newGroup); o > 0 && n > 0 {
+				t.Fatalf("%s: the old layout leads %d partitions and the new one %d at once", what, o, n)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out after %s waiting for %s", within, what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// The new relays join and wait (the old member is the oldest of the group).
+	joined := time.Now().Add(3 * cfg.LockTTL)
+	check("the new relays waiting beside the old", func() bool { return time.Now().After(joined) }, 10*time.Second)
+	proxy.Freeze()
+	check("the old relay's locks running out", func() bool { return leading(oldGroup) == 0 }, 30*time.Second)
+	check("the new relays taking the table over", func() bool { return leading(newGroup) == 4 }, 30*time.Second)
+	proxy.Thaw()
 }

@@ -83,6 +83,10 @@ func brokerKey(err error) string {
 	return "cluster"
 }
 
+// deferredMark ends the reason of a row deferred by a broker's incident; the rows carrying it
+// are brought forward when the broker recovers (store.hastenDeferred).
+const deferredMark = " (broker incident: attempt not counted)"
+
 // topicMissingGrace is how long a topic must have been without a route before its attempts
 // count. A broker that shuts down takes its topics' routes off the name servers; a topic that
 // only lived there looks missing until the broker is back, and a short restart must not kill
@@ -91,8 +95,9 @@ const topicMissingGrace = incidentWindow
 
 // judge turns the page's failed results into counted retries or deferrals by the kind of
 // their error (SendErrorKind; the table in docs/decisions.md, "Failure accounting") and
-// updates the brokers' and topics' states.
-func (in *incidents) judge(items []item, results []result) {
+// updates the brokers' and topics' states. It reports whether a broker's incident ended
+// with this page: the rows it deferred may be tried again now.
+func (in *incidents) judge(items []item, results []result) (recovered bool) {
 	now := time.Now()
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -138,12 +143,21 @@ func (in *incidents) judge(items []item, results []result) {
 			if !seen {
 				since = now
 				in.missing[topic] = now
+				in.log.Warn().Str("topic", topic).Err(err).
+					Msg("topic has no route on the name servers: its rows end dead after their retries unless it appears (create it where autoCreateTopicEnable=false)")
 			}
-			if _, delivered := in.goodTopics[topic]; !delivered && now.Sub(since) >= topicMissingGrace {
+			_, delivered := in.goodTopics[topic]
+			switch {
+			case !delivered && now.Sub(since) >= topicMissingGrace:
 				res.kind = retry // the topic's own problem: counted, dead after its retries
-			} else {
+			case delivered:
+				// Delivered before by this process: its brokers left the name servers, an outage.
 				res.kind = deferred
 				res.delay = in.deferDelay(k, err, now)
+				res.reason += deferredMark
+			default:
+				res.kind = deferred
+				res.delay = time.Duration(float64(time.Second) * (0.75 + 0.5*rand.Float64()))
 				res.reason += " (no route yet: attempt not counted)"
 			}
 		case SendMisconfigured:
@@ -153,12 +167,12 @@ func (in *incidents) judge(items []item, results []result) {
 		case SendUnreachable:
 			res.kind = deferred
 			res.delay = in.deferDelay(k, err, now)
-			res.reason += " (broker incident: attempt not counted)"
+			res.reason += deferredMark
 		default:
 			if len(in.recent[k]) >= 2 {
 				res.kind = deferred // an incident of the broker: not this message's fault
 				res.delay = in.deferDelay(k, err, now)
-				res.reason += " (broker incident: attempt not counted)"
+				res.reason += deferredMark
 				break
 			}
 			// The only failure of a broker that is otherwise fine: counted, so its backoff
@@ -189,8 +203,10 @@ func (in *incidents) judge(items []item, results []result) {
 		if pageFailures[k] == 0 && pageSent > 0 {
 			in.log.Info().Str("broker", k).Float64("failing_s", now.Sub(st.since).Seconds()).Msg("broker recovered")
 			delete(in.failing, k)
+			recovered = true
 		}
 	}
+	return recovered
 }
 
 // misconfiguredDelay returns how long a row of topic waits after a refusal of the relay's

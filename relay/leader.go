@@ -49,6 +49,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer tick.Stop()
 	r.startWaiting()
 	var nextWaitLog time.Duration = 3 * r.cfg.LockTTL
+	waitingForLayout := false
 	for {
 		if r.gate != nil && !r.gate.wanted() {
 			// Another relay of the group is to hold this partition: wait until it is ours.
@@ -67,11 +68,32 @@ func (r *Relay) Run(ctx context.Context) error {
 			continue
 		}
 		start := time.Now()
-		actx, cancel := context.WithTimeout(ctx, r.cfg.LockTTL/2)
-		err := mutex.TryLockContext(actx)
-		cancel()
+		other, err := r.claimLayout(ctx)
+		if err == nil && other != 0 {
+			if !waitingForLayout {
+				r.log.Warn().Int("partitions", r.cfg.Partitions).Int("other_partitions", other).
+					Msg("relays of this table with another relay.partitions still hold their locks: waiting until the last of them stops")
+			}
+			waitingForLayout = true
+		} else if err == nil {
+			if waitingForLayout {
+				r.log.Info().Int("partitions", r.cfg.Partitions).Msg("the table's layout of partitions is ours now")
+			}
+			waitingForLayout = false
+			actx, cancel := context.WithTimeout(ctx, r.cfg.LockTTL/2)
+			err = mutex.TryLockContext(actx)
+			cancel()
+			if err == nil {
+				// Set the fence again after the lock, so that it outlives the lock's validity.
+				_, _ = r.claimLayout(ctx)
+			}
+		}
 		var freed <-chan time.Time // when the holder's lock expires, if before the next tick
-		if err == nil {
+		if waitingForLayout {
+			if r.gate == nil {
+				r.metrics.SetLockWait(r.Health().LockWait)
+			}
+		} else if err == nil {
 			r.setValidity(start)
 			r.waitingSince.Store(0)
 			if r.gate == nil {
@@ -93,7 +115,9 @@ func (r *Relay) Run(ctx context.Context) error {
 				r.log.Warn().Err(err).Msg("lock: cannot reach Redis")
 			}
 			if w := r.Health().LockWait; w >= nextWaitLog {
-				r.log.Warn().Str("lock", r.cfg.LockKey).Float64("waited_s", w.Seconds()).
+				// Info: waiting is a standby's normal state. OutboxRelayLockWaitLong pages
+				// when every relay of the table waits (outbox_relay_lock_wait_seconds).
+				r.log.Info().Str("lock", r.cfg.LockKey).Float64("waited_s", w.Seconds()).
 					Msg("standby: still waiting for the table's lock, held by another relay; if no other relay serves this table, another process is using the same lock key (lock.key)")
 				nextWaitLog = 2 * nextWaitLog
 			}
@@ -341,6 +365,14 @@ func (r *Relay) keepLock(term context.Context, mutex *redsync.Mutex, end context
 		switch {
 		case ok && err == nil:
 			r.setValidity(start)
+			if other, ferr := r.claimLayout(term); ferr == nil && other != 0 {
+				// The layout key expired under us (it is set with the lock's TTL) and relays
+				// with another relay.partitions claimed the table: stop.
+				r.metrics.LockLost()
+				r.log.Warn().Int("other_partitions", other).Msg("relays with another relay.partitions claimed the table: stopped publishing")
+				end(errLockLost)
+				return
+			}
 		case !r.lockValid():
 			r.metrics.LockLost()
 			r.log.Warn().Err(err).Msg("lock validity ran out before an extension succeeded")
@@ -383,7 +415,7 @@ func (r *Relay) listen(ctx context.Context) <-chan struct{} {
 		return nil
 	}
 	out := make(chan struct{}, 1)
-	go forwardNudges(ctx, r.rdb.Subscribe(ctx, outbox.NudgeChannel(r.cfg.Table)), []chan struct{}{out})
+	go forwardNudges(ctx, r.rdb.Subscribe(ctx, nudgeChannels(r.cfg.Database, r.cfg.Table)...), []chan struct{}{out})
 	return out
 }
 

@@ -92,7 +92,7 @@ func NewMetricsWith(reg prometheus.Registerer, opts MetricsOptions) *Metrics {
 			Name: "outbox_relay_dead_total", Help: "Messages marked dead: out of retries or never sendable.",
 		}, byTopic),
 		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "outbox_relay_pending", Help: "Rows pending or failed-will-retry (the backlog), sampled every 5s.",
+			Name: "outbox_relay_pending", Help: "Rows pending or failed-will-retry (the backlog), sampled every 5s; rows marked is_deleted are left out.",
 		}, byTable),
 		oldestDue: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "outbox_relay_oldest_due_age_seconds", Help: "Time since the oldest due row became due; grows when delivery stalls. Sampled every 5s.",

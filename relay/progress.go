@@ -70,7 +70,8 @@ func isDatabaseAnswer(err error) bool {
 
 // Health is what a relay reports about itself for health checks.
 type Health struct {
-	// Leader is true while the relay holds the table's lock and publishes.
+	// Leader is true while the relay holds the table's lock, certainly (its validity has not
+	// run out), and publishes.
 	Leader bool
 	// SinceProgress is how long ago the database last answered the relay.
 	SinceProgress time.Duration
@@ -89,7 +90,7 @@ type Health struct {
 // Health reports the relay's state. It is safe to call from any goroutine.
 func (r *Relay) Health() Health {
 	h := Health{
-		Leader:              r.leading.Load(),
+		Leader:              r.leading.Load() && r.lockValid(),
 		SinceProgress:       r.progress.since(),
 		FailingBrokers:      r.incidents.failingBrokers(),
 		MisconfiguredTopics: r.incidents.misconfiguredTopics(),

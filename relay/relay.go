@@ -115,6 +115,10 @@ type Config struct {
 	// spans, no cost.
 	TracerProvider trace.TracerProvider
 
+	// layoutKey is the Redis key that fences the table's layout of partitions: set by
+	// NewGroup for its partitions, else LockKey + ":layout".
+	layoutKey string
+
 	// perRowWriteBack writes results back with one UPDATE per row, as seed 002's relay did,
 	// instead of the set-based UPDATEs. For the benchmark only (relay/bench_test.go measures
 	// the set-based write-back against it); nothing else sets it.
@@ -164,6 +168,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.LockTTL == 0 {
 		c.LockTTL = 2 * time.Second
+	}
+	if c.layoutKey == "" {
+		c.layoutKey = c.LockKey + ":layout"
 	}
 	if c.Partitions == 0 {
 		c.Partitions = 1
@@ -280,6 +287,9 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Rel
 // Table returns the table the relay serves.
 func (r *Relay) Table() string { return r.cfg.Table }
 
+// LockKey returns the Redis key of the lock this relay holds or waits for.
+func (r *Relay) LockKey() string { return r.cfg.LockKey }
+
 // Name is the table, followed by "[p/P]" for partition p of P.
 func (r *Relay) Name() string {
 	if r.cfg.Partitions <= 1 {
@@ -337,6 +347,7 @@ func (r *Relay) drain(stop, ctx context.Context, fence func() bool) (Stats, erro
 	}()
 	comp := r.newCompleter(ctx, fence)
 	go comp.run()
+	blocked := blockedKeys{}
 	defer context.AfterFunc(stop, comp.wake)()
 
 	for pg := range pages {
@@ -344,7 +355,7 @@ func (r *Relay) drain(stop, ctx context.Context, fence func() bool) (Stats, erro
 			cancelScan()
 			continue // drain the channel; these rows stay due
 		}
-		results := r.processPage(ctx, pg, fence)
+		results := r.processPage(ctx, pg, fence, blocked)
 		comp.submit(pg.rows, results)
 	}
 	st, err := comp.close()
@@ -354,8 +365,10 @@ func (r *Relay) drain(stop, ctx context.Context, fence func() bool) (Stats, erro
 	return st, err
 }
 
-// processPage plans and publishes one page and returns each row's result.
-func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool) []result {
+// processPage plans and publishes one page and returns each row's result. blocked carries,
+// from one page of a pass to the next, the ordered keys found held behind an unsent row
+// (plan).
+func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, blocked blockedKeys) []result {
 	start := time.Now()
 	rows := pg.rows
 	results := make([]result, len(rows))
@@ -364,11 +377,22 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool) []
 	seenKey := map[string]bool{}
 	var maxOrderedID int64
 	routes := map[routeKey]routed{}
+	inPage := make(map[int64]bool, len(rows))
+	for i := range rows {
+		inPage[rows[i].id] = true
+	}
 	for i := range rows {
 		msg, route, err := r.prepare(&rows[i], routes)
 		if err != nil {
 			results[i] = result{kind: dead, reason: err.Error()}
 			continue
+		}
+		if route.Ordered && msg.ShardingKey != "" {
+			if h, ok := blocked[orderKey{msg.Topic, msg.ShardingKey}]; ok && rows[i].id > h && !inPage[h] {
+				// Held behind an unsent row of its key that an earlier page of this pass
+				// found and that is not in this page: no need to ask the database again.
+				continue
+			}
 		}
 		items[i] = item{row: &rows[i], msg: msg, route: route}
 		if route.Ordered && msg.ShardingKey != "" {
@@ -379,14 +403,24 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool) []
 			maxOrderedID = max(maxOrderedID, rows[i].id)
 		}
 	}
-	units, err := r.plan(ctx, items, orderedKeys, maxOrderedID)
+	units, err := r.plan(ctx, items, orderedKeys, maxOrderedID, blocked)
 	if err != nil {
 		// The ordered-key check could not run: hold the page's ordered rows, send the rest.
 		r.log.Warn().Err(err).Msg("ordered-key check failed; ordered rows of this page wait for the next pass")
 		units = r.unorderedUnits(items)
 	}
 	r.publish(ctx, units, items, results, fence)
-	r.incidents.judge(items, results)
+	if r.incidents.judge(items, results) {
+		// The rows deferred during the incident hold deferrals of up to 30 s, grown while
+		// the broker failed: bring them forward, so that an outage's rows follow the broker's
+		// return within a pass instead of waiting them out.
+		n, err := r.store.hastenDeferred(ctx, time.Now().UnixMilli(), deferredMark)
+		if err != nil {
+			r.log.Warn().Err(err).Msg("broker recovered; rows deferred during its incident wait out their deferral")
+		} else if n > 0 {
+			r.log.Info().Int64("rows", n).Msg("broker recovered: rows deferred during its incident are due now")
+		}
+	}
 	for i := range rows {
 		rows[i].content = nil // published: the completer needs ids and counts only
 	}
@@ -440,12 +474,16 @@ func (r *Relay) prepare(rw *row, routes map[routeKey]routed) (*Message, Route, e
 	if err != nil {
 		return nil, Route{}, fmt.Errorf("malformed properties: %w", err)
 	}
+	keys := strings.Fields(rw.keys)
+	if err := outbox.ValidateFields(outbox.Fields{MsgID: rw.msgID, Tag: rw.tag, Keys: keys, ShardingKey: rw.shardingKey, Properties: props}); err != nil {
+		return nil, Route{}, err // a plain-SQL writer's field would forge a property: never sent
+	}
 	if rt.noRoute != nil {
 		return nil, Route{}, rt.noRoute
 	}
 	return &Message{
 		ID: rw.id, MsgID: rw.msgID, Topic: rw.topic, Tag: rw.tag,
-		Keys: strings.Fields(rw.keys), ShardingKey: rw.shardingKey, Body: rw.content,
+		Keys: keys, ShardingKey: rw.shardingKey, Body: rw.content,
 		Properties: props, RetryCount: rw.retryCount, MaxRetries: rw.maxRetries,
 	}, rt.route, nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	rocketmq "github.com/apache/rocketmq-client-go/v2"
@@ -35,6 +36,12 @@ type RocketMQConfig struct {
 	// TLS encrypts every connection to name servers and brokers. rocketmq-client-go does not
 	// verify the server's certificate; the publisher logs a warning saying so.
 	TLS bool
+	// Connections is the number of connections to each broker, spread over as many
+	// clients per producer group; sends go round robin. A broker that drops a connection
+	// fails only the sends in flight on it, and the sends answered on the others show that
+	// the broker is alive, so that those are given up at once instead of after the send
+	// timeout. Defaults to 4.
+	Connections int
 	// RequireReplication treats a message the broker stored but did not replicate or flush
 	// as asked (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT, FLUSH_DISK_TIMEOUT) as a failed
 	// attempt, counted against max_retry_count. Defaults to false: stored means sent, and
@@ -63,13 +70,12 @@ type RocketMQPublisher struct {
 	queues   *queueChooser
 
 	mu        sync.Mutex
-	producers map[string]rocketmq.Producer
+	producers map[string][]client // by group: Connections producers each
+	next      atomic.Uint32       // round robin over a group's producers
 	closed    bool
 
-	probeMu    sync.Mutex
-	probedAt   time.Time
-	probedLive int
-	probedErr  error
+	probeMu sync.Mutex
+	probed  map[string]routeProbe // by topic
 
 	unreplicated unreplicatedLog
 	inflight     inflightSends
@@ -91,32 +97,59 @@ func NewRocketMQPublisher(cfg RocketMQConfig) (*RocketMQPublisher, error) {
 		cfg.Log.Warn().Strs("nameservers", cfg.NameServers).
 			Msg("TLS to RocketMQ without certificate verification: rocketmq-client-go accepts any server certificate")
 	}
+	if cfg.Connections <= 0 {
+		cfg.Connections = 4
+	}
 	return &RocketMQPublisher{
 		cfg: cfg,
 		// A distinct instance name per publisher lets several publishers of the same group
 		// live in one process (the client registers groups per instance).
 		instance:  fmt.Sprintf("outbox-relay-%d-%s", os.Getpid(), randomHex(4)),
-		producers: map[string]rocketmq.Producer{},
+		producers: map[string][]client{},
 		queues:    newQueueChooser(cfg.Log),
 	}, nil
 }
 
-func (p *RocketMQPublisher) producer(group string) (rocketmq.Producer, error) {
+// client is one of a group's producers, each with its own connections; n tells them apart.
+type client struct {
+	rocketmq.Producer
+	n int
+}
+
+// producer returns the next of group's producers, starting them on first use.
+func (p *RocketMQPublisher) producer(group string) (client, error) {
 	if group == "" {
 		group = p.cfg.Group
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, errors.New("relay: publisher closed")
+		return client{}, errors.New("relay: publisher closed")
 	}
-	if prod, ok := p.producers[group]; ok {
-		return prod, nil
+	prods := p.producers[group]
+	if len(prods) == 0 {
+		for c := 0; c < p.cfg.Connections; c++ {
+			prod, err := p.newProducer(group, c)
+			if err != nil {
+				for _, started := range prods {
+					_ = started.Shutdown()
+				}
+				return client{}, err
+			}
+			prods = append(prods, client{prod, c})
+		}
+		p.producers[group] = prods
 	}
+	return prods[p.next.Add(1)%uint32(len(prods))], nil
+}
+
+// newProducer starts the producer of group for connection c: each has an instance name, and
+// so a client and connections, of its own.
+func (p *RocketMQPublisher) newProducer(group string, c int) (rocketmq.Producer, error) {
 	opts := []producer.Option{
 		producer.WithNsResolver(primitive.NewPassthroughResolver(p.cfg.NameServers)),
 		producer.WithGroupName(group),
-		producer.WithInstanceName(p.instance),
+		producer.WithInstanceName(fmt.Sprintf("%s-c%d", p.instance, c)),
 		producer.WithRetry(0),
 		producer.WithSendMsgTimeout(p.cfg.SendTimeout),
 		producer.WithQueueSelector(p.queues),
@@ -138,7 +171,6 @@ func (p *RocketMQPublisher) producer(group string) (rocketmq.Producer, error) {
 	if err := prod.Start(); err != nil {
 		return nil, fmt.Errorf("relay: start producer %s: %w", group, err)
 	}
-	p.producers[group] = prod
 	return prod, nil
 }
 
@@ -165,10 +197,17 @@ func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Mess
 		return AtBroker(wait.addr, fmt.Errorf("%w: %w", ErrBrokerUnreachable, wait))
 	}
 	err = p.sendTo(ctx, prod, route, out, mq)
-	if errors.Is(err, errConnectionLost) && ctx.Err() == nil {
-		// The broker answers later sends, so the connection of this one was dropped, not the
-		// broker: send again at once (the client opens a new connection). Whether the first
-		// was stored is unknown; a copy is what a lost ack costs anyway.
+	for resend := 0; resend < maxResends && errors.Is(err, errConnectionLost) && ctx.Err() == nil; resend++ {
+		// The connection of this send was lost, not the broker: send again at once, on the
+		// next connection (the client opens a new one in place of the lost). Whether the
+		// first was stored is unknown; a copy is what a lost ack costs anyway.
+		if prod, err = p.producer(route.Group); err != nil {
+			return err
+		}
+		out = make([]*primitive.Message, len(msgs))
+		for i, m := range msgs {
+			out[i] = toPrimitive(m, route)
+		}
 		err = p.sendTo(ctx, prod, route, out, mq)
 	}
 	if err == nil || !brokerFault(err) || ctx.Err() != nil {
@@ -194,6 +233,9 @@ func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Mess
 	return err
 }
 
+// maxResends bounds the immediate re-sends of a send whose connection was lost.
+const maxResends = 2
+
 // brokerFailed tells the queue chooser about a send that failed for its broker's reason and
 // returns the broker's name ("" when unknown) and the error, marked ErrBrokerUnreachable
 // when the broker was known to be down.
@@ -217,7 +259,7 @@ func (p *RocketMQPublisher) brokerFailed(err error) (string, error) {
 
 // sendTo makes one send of out to mq (nil: the queue selector chooses), within the route's
 // send timeout.
-func (p *RocketMQPublisher) sendTo(ctx context.Context, prod rocketmq.Producer, route Route, out []*primitive.Message, mq *primitive.MessageQueue) error {
+func (p *RocketMQPublisher) sendTo(ctx context.Context, prod client, route Route, out []*primitive.Message, mq *primitive.MessageQueue) error {
 	timeout := route.SendTimeout
 	if timeout <= 0 {
 		timeout = p.cfg.SendTimeout
@@ -227,17 +269,21 @@ func (p *RocketMQPublisher) sendTo(ctx context.Context, prod rocketmq.Producer, 
 	for _, m := range out {
 		m.Queue = mq
 	}
-	var track *inflightSend
+	// Sends are watched by broker and client, that is by connection. Before the topic's
+	// route is known the client chooses the queue: such sends are watched together, as of
+	// one unknown broker.
+	broker := ""
 	if mq != nil {
-		ctx, track = p.inflight.start(ctx, mq.BrokerName)
+		broker = mq.BrokerName
 	}
+	ctx, track := p.inflight.start(ctx, fmt.Sprintf("%s#%d", broker, prod.n), len(out))
 	res, err := prod.SendSync(ctx, out...)
 	p.inflight.finish(track, err == nil)
 	if err != nil {
-		if errors.Is(context.Cause(ctx), errConnectionLost) {
-			return &SendError{Kind: SendTransient, Broker: BrokerOf(err), Code: -1, Err: fmt.Errorf("%w: %w", errConnectionLost, err)}
+		if cause := context.Cause(ctx); errors.Is(cause, errConnectionLost) {
+			return &SendError{Kind: SendTransient, Broker: BrokerOf(err), Code: -1, Err: fmt.Errorf("%w: %w", cause, err)}
 		}
-		return p.classify(ctx, err, len(out) > 1)
+		return p.classify(ctx, err, out[0].Topic, len(out) > 1)
 	}
 	if res.Status != primitive.SendOK {
 		return p.storedStatus(res, out[0].Topic, len(out))
@@ -307,9 +353,11 @@ func (p *RocketMQPublisher) Close() error {
 	}
 	p.closed = true
 	var errs []error
-	for group, prod := range p.producers {
-		if err := prod.Shutdown(); err != nil {
-			errs = append(errs, fmt.Errorf("shutdown producer %s: %w", group, err))
+	for group, prods := range p.producers {
+		for _, prod := range prods {
+			if err := prod.Shutdown(); err != nil {
+				errs = append(errs, fmt.Errorf("shutdown producer %s: %w", group, err))
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -78,7 +78,7 @@ func misconfiguredAnswer(code int, lower string) bool {
 // not found" is a missing topic when the name servers list live brokers and an unreachable
 // cluster when they list none or do not answer; a refused connection is unreachable;
 // anything else (a timeout, a dropped connection) is transient.
-func (p *RocketMQPublisher) classify(ctx context.Context, err error, batch bool) error {
+func (p *RocketMQPublisher) classify(ctx context.Context, err error, topic string, batch bool) error {
 	broker := BrokerOf(err)
 	msg := err.Error()
 	var be *BrokerError
@@ -123,12 +123,25 @@ func (p *RocketMQPublisher) classify(ctx context.Context, err error, batch bool)
 		out.Kind = SendMisconfigured
 		return out
 	}
+	for _, w := range []string{"use of closed network connection", "broken pipe", "connection reset by peer"} {
+		if strings.Contains(lower, w) {
+			// Written to, or waiting on, a connection the broker had closed: the client
+			// opens a new one for the next send.
+			out.Err = fmt.Errorf("%w: %w", errConnectionLost, err)
+			return out
+		}
+	}
 	if strings.Contains(lower, "route info not found") {
-		live, nsErr := p.liveBrokers(ctx)
+		live, routed, nsErr := p.routeState(ctx, topic)
 		switch {
 		case nsErr != nil:
 			out.Kind = SendUnreachable
 			out.Err = fmt.Errorf("%w: no name server answers at %s (%v): %w", ErrBrokerUnreachable, strings.Join(p.cfg.NameServers, ","), nsErr, err)
+		case routed:
+			// The name servers know the topic, but the client found no queue it may write
+			// to: its brokers are read-only (brokerPermission=4, being drained) or going.
+			out.Kind = SendUnreachable
+			out.Err = fmt.Errorf("%w: the topic's brokers take no writes now: %w", ErrBrokerUnreachable, err)
 		case live == 0:
 			out.Kind = SendUnreachable
 			out.Err = fmt.Errorf("%w: no broker is registered with the name servers: %w", ErrBrokerUnreachable, err)
@@ -180,35 +193,48 @@ func (p *RocketMQPublisher) storedStatus(res *primitive.SendResult, topic string
 	return nil
 }
 
-// liveBrokers returns how many brokers the first answering name server lists, asking at
-// most once a second: it tells a topic without a route from a cluster without brokers.
-func (p *RocketMQPublisher) liveBrokers(ctx context.Context) (int, error) {
+// routeState asks the first answering name server whether topic has a route and how many
+// brokers are registered, at most once a second per topic: it tells a topic that does not
+// exist from one whose brokers take no writes, and from a cluster without brokers.
+func (p *RocketMQPublisher) routeState(ctx context.Context, topic string) (live int, routed bool, err error) {
 	p.probeMu.Lock()
 	defer p.probeMu.Unlock()
-	if time.Since(p.probedAt) < time.Second {
-		return p.probedLive, p.probedErr
+	if st, ok := p.probed[topic]; ok && time.Since(st.at) < time.Second {
+		return st.live, st.routed, st.err
 	}
 	var errs []error
-	p.probedLive, p.probedErr = 0, nil
 	for _, addr := range p.cfg.NameServers {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		n, err := remoting.LiveBrokers(cctx, addr, remoting.WithTLS(p.cfg.TLS))
+		routed, err = remoting.TopicRouted(cctx, addr, p.qualified(topic), remoting.WithTLS(p.cfg.TLS))
+		if err == nil && !routed {
+			live, err = remoting.LiveBrokers(cctx, addr, remoting.WithTLS(p.cfg.TLS))
+		}
 		cancel()
 		if errors.Is(err, remoting.ErrNotSupported) {
 			// A 5.x proxy given as name server: it answers routes but not the broker
 			// list. It answered, and it fronts its brokers: count it as one.
-			n, err = 1, nil
+			live, err = 1, nil
 		}
 		if err == nil {
-			p.probedLive = n
 			errs = nil
 			break
 		}
 		errs = append(errs, err)
 	}
-	p.probedErr = errors.Join(errs...)
-	p.probedAt = time.Now()
-	return p.probedLive, p.probedErr
+	err = errors.Join(errs...)
+	if p.probed == nil || len(p.probed) > 1000 {
+		p.probed = map[string]routeProbe{}
+	}
+	p.probed[topic] = routeProbe{at: time.Now(), live: live, routed: routed, err: err}
+	return live, routed, err
+}
+
+// routeProbe is what the name servers said of a topic's route.
+type routeProbe struct {
+	at     time.Time
+	live   int
+	routed bool
+	err    error
 }
 
 // unreplicatedLog logs sends stored without replication at most once per broker and status

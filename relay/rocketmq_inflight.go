@@ -3,61 +3,72 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
 
-// errConnectionLost ends a send that went unanswered while later sends to its broker were
-// answered: its connection was dropped.
-var errConnectionLost = errors.New("no answer while later sends to the broker were answered: its connection was dropped")
+// errConnectionLost marks a send whose connection to the broker was lost: the client opens a
+// new one for the next send, so the publisher sends it again at once.
+var errConnectionLost = errors.New("connection to the broker lost")
 
-// Bounds of the dropped-connection detector: a send is given up as lost when a send to its
-// broker that started after it is answered and it has waited stuckFactor times that send's
-// latency, and at least minStuck.
+// errOvertaken ends a send that went unanswered while later sends of its client to its
+// broker were answered.
+var errOvertaken = fmt.Errorf("%w: no answer while later sends of the same client to the broker were answered", errConnectionLost)
+
+// Bounds of the dropped-connection detector: a send is given up as lost when a send of the
+// same client to the same broker that began after it is answered, and it has waited
+// stuckFactor times that send's latency, and at least minStuck plus stuckPerMessage for each
+// message it carries (a large batch takes the broker longer to store than a small send).
 const (
-	stuckFactor = 8
-	minStuck    = 200 * time.Millisecond
+	stuckFactor     = 16
+	minStuck        = 100 * time.Millisecond
+	stuckPerMessage = 2 * time.Millisecond
 )
 
 // inflightSends detects sends pending on a dropped connection. rocketmq-client-go keeps one
-// connection per broker address and, when the broker closes it, leaves the requests pending
-// on it until their deadline: every send in flight on it would wait out the send timeout
-// (3 s by default), holding its page and, on an ordered route, its key. A broker that answers
-// sends begun after one that still waits, with latencies far below its wait, is alive; the
-// waiting send's connection is gone. Its context is cancelled with errConnectionLost, so the
-// send fails at once and is sent again on a new connection. A slow broker answers nothing
-// sooner than it answers the older sends, so it loses none of them.
+// connection per broker address and client and, when the broker closes it, leaves the
+// requests pending on it until their deadline: every send in flight on it would wait out
+// the send timeout (3 s by default), holding its page and, on an ordered route, its key. The
+// client's next send to that broker opens a new connection; when it is answered while an
+// older send of the same client is still pending, far longer than the new one took, the old
+// one's connection is gone. Its context is cancelled with errOvertaken, so the send fails at
+// once and is sent again (RocketMQPublisher.Send). A slow broker answers the newer send no
+// sooner than the older ones, so it loses none; the bounds leave room for a broker that
+// answers one connection's requests out of order.
 type inflightSends struct {
-	mu       sync.Mutex
-	byBroker map[string]map[*inflightSend]struct{}
+	mu     sync.Mutex
+	byConn map[string]map[*inflightSend]struct{}
 }
 
 type inflightSend struct {
-	broker string
+	conn   string
 	start  time.Time
+	min    time.Duration // the least wait before it may be given up
 	cancel context.CancelCauseFunc
 }
 
-// start registers a send to broker and returns its context, which the detector may cancel.
-func (s *inflightSends) start(ctx context.Context, broker string) (context.Context, *inflightSend) {
+// start registers a send of msgs messages on conn (a broker and a client) and returns its
+// context, which the detector may cancel.
+func (s *inflightSends) start(ctx context.Context, conn string, msgs int) (context.Context, *inflightSend) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	f := &inflightSend{broker: broker, start: time.Now(), cancel: cancel}
+	f := &inflightSend{conn: conn, start: time.Now(), min: minStuck + time.Duration(msgs)*stuckPerMessage, cancel: cancel}
 	s.mu.Lock()
-	if s.byBroker == nil {
-		s.byBroker = map[string]map[*inflightSend]struct{}{}
+	defer s.mu.Unlock()
+	if s.byConn == nil {
+		s.byConn = map[string]map[*inflightSend]struct{}{}
 	}
-	m := s.byBroker[broker]
+	m := s.byConn[conn]
 	if m == nil {
 		m = map[*inflightSend]struct{}{}
-		s.byBroker[broker] = m
+		s.byConn[conn] = m
 	}
 	m[f] = struct{}{}
-	s.mu.Unlock()
 	return ctx, f
 }
 
-// finish unregisters f; when it was answered, the sends to its broker begun before it that
-// have waited far longer than it took are given up as lost.
+// finish unregisters f; when it was answered, the sends on its connection begun before it
+// that have waited far longer than it took are given up as lost.
 func (s *inflightSends) finish(f *inflightSend, answered bool) {
 	if f == nil {
 		return
@@ -65,17 +76,17 @@ func (s *inflightSends) finish(f *inflightSend, answered bool) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := s.byBroker[f.broker]
-	delete(m, f)
 	defer f.cancel(nil)
+	m := s.byConn[f.conn]
+	delete(m, f)
 	if !answered {
 		return
 	}
-	bound := max(minStuck, stuckFactor*now.Sub(f.start))
+	took := stuckFactor * now.Sub(f.start)
 	for o := range m {
-		if o.start.Before(f.start) && now.Sub(o.start) > bound {
+		if o.start.Before(f.start) && now.Sub(o.start) > max(o.min, took) {
 			delete(m, o)
-			o.cancel(errConnectionLost)
+			o.cancel(errOvertaken)
 		}
 	}
 }

@@ -7,42 +7,41 @@ import (
 	"time"
 )
 
-// TestInflightSendsGivesUpASendOnADroppedConnection: a send to a broker that later sends to
-// the same broker overtake, answered far sooner than it has waited, is cancelled with
-// errConnectionLost; one they do not overtake, or of another broker, is left alone.
+// TestInflightSendsGivesUpASendOnADroppedConnection: a send that a later send of the same
+// client to the same broker overtakes, answered far sooner than it has waited, is cancelled
+// with errOvertaken; one of another client or broker is left alone.
 func TestInflightSendsGivesUpASendOnADroppedConnection(t *testing.T) {
 	var s inflightSends
-	stuck, stuckSend := s.start(context.Background(), "broker-a")
-	other, otherSend := s.start(context.Background(), "broker-b")
-	// Wait out minStuck: a condition of the detector, not a synchronisation.
-	time.Sleep(minStuck + 20*time.Millisecond)
-	_, later := s.start(context.Background(), "broker-a")
+	stuck, stuckSend := s.start(context.Background(), "broker-a#0", 1)
+	other, otherSend := s.start(context.Background(), "broker-a#1", 1)
+	// Wait out the detector's least wait: a condition of the detector, not a synchronisation.
+	time.Sleep(minStuck + stuckPerMessage + 20*time.Millisecond)
+	_, later := s.start(context.Background(), "broker-a#0", 1)
 	s.finish(later, true)
-	if !errors.Is(context.Cause(stuck), errConnectionLost) {
-		t.Fatalf("the overtaken send's context: cause %v, want errConnectionLost", context.Cause(stuck))
+	if !errors.Is(context.Cause(stuck), errOvertaken) {
+		t.Fatalf("the overtaken send's context: cause %v, want errOvertaken", context.Cause(stuck))
 	}
 	if other.Err() != nil {
-		t.Fatal("a send to another broker was given up")
+		t.Fatal("a send of another client was given up")
 	}
 	s.finish(stuckSend, false)
 	s.finish(otherSend, false)
 }
 
-// TestInflightSendsKeepsSendsOfASlowBroker: when nothing newer is answered (a slow broker
-// answers in order, or not at all), and when a newer answer took about as long, no send is
-// given up.
+// TestInflightSendsKeepsSendsOfASlowBroker: a newer send that failed, or that was answered
+// after a wait comparable to the older one's, gives nothing up.
 func TestInflightSendsKeepsSendsOfASlowBroker(t *testing.T) {
 	var s inflightSends
-	old, oldSend := s.start(context.Background(), "broker-a")
-	_, failed := s.start(context.Background(), "broker-a")
-	time.Sleep(minStuck + 20*time.Millisecond)
-	s.finish(failed, false) // a timeout or an error: no sign that the broker answers
+	old, oldSend := s.start(context.Background(), "broker-a#0", 1)
+	_, failed := s.start(context.Background(), "broker-a#0", 1)
+	time.Sleep(minStuck + stuckPerMessage + 20*time.Millisecond)
+	s.finish(failed, false) // a timeout or an error: no sign that the connection works
 	if old.Err() != nil {
 		t.Fatal("a send was given up although no newer send was answered")
 	}
-	_, slow := s.start(context.Background(), "broker-a")
-	time.Sleep(minStuck / 2)
-	s.finish(slow, true) // answered, but after a wait comparable to the old send's
+	_, slow := s.start(context.Background(), "broker-a#0", 1)
+	time.Sleep(20 * time.Millisecond) // 16 × 20 ms is more than the old send has waited
+	s.finish(slow, true)
 	if old.Err() != nil {
 		t.Fatal("a send was given up although the newer answer was as slow")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
@@ -19,7 +20,7 @@ type page struct {
 // runs one page ahead of the publishing and memory stays bounded by a few pages.
 func (r *Relay) scan(stop, ctx context.Context, nowMs int64, out chan<- *page) error {
 	for _, status := range []int{int(outbox.StatusFailed), int(outbox.StatusPending)} {
-		c := cursor{next: -1 << 62}
+		c := cursor{next: math.MinInt64, id: math.MinInt64} // before any row, however odd its next_retry_time or id
 		limit := r.cfg.BatchSize
 		for {
 			if stop.Err() != nil || ctx.Err() != nil {

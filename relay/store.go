@@ -33,6 +33,8 @@ type store struct {
 	scanMu   sync.Mutex
 	scanHint string
 	scanDone bool
+	// reasonChars is the width of the table's fail_reason (0: unknown), read by scanIndex.
+	reasonChars int
 }
 
 // row is one due outbox row as read by a page.
@@ -73,8 +75,10 @@ type cursor struct {
 // (relay_partition, status, next_retry_time), the same range one level down.
 func (s *store) pageQuery(status int, nowMs int64, c cursor, limit, maxBody int) (string, []any) {
 	where, args := s.partitionWhere([]any{maxBody})
-	return `SELECT id, msg_id, topic, tag, IF(LENGTH(content) <= ?, content, NULL), COALESCE(LENGTH(content), 0), msg_keys, sharding_key,
-			properties, retry_count, max_retry_count, next_retry_time
+	// NULLs of an adopted table's nullable columns read as the contract's defaults, so that
+	// no row fails its page; a NULL msg_id or topic then makes the row dead with a reason.
+	return `SELECT id, COALESCE(msg_id, ''), COALESCE(topic, ''), COALESCE(tag, ''), IF(LENGTH(content) <= ?, content, NULL), COALESCE(LENGTH(content), 0),
+			COALESCE(msg_keys, ''), COALESCE(sharding_key, ''), properties, COALESCE(retry_count, 0), COALESCE(max_retry_count, 3), next_retry_time
 		FROM ` + s.table + s.scanHint + `
 		WHERE ` + where + `status = ? AND next_retry_time <= ? AND ((next_retry_time = ? AND id > ?) OR next_retry_time > ?) AND is_deleted = 0
 		ORDER BY next_retry_time, id LIMIT ?`, append(args, status, nowMs, c.next, c.id, c.next, limit)
@@ -139,6 +143,9 @@ func (s *store) scanIndex(ctx context.Context) error {
 	default:
 		s.scanHint = " FORCE INDEX (`" + strings.ReplaceAll(name, "`", "``") + "`)"
 	}
+	if s.reasonChars, err = schema.FailReasonWidth(ctx, s.db, s.name); err != nil {
+		return err
+	}
 	s.scanDone = true
 	return nil
 }
@@ -157,7 +164,7 @@ func (s *store) unsentUpTo(ctx context.Context, keys []string, maxID int64, orde
 	out := map[orderKey][]int64{}
 	for start := 0; start < len(keys); start += maxIDsPerStatement {
 		chunk := keys[start:min(start+maxIDsPerStatement, len(keys))]
-		q := `SELECT id, topic, tag, sharding_key FROM ` + s.table + `
+		q := `SELECT id, COALESCE(topic, ''), tag, sharding_key FROM ` + s.table + `
 			WHERE sharding_key IN (` + placeholders(len(chunk)) + `) AND status IN (0, 1) AND id <= ? AND is_deleted = 0`
 		args := make([]any, 0, len(chunk)+1)
 		for _, k := range chunk {
@@ -195,7 +202,7 @@ func (s *store) unsentUpTo(ctx context.Context, keys []string, maxID int64, orde
 // maxIDsPerStatement bounds an IN list.
 const maxIDsPerStatement = 1000
 
-// maxReasonChars is the width of fail_reason.
+// maxReasonChars is the width of the contract's fail_reason.
 const maxReasonChars = 1000
 
 // Every status change is one autocommitted statement that reaches its rows through the
@@ -252,7 +259,7 @@ func (s *store) markRetry(ctx context.Context, retryCount int, fails []failure, 
 	var total int64
 	for start := 0; start < len(fails); start += maxIDsPerStatement {
 		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
-		reasonSQL, reasonArgs := reasonCase(chunk)
+		reasonSQL, reasonArgs := s.reasonCase(chunk)
 		args := []any{retryCount + 1, retryCount + 1, nextMs}
 		args = append(args, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
@@ -275,7 +282,7 @@ func (s *store) markTransientRetry(ctx context.Context, retryCount int, fails []
 	var total int64
 	for start := 0; start < len(fails); start += maxIDsPerStatement {
 		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
-		reasonSQL, reasonArgs := reasonCase(chunk)
+		reasonSQL, reasonArgs := s.reasonCase(chunk)
 		args := []any{retryCount + 1, nextMs}
 		args = append(args, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
@@ -298,7 +305,7 @@ func (s *store) markDeferred(ctx context.Context, retryCount int, fails []failur
 	var total int64
 	for start := 0; start < len(fails); start += maxIDsPerStatement {
 		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
-		reasonSQL, reasonArgs := reasonCase(chunk)
+		reasonSQL, reasonArgs := s.reasonCase(chunk)
 		args := append([]any{nextMs}, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
 		args = append(args, retryCount)
@@ -337,7 +344,7 @@ func (s *store) markRetryPerRow(ctx context.Context, retryCount int, fails []fai
 		res, err := s.execStmt(ctx, `UPDATE `+s.table+` SET retry_count = ?,
 			status = CASE WHEN ? > max_retry_count THEN 3 ELSE 1 END, next_retry_time = ?, fail_reason = ?
 			WHERE id = ? AND status IN (0, 1) AND retry_count = ?`,
-			retryCount+1, retryCount+1, nextMs, truncateReason(f.reason), f.id, retryCount)
+			retryCount+1, retryCount+1, nextMs, s.truncateReason(f.reason), f.id, retryCount)
 		if err != nil {
 			return total, fmt.Errorf("record failed attempt of row %d in %s: %w", f.id, s.name, err)
 		}
@@ -352,7 +359,7 @@ func (s *store) markDead(ctx context.Context, fails []failure) (int64, error) {
 	var total int64
 	for start := 0; start < len(fails); start += maxIDsPerStatement {
 		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
-		reasonSQL, args := reasonCase(chunk)
+		reasonSQL, args := s.reasonCase(chunk)
 		args = append(args, failureIDs(chunk)...)
 		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET status = 3, fail_reason = `+reasonSQL+`
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1)`, args...)
@@ -364,13 +371,14 @@ func (s *store) markDead(ctx context.Context, fails []failure) (int64, error) {
 	return total, nil
 }
 
-// backlog returns the unsent rows (pending or failed, soft-deleted ones included: the count
-// is answered from the (status, next_retry_time) index alone) and how long the oldest due row
-// has been due (ops.OldestDue, as the status command reports it).
+// backlog returns the unsent rows (pending or failed; rows marked is_deleted = 1 are never
+// sent and left out, at the cost of reading the backlog's rows, not only the index: 0.4 s
+// instead of 0.2 s for 500k rows) and how long the oldest due row has been due
+// (ops.OldestDue, as the status command reports it).
 func (s *store) backlog(ctx context.Context, now time.Time) (pending int64, oldestDue time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	err = s.queryRow(ctx, `SELECT COUNT(*) FROM `+s.table+` WHERE status IN (0, 1)`).Scan(&pending)
+	err = s.queryRow(ctx, `SELECT COUNT(*) FROM `+s.table+` WHERE status IN (0, 1) AND is_deleted = 0`).Scan(&pending)
 	if err != nil {
 		return 0, 0, fmt.Errorf("count backlog of %s: %w", s.name, err)
 	}
@@ -380,7 +388,7 @@ func (s *store) backlog(ctx context.Context, now time.Time) (pending int64, olde
 
 // reasonCase returns the SQL expression and arguments that set each row's own reason: a
 // single placeholder when all reasons agree, as they do when the broker is down.
-func reasonCase(fails []failure) (string, []any) {
+func (s *store) reasonCase(fails []failure) (string, []any) {
 	same := true
 	for _, f := range fails[1:] {
 		if f.reason != fails[0].reason {
@@ -389,27 +397,35 @@ func reasonCase(fails []failure) (string, []any) {
 		}
 	}
 	if same {
-		return "?", []any{truncateReason(fails[0].reason)}
+		return "?", []any{s.truncateReason(fails[0].reason)}
 	}
 	var b strings.Builder
 	args := make([]any, 0, 2*len(fails))
 	b.WriteString("CASE id")
 	for _, f := range fails {
 		b.WriteString(" WHEN ? THEN ?")
-		args = append(args, f.id, truncateReason(f.reason))
+		args = append(args, f.id, s.truncateReason(f.reason))
 	}
 	b.WriteString(" END")
 	return b.String(), args
 }
 
-// truncateReason keeps a reason within fail_reason's 1,000 characters.
-func truncateReason(s string) string {
-	s = strings.ToValidUTF8(s, "?")
-	if utf8.RuneCountInString(s) <= maxReasonChars {
-		return s
+// truncateReason keeps a reason within fail_reason's 1,000 characters, or the column's
+// own width when an adopted table's is narrower (scanIndex reads it): a longer reason would
+// fail every write-back of its page under strict sql_mode (error 1406).
+func (s *store) truncateReason(reason string) string {
+	width := maxReasonChars
+	s.scanMu.Lock()
+	if s.reasonChars > 0 {
+		width = min(width, s.reasonChars)
 	}
-	r := []rune(s)
-	return string(r[:maxReasonChars-3]) + "..."
+	s.scanMu.Unlock()
+	reason = strings.ToValidUTF8(reason, "?")
+	if utf8.RuneCountInString(reason) <= width {
+		return reason
+	}
+	r := []rune(reason)
+	return string(r[:max(0, width-3)]) + "..."[:min(3, width)]
 }
 
 func placeholders(n int) string {
@@ -453,4 +469,58 @@ func (s *store) execStmt(ctx context.Context, q string, args ...any) (sql.Result
 	res, err := s.db.ExecContext(ctx, q, args...)
 	s.pg.end(err)
 	return res, err
+}
+
+// hastenDeferredMax bounds the rows one recovery brings forward: a larger outage's other
+// rows wait out their deferral (30 s at most).
+const hastenDeferredMax = 100000
+
+// hastenDeferred makes the failed rows whose reason ends with mark and whose next attempt is
+// after nowMs due now, and returns how many it changed. The rows are found on the page
+// query's index (status, next_retry_time), read without locks, and changed by primary key,
+// guarded by their state as read, like every status change.
+func (s *store) hastenDeferred(ctx context.Context, nowMs int64, mark string) (int64, error) {
+	if err := s.scanIndex(ctx); err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	where, args := s.partitionWhere(nil)
+	rows, err := s.query(ctx, `SELECT id FROM `+s.table+s.scanHint+`
+		WHERE `+where+`status = 1 AND next_retry_time > ? AND fail_reason LIKE ? ORDER BY next_retry_time LIMIT ?`,
+		append(args, nowMs, "%"+likeEscape(mark), hastenDeferredMax)...)
+	if err != nil {
+		return 0, fmt.Errorf("find deferred rows of %s: %w", s.name, err)
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("find deferred rows of %s: %w", s.name, err)
+		}
+		ids = append(ids, id)
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return 0, fmt.Errorf("find deferred rows of %s: %w", s.name, err)
+	}
+	var total int64
+	for start := 0; start < len(ids); start += maxIDsPerStatement {
+		chunk := ids[start:min(start+maxIDsPerStatement, len(ids))]
+		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET next_retry_time = ?
+			WHERE id IN (`+placeholders(len(chunk))+`) AND status = 1 AND next_retry_time > ?`,
+			append(append([]any{nowMs}, int64Args(chunk)...), nowMs)...)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("bring %d deferred rows of %s forward: %w", len(chunk), s.name, err)
+		}
+	}
+	return total, nil
+}
+
+// likeEscape escapes LIKE's wildcards and escape character in s.
+func likeEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
 }

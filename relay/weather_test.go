@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/outbox-relay/outbox-relay/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/tcpproxy"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
@@ -359,5 +361,182 @@ func TestUnorderedRowOfAnOrderDoesNotHoldItsOrderedEvents(t *testing.T) {
 	}
 	if k := countWhere(t, b.db.DB, "msg_id = 'SN1-check' AND status = 0"); k != 1 {
 		t.Fatal("the delayed close-check was not left waiting")
+	}
+}
+
+// TestOutageRowsFollowTheBrokersReturn: the broker is down while writers keep committing;
+// the rows of the outage are deferred, further and further as it lasts. When the broker is
+// back, they are sent before the deferrals they were given run out: its return brings them
+// forward instead of leaving them to wait up to 30 s.
+func TestOutageRowsFollowTheBrokersReturn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	cfg.DisableNudge = true
+	wctx, stopWriters := context.WithCancel(context.Background())
+	defer stopWriters()
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		for i := 0; wctx.Err() == nil; i++ {
+			if err := b.writer.InsertNoTx(context.Background(), b.db.DB, []outbox.Message{{MsgID: fmt.Sprintf("w%05d", i), Topic: "orders", Body: []byte("w")}}); err != nil {
+				t.Error(err)
+				return
+			}
+			select {
+			case <-wctx.Done():
+			case <-time.After(20 * time.Millisecond): // writers' pace, not a synchronisation
+			}
+		}
+	}()
+	run(t, b.newRelay(t, cfg))
+	eventually(t, 30*time.Second, "rows flowing", func() bool { return countWhere(t, b.db.DB, "status = 2") >= 20 })
+	b.broker.StopBroker()
+	// Let the outage last until its rows carry deferrals of several seconds.
+	eventually(t, 60*time.Second, "rows deferred by 4 s or more", func() bool {
+		return countWhere(t, b.db.DB, "status = 1 AND next_retry_time > ? AND fail_reason LIKE '%broker incident%'",
+			time.Now().Add(4*time.Second).UnixMilli()) >= 5
+	})
+	deferred := map[int64]int64{}
+	rs, err := b.db.Query("SELECT id, next_retry_time FROM local_message WHERE status = 1 AND fail_reason LIKE '%broker incident%'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rs.Next() {
+		var id, next int64
+		if err := rs.Scan(&id, &next); err != nil {
+			t.Fatal(err)
+		}
+		deferred[id] = next
+	}
+	rs.Close()
+	if err := b.broker.StartBroker(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "every deferred row sent", func() bool {
+		return countWhere(t, b.db.DB, "status = 1 AND fail_reason LIKE '%broker incident%'") == 0
+	})
+	stopWriters()
+	<-written
+	late := 0
+	for id, next := range deferred {
+		var sent int64
+		if err := b.db.QueryRow("SELECT COALESCE(sent_time, 0) FROM local_message WHERE id = ? AND status = 2", id).Scan(&sent); err != nil {
+			t.Fatalf("row %d: %v", id, err)
+		}
+		if sent >= next {
+			late++
+		}
+	}
+	if late > 0 {
+		t.Fatalf("%d of %d rows deferred during the outage waited out their deferral after the broker was back", late, len(deferred))
+	}
+}
+
+// BenchmarkOutageRecovery: writers commit 50 rows a second throughout a broker outage of
+// OUTAGE (default 25s); reports how long after the broker's return the outage's rows were
+// all sent (drained_s):
+//
+//	go test -run '^$' -bench OutageRecovery -benchtime 1x ./relay/
+func BenchmarkOutageRecovery(b *testing.B) {
+	outage := 25 * time.Second
+	if v := os.Getenv("OUTAGE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		outage = d
+	}
+	for i := 0; i < b.N; i++ {
+		bu := setup(b)
+		cfg := bu.config()
+		cfg.Backoff = backoff.Policy{} // the defaults, as deployed
+		cfg.DisableNudge = true
+		wctx, stopWriters := context.WithCancel(context.Background())
+		written := make(chan struct{})
+		go func() {
+			defer close(written)
+			for n := 0; wctx.Err() == nil; n++ {
+				if err := bu.writer.InsertNoTx(context.Background(), bu.db.DB, []outbox.Message{{MsgID: fmt.Sprintf("w%06d", n), Topic: "orders", Body: []byte("w")}}); err != nil {
+					b.Error(err)
+					return
+				}
+				select {
+				case <-wctx.Done():
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}()
+		run(b, bu.newRelay(b, cfg))
+		eventually(b, 30*time.Second, "rows flowing", func() bool { return countWhere(b, bu.db.DB, "status = 2") >= 20 })
+		bu.broker.StopBroker()
+		time.Sleep(outage) // the outage itself, not a synchronisation
+		if err := bu.broker.StartBroker(); err != nil {
+			b.Fatal(err)
+		}
+		back := time.Now()
+		var maxID int64
+		if err := bu.db.QueryRow("SELECT MAX(id) FROM local_message").Scan(&maxID); err != nil {
+			b.Fatal(err)
+		}
+		eventually(b, 120*time.Second, "every row of the outage sent", func() bool {
+			return countWhere(b, bu.db.DB, "id <= ? AND status <> 2", maxID) == 0
+		})
+		b.ReportMetric(time.Since(back).Seconds(), "drained_s")
+		stopWriters()
+		<-written
+	}
+}
+
+// BenchmarkHeldBacklogPass: one ordered key's head failed and waits an hour, with 20,000 or
+// 40,000 of the key's rows behind it, and 20 fresh rows of other keys; reports the time of
+// one pass (ms/pass), which must not grow with the square of the held backlog:
+//
+//	go test -run '^$' -bench HeldBacklogPass -benchtime 1x ./relay/
+func BenchmarkHeldBacklogPass(b *testing.B) {
+	for _, held := range []int{20000, 40000} {
+		b.Run(fmt.Sprintf("held=%d", held), func(b *testing.B) {
+			bu := setup(b)
+			router, err := relay.NewPatternRouter(relay.PatternRule{Topic: "order-events", Route: relay.Route{Ordered: true}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg := bu.config()
+			cfg.Router = router
+			r := bu.newRelay(b, cfg)
+			bu.insert(b, outbox.Message{MsgID: "head", Topic: "order-events", ShardingKey: "SN-HELD", Body: []byte("h")})
+			if _, err := bu.db.Exec("UPDATE local_message SET status = 1, retry_count = 1, next_retry_time = ? WHERE msg_id = 'head'",
+				time.Now().Add(time.Hour).UnixMilli()); err != nil {
+				b.Fatal(err)
+			}
+			for start := 0; start < held; start += 1000 {
+				msgs := make([]outbox.Message, 1000)
+				for i := range msgs {
+					msgs[i] = outbox.Message{MsgID: fmt.Sprintf("held-%06d", start+i), Topic: "order-events", ShardingKey: "SN-HELD", Body: []byte(`{"event":"held"}`)}
+				}
+				bu.insert(b, msgs...)
+			}
+			passes := 0
+			var total time.Duration
+			b.ResetTimer()
+			for i := 0; i < 5; i++ {
+				b.StopTimer()
+				for k := 0; k < 20; k++ {
+					bu.insert(b, outbox.Message{MsgID: fmt.Sprintf("fresh-%d-%d", i, k), Topic: "order-events", ShardingKey: fmt.Sprintf("SN-%d-%d", i, k), Body: []byte("f")})
+				}
+				b.StartTimer()
+				start := time.Now()
+				st, err := r.DrainOnce(context.Background(), context.Background())
+				if err != nil {
+					b.Fatal(err)
+				}
+				total += time.Since(start)
+				passes++
+				if st.Sent != 20 || st.Held < held {
+					b.Fatalf("pass %d: sent %d held %d, want 20 and %d", i, st.Sent, st.Held, held)
+				}
+			}
+			b.ReportMetric(float64(total.Milliseconds())/float64(passes), "ms/pass")
+		})
 	}
 }

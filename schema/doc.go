@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package schema owns the outbox table: its DDL (embedded in the binary), Migrate, which
 // creates the table or upgrades one made with the original local_message DDL without
 // touching its rows, and Check, which reports exactly what a table lacks.

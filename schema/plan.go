@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package schema
 
 import (
@@ -58,7 +60,7 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 		ddl, _ := DDL(table)
 		return append([]Step{{SQL: strings.TrimSpace(ddl), Online: true}}, partitionSteps(table, partitions, st)...), nil
 	}
-	var online, wrong []string
+	var online, wrong, widen []string
 	autoInc := false
 	for _, p := range problems {
 		switch {
@@ -70,6 +72,8 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 			online = append(online, fmt.Sprintf("ADD COLUMN %s %s", QuoteIdent(p.Object), p.Want))
 		case "not auto_increment":
 			autoInc = true
+		case "narrow column":
+			widen = append(widen, p.Object)
 		case "missing index":
 			ix := indexByName(p.Object)
 			kind := "INDEX"
@@ -96,12 +100,32 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 			Alter: alter, Online: true,
 		})
 	}
-	if autoInc {
-		alter := "MODIFY COLUMN `id` bigint NOT NULL AUTO_INCREMENT"
+	if autoInc || len(widen) > 0 {
+		// One copy of the table for every change of a column's definition.
+		var mods, what []string
+		found, err := readColumns(ctx, db, table) // for the comments, which MODIFY drops
+		if err != nil {
+			return nil, err
+		}
+		if autoInc {
+			sign := "" // MODIFY replaces the whole definition: keep an unsigned id unsigned
+			if strings.Contains(strings.ToLower(found["id"].columnType), "unsigned") {
+				sign = " unsigned"
+			}
+			mods = append(mods, "MODIFY COLUMN `id` bigint"+sign+" NOT NULL AUTO_INCREMENT"+commentClause(found["id"].comment))
+			what = append(what, "making id AUTO_INCREMENT")
+		}
+		if len(widen) > 0 {
+			for _, name := range widen {
+				mods = append(mods, fmt.Sprintf("MODIFY COLUMN %s %s%s", QuoteIdent(name), columnByName(name).def, commentClause(found[name].comment)))
+			}
+			what = append(what, "widening "+strings.Join(widen, ", "))
+		}
+		alter := strings.Join(mods, ", ")
 		steps = append(steps, Step{
 			SQL:   fmt.Sprintf("ALTER TABLE %s %s, ALGORITHM=COPY, LOCK=SHARED", QuoteIdent(table), alter),
 			Alter: alter,
-			Blocking: "making id AUTO_INCREMENT changes the column's definition, which InnoDB does by copying the table: " +
+			Blocking: strings.Join(what, " and ") + " changes column definitions, which InnoDB does by copying the table: " +
 				"reads continue, writes wait until the copy ends (minutes on a large table)",
 		})
 	}
@@ -117,6 +141,9 @@ func DedupePlan(ctx context.Context, db *sql.DB, table string) ([]Step, error) {
 	}
 	cols, err := readColumns(ctx, db, table)
 	if err != nil || len(cols) > 0 {
+		return nil, err
+	}
+	if err := columnsHidden(ctx, db, table); err != nil {
 		return nil, err
 	}
 	return []Step{{SQL: strings.TrimSpace(ddl), Online: true}}, nil
@@ -166,4 +193,22 @@ func hasRows(ctx context.Context, db *sql.DB, table string) (bool, error) {
 		return false, fmt.Errorf("look for rows in %s: %w", table, err)
 	}
 	return true, nil
+}
+
+// columnByName returns the contract's column name.
+func columnByName(name string) column {
+	for _, c := range columns {
+		if c.name == name {
+			return c
+		}
+	}
+	panic("schema: unknown column " + name)
+}
+
+// commentClause keeps a column's comment through a MODIFY, which would drop it.
+func commentClause(comment string) string {
+	if comment == "" {
+		return ""
+	}
+	return " COMMENT '" + strings.NewReplacer(`\`, `\\`, "'", "''").Replace(comment) + "'"
 }

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package schema_test
 
 import (
@@ -49,7 +51,8 @@ func TestPlanSeparatesOnlineAndBlockingSteps(t *testing.T) {
 		strings.Contains(on.Alter, "ALGORITHM") || strings.Contains(on.SQL, "AUTO_INCREMENT") {
 		t.Errorf("online step = %+v", on)
 	}
-	if off.Online || !strings.Contains(off.SQL, "AUTO_INCREMENT") || !strings.Contains(off.Blocking, "copying the table") {
+	if off.Online || !strings.Contains(off.SQL, "AUTO_INCREMENT") || !strings.Contains(off.SQL, "MODIFY COLUMN `content` mediumtext NOT NULL COMMENT '消息内容(JSON格式)'") ||
+		!strings.Contains(off.SQL, "COMMENT '主键ID'") || !strings.Contains(off.Blocking, "copying the table") {
 		t.Errorf("blocking step = %+v", off)
 	}
 
@@ -59,8 +62,8 @@ func TestPlanSeparatesOnlineAndBlockingSteps(t *testing.T) {
 		t.Fatalf("Apply without blocking = %v, want ErrNotOnline", err)
 	}
 	problems, err := schema.Check(ctx, db.DB, "local_message")
-	if err != nil || len(problems) != 1 || problems[0].Kind != "not auto_increment" {
-		t.Fatalf("after the online step: %v %v, want only id left", problems, err)
+	if err != nil || len(problems) != 2 || problems[0].Kind != "not auto_increment" || problems[1].Kind != "narrow column" {
+		t.Fatalf("after the online step: %v %v, want only id and content left", problems, err)
 	}
 	steps, _ = schema.Plan(ctx, db.DB, "local_message")
 	if err := schema.Apply(ctx, db.DB, "local_message", steps, true); err != nil {

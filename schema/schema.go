@@ -1,9 +1,12 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package schema
 
 import (
 	"context"
 	"database/sql"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -24,34 +27,46 @@ func DDL(table string) (string, error) {
 	return strings.ReplaceAll(outboxDDL, "{{TABLE}}", QuoteIdent(table)), nil
 }
 
-// column is one column the relay relies on: the types it accepts and the definition used
-// to add it to an older table.
+// column is one column the relay relies on: the types it accepts, the definition used to
+// add it to an older table and, for the writers' text columns, the width the contract
+// promises them.
 type column struct {
 	name  string
 	types []string // acceptable DATA_TYPE values from information_schema
 	def   string   // ADD COLUMN definition
+	// width is the least CHARACTER_MAXIMUM_LENGTH (characters for varchar, bytes for text
+	// types) that holds what the Writer accepts; 0: not checked.
+	width int64
 }
+
+// Widths the contract promises writers (outbox.MaxMsgIDLen, MaxTagLen, MaxKeysLen,
+// MaxShardingKeyLen) and the body limit a mediumtext content holds (16 MiB, over the 4 MiB
+// default of relay.max_body_bytes; a text column holds 64 KiB).
+const (
+	mediumtextBytes = 1<<24 - 1
+)
 
 // columns lists every column of the contract, in table order. Widening is accepted (a
 // content of longtext, a bigint status), narrowing is reported.
 var columns = []column{
-	{"id", []string{"bigint"}, "bigint NOT NULL AUTO_INCREMENT"},
-	{"create_time", []string{"datetime", "timestamp"}, "datetime NOT NULL DEFAULT CURRENT_TIMESTAMP"},
-	{"update_time", []string{"datetime", "timestamp"}, "datetime NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP"},
-	{"is_deleted", []string{"tinyint", "smallint", "int"}, "tinyint NOT NULL DEFAULT 0"},
-	{"msg_id", []string{"varchar"}, "varchar(64) NOT NULL"},
-	{"topic", []string{"varchar"}, "varchar(200) NOT NULL"},
-	{"tag", []string{"varchar"}, "varchar(200) NOT NULL DEFAULT ''"},
-	{"content", []string{"text", "mediumtext", "longtext"}, "mediumtext NOT NULL"},
-	{"status", []string{"tinyint", "smallint", "int"}, "tinyint NOT NULL DEFAULT 0"},
-	{"fail_reason", []string{"varchar", "text"}, "varchar(1000) DEFAULT NULL"},
-	{"retry_count", []string{"int", "bigint"}, "int NOT NULL DEFAULT 0"},
-	{"next_retry_time", []string{"bigint"}, "bigint NOT NULL DEFAULT 0"},
-	{"max_retry_count", []string{"int", "bigint"}, "int NOT NULL DEFAULT 3"},
-	{"msg_keys", []string{"varchar", "text"}, "varchar(512) NOT NULL DEFAULT ''"},
-	{"sharding_key", []string{"varchar"}, "varchar(128) NOT NULL DEFAULT ''"},
-	{"properties", []string{"text", "mediumtext", "longtext", "json"}, "text DEFAULT NULL"},
-	{"sent_time", []string{"bigint"}, "bigint NOT NULL DEFAULT 0"},
+	{"id", []string{"bigint"}, "bigint NOT NULL AUTO_INCREMENT", 0},
+	{"create_time", []string{"datetime", "timestamp"}, "datetime NOT NULL DEFAULT CURRENT_TIMESTAMP", 0},
+	{"update_time", []string{"datetime", "timestamp"}, "datetime NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP", 0},
+	{"is_deleted", []string{"tinyint", "smallint", "int"}, "tinyint NOT NULL DEFAULT 0", 0},
+	{"msg_id", []string{"varchar"}, "varchar(64) NOT NULL", 64},
+	{"topic", []string{"varchar"}, "varchar(200) NOT NULL", 127},
+	{"tag", []string{"varchar"}, "varchar(200) NOT NULL DEFAULT ''", 200},
+	{"content", []string{"text", "mediumtext", "longtext"}, "mediumtext NOT NULL", mediumtextBytes},
+	{"status", []string{"tinyint", "smallint", "int"}, "tinyint NOT NULL DEFAULT 0", 0},
+	// fail_reason's width is not checked: the relay cuts reasons to it (FailReasonWidth).
+	{"fail_reason", []string{"varchar", "text"}, "varchar(1000) DEFAULT NULL", 0},
+	{"retry_count", []string{"int", "bigint"}, "int NOT NULL DEFAULT 0", 0},
+	{"next_retry_time", []string{"bigint"}, "bigint NOT NULL DEFAULT 0", 0},
+	{"max_retry_count", []string{"int", "bigint"}, "int NOT NULL DEFAULT 3", 0},
+	{"msg_keys", []string{"varchar", "text"}, "varchar(512) NOT NULL DEFAULT ''", 512},
+	{"sharding_key", []string{"varchar"}, "varchar(128) NOT NULL DEFAULT ''", 128},
+	{"properties", []string{"text", "mediumtext", "longtext", "json"}, "text DEFAULT NULL", 0},
+	{"sent_time", []string{"bigint"}, "bigint NOT NULL DEFAULT 0", 0},
 }
 
 // index is an index the relay's queries rely on, matched by its column list, not its name.
@@ -72,13 +87,18 @@ var indexes = []index{
 // Problem is one way a table differs from the contract.
 type Problem struct {
 	// Kind is "missing table", "missing column", "wrong type", "not auto_increment",
-	// "missing index" or "not unique".
+	// "missing index", "not unique" or "narrow column".
 	Kind string
 	// Object names the column or index concerned; empty for a missing table.
 	Object string
 	// Want and Got describe the expected and the found definition, where that applies.
 	Want, Got string
 }
+
+// Fatal reports whether the relay cannot run on the table: every problem but a narrow
+// column, which only limits what writers can insert (longer values are refused with error
+// 1406, or cut silently when the server's sql_mode is not strict).
+func (p Problem) Fatal() bool { return p.Kind != "narrow column" }
 
 func (p Problem) String() string {
 	s := p.Kind
@@ -118,6 +138,9 @@ func check(ctx context.Context, db *sql.DB, table string, partitions int) ([]Pro
 		return nil, partitionState{}, err
 	}
 	if len(found) == 0 {
+		if err := columnsHidden(ctx, db, table); err != nil {
+			return nil, partitionState{}, err
+		}
 		return []Problem{{Kind: "missing table", Object: table}}, partitionState{got: 1}, nil
 	}
 	var problems []Problem
@@ -130,6 +153,8 @@ func check(ctx context.Context, db *sql.DB, table string, partitions int) ([]Pro
 			problems = append(problems, Problem{Kind: "wrong type", Object: c.name, Want: strings.Join(c.types, " or "), Got: got.dataType})
 		case c.name == "id" && !strings.Contains(got.extra, "auto_increment"):
 			problems = append(problems, Problem{Kind: "not auto_increment", Object: "id", Want: "AUTO_INCREMENT", Got: got.columnType})
+		case c.width > 0 && got.maxLen.Valid && got.maxLen.Int64 < c.width:
+			problems = append(problems, Problem{Kind: "narrow column", Object: c.name, Want: widthOf(c), Got: got.columnType + widthNote(got.dataType, got.maxLen.Int64)})
 		}
 	}
 	have, err := readIndexes(ctx, db, table)
@@ -174,11 +199,28 @@ func MigratePartitioned(ctx context.Context, db *sql.DB, table string, partition
 }
 
 type columnInfo struct {
-	dataType, columnType, extra string
+	dataType, columnType, extra, comment string
+	maxLen                               sql.NullInt64 // CHARACTER_MAXIMUM_LENGTH
+}
+
+// widthOf describes the width column c needs.
+func widthOf(c column) string {
+	if c.name == "content" {
+		return "mediumtext or longtext (bodies up to relay.max_body_bytes, 4 MiB by default)"
+	}
+	return fmt.Sprintf("at least %d characters", c.width)
+}
+
+// widthNote says how much a text type holds (its bytes); varchar types say it themselves.
+func widthNote(dataType string, maxLen int64) string {
+	if strings.HasSuffix(dataType, "text") {
+		return fmt.Sprintf(": %d bytes at most", maxLen)
+	}
+	return ""
 }
 
 func readColumns(ctx context.Context, db *sql.DB, table string) (map[string]columnInfo, error) {
-	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, EXTRA
+	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, EXTRA, COLUMN_COMMENT, CHARACTER_MAXIMUM_LENGTH
 		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, table)
 	if err != nil {
 		return nil, fmt.Errorf("read columns of %s: %w", table, err)
@@ -188,7 +230,7 @@ func readColumns(ctx context.Context, db *sql.DB, table string) (map[string]colu
 	for rows.Next() {
 		var name string
 		var ci columnInfo
-		if err := rows.Scan(&name, &ci.dataType, &ci.columnType, &ci.extra); err != nil {
+		if err := rows.Scan(&name, &ci.dataType, &ci.columnType, &ci.extra, &ci.comment, &ci.maxLen); err != nil {
 			return nil, fmt.Errorf("read columns of %s: %w", table, err)
 		}
 		ci.dataType = strings.ToLower(ci.dataType)
@@ -235,6 +277,24 @@ func readIndexes(ctx context.Context, db *sql.DB, table string) (map[string]bool
 		out[key] = out[key] || uniq[name]
 	}
 	return out, nil
+}
+
+// FailReasonWidth returns the characters table's fail_reason column holds (0 when it has
+// none), so that the relay cuts its reasons to an adopted table's width.
+func FailReasonWidth(ctx context.Context, db *sql.DB, table string) (int, error) {
+	var n sql.NullInt64
+	var dataType string
+	err := db.QueryRowContext(ctx, `SELECT DATA_TYPE, CHARACTER_MAXIMUM_LENGTH FROM information_schema.COLUMNS
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'fail_reason'`, table).Scan(&dataType, &n)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("read the width of %s.fail_reason: %w", table, err)
+	case strings.HasSuffix(strings.ToLower(dataType), "text"):
+		return int(min(n.Int64/4, 1<<20)), nil // bytes: room for four-byte characters
+	}
+	return int(n.Int64), nil
 }
 
 func indexByName(name string) index {

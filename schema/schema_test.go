@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package schema_test
 
 import (
@@ -108,7 +110,7 @@ func TestMigrateUpgradesSeedTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"not auto_increment id",
+		"not auto_increment id", "narrow column content",
 		"missing column msg_keys", "missing column sharding_key", "missing column properties", "missing column sent_time",
 		"missing index idx_status_update", "missing index idx_sharding_status",
 	}
@@ -203,5 +205,58 @@ func assertUpToDate(t *testing.T, db *sql.DB, table string) {
 	}
 	if len(problems) != 0 {
 		t.Fatalf("Check after Migrate = %v, want none", problems)
+	}
+}
+
+// TestNarrowColumnsReportedAndWidened is issue 26, row 13 (and issue 23, row 4): an adopted
+// table whose content is text (64 KiB) or whose writer columns are narrower than the
+// contract passes no longer as up to date; migrate widens them, keeping their comments, and
+// a 70 KB body then fits. A narrow column is not fatal: the relay runs on such a table.
+func TestNarrowColumnsReportedAndWidened(t *testing.T) {
+	t.Parallel()
+	db := testenv.MySQL(t)
+	ctx := context.Background()
+	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		"ALTER TABLE local_message MODIFY content text NOT NULL COMMENT 'the body', MODIFY sharding_key varchar(32) NOT NULL DEFAULT ''",
+		"INSERT INTO local_message (msg_id, topic, content) VALUES ('old', 't', 'kept')",
+	} {
+		if _, err := db.Exec(stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	big := strings.Repeat("x", 70_000)
+	if _, err := db.Exec(schema.InsertSQL, "big-before", "t", "", big, ""); err == nil {
+		t.Fatal("a 70 KB body fitted a text column: the test proves nothing")
+	}
+	problems, err := schema.Check(ctx, db.DB, "local_message")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, p := range problems {
+		got[p.Kind+" "+p.Object] = true
+		if p.Fatal() {
+			t.Errorf("fatal problem %v on a table the relay can run on", p)
+		}
+	}
+	if len(problems) != 2 || !got["narrow column content"] || !got["narrow column sharding_key"] {
+		t.Fatalf("Check = %v, want content and sharding_key narrow", problems)
+	}
+	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
+		t.Fatal(err)
+	}
+	assertUpToDate(t, db.DB, "local_message")
+	if _, err := db.Exec(schema.InsertSQL, "big", "t", "", big, ""); err != nil {
+		t.Fatalf("a 70 KB body after migrate: %v", err)
+	}
+	var comment, kept string
+	if err := db.QueryRow("SELECT COLUMN_COMMENT FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'local_message' AND COLUMN_NAME = 'content'").Scan(&comment); err != nil || comment != "the body" {
+		t.Errorf("content's comment after migrate: %q %v", comment, err)
+	}
+	if err := db.QueryRow("SELECT content FROM local_message WHERE msg_id = 'old'").Scan(&kept); err != nil || kept != "kept" {
+		t.Errorf("old row after migrate: %q %v", kept, err)
 	}
 }

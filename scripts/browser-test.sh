@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # browser-test.sh installs what the dashboard's browser test needs when it is missing (Debian's
 # chromium package, node and npm, and `npm ci` in internal/dashboard/testdata/browser), then
 # runs that test (TestBrowser). `browser-test.sh install` only installs. Playwright's own

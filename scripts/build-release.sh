@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds the release binaries into OUTDIR (default bin/release): the static outbox-relay
 # binary (the Makefile's build target: CGO_ENABLED=0, -trimpath, version stamps) and the
 # demo order service. The Dockerfile's build stage runs exactly this script, and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs promtool (Prometheus's rule checker) with the given arguments; `--path` prints the
 # promtool it would run instead. promtool on PATH is used as it is. Otherwise the promtool of
 # Debian's `prometheus` package is used from bin/promtool/, where this script puts it the

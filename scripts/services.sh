@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Brings up the MariaDB and Redis servers that the tests and the demo use, and prints the
 # environment that points at them (eval-able lines, also written to bin/services.env).
 #
@@ -172,8 +173,17 @@ if ! have redis-sentinel; then
 		log "redis-sentinel is not installed and cannot be installed here: the Sentinel tests will skip (fail under CI=true)"
 fi
 
+# Tests of the documented grants create accounts, which the outbox account may not do (it
+# has no GRANT OPTION). On our own server, root over its socket can, for a test running as
+# the OS root (unix_socket authentication): OUTBOX_TEST_MYSQL_ADMIN_DSN names that account.
+ADMIN_DSN=${OUTBOX_TEST_MYSQL_ADMIN_DSN:-}
+if [ -z "$ADMIN_DSN" ] && [ "$MYSQL_DSN" = "$MYSQL_DSN_PRIVATE" ] && is_root && [ -S "$DIR/mariadb/mariadbd.sock" ]; then
+	ADMIN_DSN="root@unix($DIR/mariadb/mariadbd.sock)/"
+fi
+
 mkdir -p bin
 {
 	printf "OUTBOX_TEST_MYSQL_DSN='%s'\n" "$MYSQL_DSN"
+	[ -z "$ADMIN_DSN" ] || printf "OUTBOX_TEST_MYSQL_ADMIN_DSN='%s'\n" "$ADMIN_DSN"
 	printf "OUTBOX_TEST_REDIS_ADDR='%s'\n" "$REDIS_ADDR"
 } | tee bin/services.env

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -78,10 +80,10 @@ func TestBenchSingleSends(t *testing.T) {
 
 func TestBenchUsage(t *testing.T) {
 	t.Parallel()
-	if r := cli(t, "", false, "bench", "--rows", "0"); r.code != exitUsage || !strings.Contains(r.errOut, "--rows") {
+	if r := cli(t, "", false, "bench", "--rows", "0", "--mysql-dsn=u:p@tcp(127.0.0.1:1)/x"); r.code != exitUsage || !strings.Contains(r.errOut, "--rows") {
 		t.Fatalf("bench --rows 0: %+v", r)
 	}
-	if r := cli(t, "", false, "bench", "--body-bytes", "0"); r.code != exitUsage || !strings.Contains(r.errOut, "--body-bytes") {
+	if r := cli(t, "", false, "bench", "--body-bytes", "0", "--mysql-dsn=u:p@tcp(127.0.0.1:1)/x"); r.code != exitUsage || !strings.Contains(r.errOut, "--body-bytes") {
 		t.Fatalf("bench --body-bytes 0: %+v", r)
 	}
 }

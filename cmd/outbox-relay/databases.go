@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -84,8 +86,9 @@ func closeDatabases(dbs []*runDatabase) {
 }
 
 // check pings the database and checks each of its tables for partitions partitions; an error
-// says what is missing.
-func (d *runDatabase) check(ctx context.Context, partitions int) error {
+// says what is missing. Narrow columns are not fatal: they are logged as warnings, with the
+// limit they put on writers.
+func (d *runDatabase) check(ctx context.Context, partitions int, log zerolog.Logger) error {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := d.pool.PingContext(pctx); err != nil {
@@ -96,8 +99,17 @@ func (d *runDatabase) check(ctx context.Context, partitions int) error {
 		if err != nil {
 			return err
 		}
-		if len(problems) > 0 {
-			return fmt.Errorf("table %s is not ready (run `outbox-relay migrate`): %v", table, problems)
+		var fatal []schema.Problem
+		for _, p := range problems {
+			if p.Fatal() {
+				fatal = append(fatal, p)
+				continue
+			}
+			log.Warn().Str("table", table).Str("problem", p.String()).
+				Msg("column narrower than the contract: longer values fail to insert (or are cut without strict sql_mode); `outbox-relay migrate` widens it")
+		}
+		if len(fatal) > 0 {
+			return fmt.Errorf("table %s is not ready (run `outbox-relay migrate`): %v", table, fatal)
 		}
 	}
 	return nil
@@ -109,7 +121,7 @@ func (d *runDatabase) check(ctx context.Context, partitions int) error {
 func checkAtStart(ctx context.Context, dbs []*runDatabase, partitions int, log zerolog.Logger) error {
 	var errs []error
 	for _, d := range dbs {
-		err := d.check(ctx, partitions)
+		err := d.check(ctx, partitions, log)
 		if err != nil && len(dbs) == 1 {
 			return err
 		}
@@ -139,7 +151,7 @@ func (d *runDatabase) runWhenReady(ctx context.Context, rc config.Relay, log zer
 			return
 		case <-time.After(wait):
 		}
-		err := d.check(ctx, rc.Partitions)
+		err := d.check(ctx, rc.Partitions, log)
 		if ctx.Err() != nil {
 			return
 		}

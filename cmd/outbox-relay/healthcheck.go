@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -11,6 +13,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
 func (a *app) newHealthcheckCmd() *cobra.Command {
@@ -38,7 +43,7 @@ HEALTHCHECK uses --pid=1, the relay being the container's first process.`,
 						return err
 					}
 				} else {
-					cfg, err := configFrom(cmd.Flags())
+					cfg, err := probeConfigFrom(cmd.Flags())
 					if err != nil {
 						return err
 					}
@@ -91,11 +96,26 @@ func httpAddrOf(pid int) (string, error) {
 	if err := c.ParseFlags(rest); err != nil {
 		return "", fmt.Errorf("healthcheck: flags of process %d: %w", pid, err)
 	}
-	cfg, err := configFrom(c.Flags())
+	cfg, err := probeConfigFrom(c.Flags())
 	if err != nil {
 		return "", fmt.Errorf("healthcheck: configuration of process %d: %w", pid, err)
 	}
 	return cfg.HTTP.Addr, nil
+}
+
+// probeConfigFrom is configFrom for the probe, which needs only http.addr: a mysql.dsn the
+// probe cannot see (given to the relay some other way) is no reason to fail it.
+func probeConfigFrom(flags *pflag.FlagSet) (config.Config, error) {
+	cfg, err := configFrom(flags)
+	if err == nil {
+		return cfg, nil
+	}
+	v := config.NewViper()
+	v.SetDefault(config.KeyMySQLDSN, "probe@tcp(127.0.0.1:3306)/unused")
+	if cfg, err2 := configFromWith(flags, v); err2 == nil {
+		return cfg, nil
+	}
+	return config.Config{}, err
 }
 
 // healthURL turns a listen address such as ":9464" or "0.0.0.0:9464" into a URL on loopback.

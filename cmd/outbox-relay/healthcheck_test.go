@@ -1,6 +1,9 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,10 +17,17 @@ import (
 // line it was given, for healthcheck --pid to read.
 const helperEnv = "HEALTHCHECK_TEST_STAND_IN"
 
+// binaryEnv makes the test binary run as outbox-relay itself (main's execute), for tests that
+// need the process's own environment, exit code and streams.
+const binaryEnv = "RELAY_TEST_AS_BINARY"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
 		time.Sleep(time.Minute)
 		os.Exit(0)
+	}
+	if os.Getenv(binaryEnv) == "1" {
+		os.Exit(execute(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
 }

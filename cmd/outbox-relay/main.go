@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command outbox-relay is the transactional-outbox sidecar: it relays committed rows of an
 // outbox table to RocketMQ (run, the default command) and gives operators migrate, status,
 // dead list, requeue and purge. See docs/cli.md.

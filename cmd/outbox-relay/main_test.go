@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -16,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/ops"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 )
@@ -48,6 +51,7 @@ func TestVersion(t *testing.T) {
 
 func TestUsageErrorsExit2(t *testing.T) {
 	t.Parallel()
+	const dsn = "--mysql-dsn=u:p@tcp(127.0.0.1:1)/x" // required; the failures below come first
 	tests := []struct {
 		args []string
 		want string
@@ -59,13 +63,15 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"config", "--table=bad-name"}, "mysql.table"},
 		{[]string{"config", "--log-level=loud"}, "log.level"},
 		{[]string{"run", "--mysql-dsn=root:@tcp(127.0.0.1:3306)/"}, "mysql.dsn: names no database"},
+		{[]string{"run"}, "mysql.dsn: missing: the relay has no default database"},
+		{[]string{"migrate", "--print-sql"}, "mysql.dsn: missing"},
 		{[]string{"config", "--config=/nonexistent/outbox.yaml"}, "/nonexistent/outbox.yaml"},
-		{[]string{"requeue"}, "--all-dead"},
-		{[]string{"requeue", "--older-than=-1h", "--all-dead"}, "--older-than"},
-		{[]string{"dead"}, "dead list"},
-		{[]string{"dead", "list", "--limit=0"}, "--limit"},
-		{[]string{"purge"}, "--older-than"},
-		{[]string{"purge", "--older-than=1h", "--delete-batch-size=0"}, "--delete-batch-size"},
+		{[]string{"requeue", dsn}, "--all-dead"},
+		{[]string{"requeue", "--older-than=-1h", "--all-dead", dsn}, "--older-than"},
+		{[]string{"dead", dsn}, "dead list"},
+		{[]string{"dead", "list", "--limit=0", dsn}, "--limit"},
+		{[]string{"purge", dsn}, "--older-than"},
+		{[]string{"purge", "--older-than=1h", "--delete-batch-size=0", dsn}, "--delete-batch-size"},
 		{[]string{"migrate", "extra-arg"}, "unknown command"},
 	}
 	for _, tt := range tests {
@@ -255,7 +261,8 @@ func TestRequeueConfirmation(t *testing.T) {
 	}
 	// A person says no.
 	r = cli(t, "n\n", true, "requeue", dsn, "--topic=stock")
-	if r.code != exitRefused || !strings.Contains(r.out, "Requeue 12 dead rows") || countStatus(t, db, 3) != 14 {
+	// The prompt names the server, the schema and the table (issue 23, row 10).
+	if r.code != exitRefused || !strings.Contains(r.out, "Requeue 12 dead rows in local_message on "+config.DatabaseLabel(db.DSN)+"?") || countStatus(t, db, 3) != 14 {
 		t.Fatalf("refused: %+v", r)
 	}
 	r = cli(t, "", false, "requeue", dsn, "--topic=stock", "--dry-run")
@@ -336,4 +343,30 @@ func TestNoFlagShadowsAConfigFlag(t *testing.T) {
 		}
 	}
 	walk(root)
+}
+
+// TestPurgeRefusesAShortRetention is issue 23, row 9: `purge --older-than 1s` deleted sent
+// rows at once, after which the same msg_id could be inserted and published again. Under
+// the 1h floor purge refuses without --allow-short-retention, and deletes nothing.
+func TestPurgeRefusesAShortRetention(t *testing.T) {
+	t.Parallel()
+	db := testenv.MySQL(t)
+	dsn := "--mysql-dsn=" + db.DSN
+	if r := cli(t, "", false, "migrate", dsn); r.code != 0 {
+		t.Fatalf("migrate: %+v", r)
+	}
+	if _, err := db.Exec("INSERT INTO local_message (msg_id, topic, content, status, update_time) VALUES ('sent-1', 't', '{}', 2, NOW() - INTERVAL 1 MINUTE)"); err != nil {
+		t.Fatal(err)
+	}
+	r := cli(t, "", false, "purge", dsn, "--older-than=1s")
+	if r.code != exitUsage || !strings.Contains(r.errOut, "--allow-short-retention") || !strings.Contains(r.errOut, "published again") {
+		t.Fatalf("purge --older-than=1s: %+v", r)
+	}
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM local_message").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("rows after the refused purge: %d, %v", n, err)
+	}
+	if r := cli(t, "", false, "purge", dsn, "--older-than=1s", "--allow-short-retention"); r.code != 0 || !strings.Contains(r.out, "deleted 1 sent row(s)") {
+		t.Fatalf("purge --older-than=1s --allow-short-retention: %+v", r)
+	}
 }

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -27,8 +29,19 @@ missing columns and indexes while the application keeps writing. One change cann
 online: making id AUTO_INCREMENT (a seed-002 table with application-chosen ids) copies
 the table, and writes wait for the copy. migrate runs such a blocking step on a table
 that has rows only with --allow-blocking; without it, it runs the online steps, then
-stops with exit 1 naming the blocking one. The same holds for an online step the server
-refuses to run online.
+stops with exit 1 naming the blocking one: on a seed-002 table with rows, expect that
+exit 1 unless you pass --allow-blocking. The same holds for an online step the server
+refuses to run online. Each step is reported as it runs, and the table is checked again
+afterwards: a table migrate cannot see (an account without SELECT on it) is an error,
+never "created". Column comments are kept.
+
+Rows a seed-002 relay gave up on (status 1 with retry_count > max_retry_count: it skips
+them for good) are listed and parked dead (status 3), so that the relay does not send
+months-old messages; requeue the ones still wanted. --check reports them.
+
+--dedupe-table NAME creates the consumer dedupe table of package idempotency (SQL store)
+and, unless --table or --tables is given too, nothing else: the consumer's database gets
+no outbox table.
 
 With relay.partitions > 1 it also adds the relay_partition column (VIRTUAL, CRC32 of
 sharding_key modulo the number of partitions) and its index online, or replaces them when
@@ -36,8 +49,7 @@ the table was made for another number; with 1 it removes them.
 
 --print-sql prints the statements migrate would run, marked online or BLOCKING, with
 their ALTER clauses for gh-ost and pt-online-schema-change, and runs nothing: hand them to
-Flyway, Liquibase or your DBA. --dedupe-table NAME also creates the consumer dedupe table
-of package idempotency (SQL store). With --check nothing is changed: the differences are
+Flyway, Liquibase or your DBA. With --check nothing is changed: the differences are
 listed and the exit code is 1 if there are any. With a databases list, every database's
 tables are migrated (or those of --database); --dedupe-table then needs --database.`,
 		Args: cobra.NoArgs,
@@ -58,9 +70,12 @@ tables are migrated (or those of --database); --dedupe-table then needs --databa
 			if len(dedupeTables) > 0 && len(dbs) > 1 {
 				return usageError("--dedupe-table: choose the database that gets it with --database")
 			}
+			fl := cmd.Flags()
+			dedupeOnly := len(dedupeTables) > 0 && !fl.Changed("table") && !fl.Changed("tables")
 			var pending int
 			for _, d := range dbs {
-				n, err := a.migrateDatabase(cmd, d, migrateOptions{check, printSQL, allowBlocking, dedupeTables})
+				n, err := a.migrateDatabase(cmd, d, migrateOptions{check: check, printSQL: printSQL, allowBlocking: allowBlocking,
+					dedupeTables: dedupeTables, dedupeOnly: dedupeOnly})
 				pending += n
 				if err != nil {
 					return err
@@ -75,7 +90,7 @@ tables are migrated (or those of --database); --dedupe-table then needs --databa
 	cmd.Flags().BoolVar(&check, "check", false, "only report what migrate would change; exit 1 if anything")
 	cmd.Flags().BoolVar(&printSQL, "print-sql", false, "print the DDL migrate would run (online or BLOCKING), run nothing")
 	cmd.Flags().BoolVar(&allowBlocking, "allow-blocking", false, "also run steps that block writes on a table with rows (making id AUTO_INCREMENT)")
-	cmd.Flags().StringArrayVar(&dedupeTables, "dedupe-table", nil, "also create this consumer dedupe table (package idempotency's SQL store; repeatable)")
+	cmd.Flags().StringArrayVar(&dedupeTables, "dedupe-table", nil, "create this consumer dedupe table (package idempotency's SQL store; repeatable); without --table/--tables, only it")
 	addDatabaseFlag(cmd, &dbName)
 	return cmd
 }
@@ -84,7 +99,14 @@ tables are migrated (or those of --database); --dedupe-table then needs --databa
 type migrateOptions struct {
 	check, printSQL, allowBlocking bool
 	dedupeTables                   []string
+	// dedupeOnly is set when --dedupe-table is given without --table or --tables: migrate
+	// then creates the dedupe tables and touches no outbox table (a consumer's database has
+	// none, and must not get one).
+	dedupeOnly bool
 }
+
+// givenUpListed is how many of the rows a previous relay gave up on migrate lists by name.
+const givenUpListed = 20
 
 // migrateDatabase migrates (or checks, or prints) the tables of d and the dedupe tables, and
 // returns how many tables o.check found out of date.
@@ -93,14 +115,22 @@ func (a *app) migrateDatabase(cmd *cobra.Command, d opDatabase, o migrateOptions
 	if o.printSQL {
 		fmt.Fprintf(out, "-- outbox-relay migrate --print-sql for %s: nothing was run.\n", d.Label())
 	}
-	for _, tbl := range d.Tables {
+	tables := d.Tables
+	if o.dedupeOnly {
+		tables = nil
+	}
+	for _, tbl := range tables {
 		table := d.qualified(tbl) // as printed; tbl is the table's name in SQL
 		before, err := schema.CheckPartitioned(ctx, db, tbl, a.cfg.Relay.Partitions)
 		if err != nil {
 			return pending, fmt.Errorf("check table %s: %w", table, err)
 		}
+		givenUp, err := a.givenUp(cmd, d, tbl, before, o)
+		if err != nil {
+			return pending, err
+		}
 		if o.check {
-			if len(before) == 0 {
+			if len(before) == 0 && givenUp == 0 {
 				fmt.Fprintf(out, "%s: up to date\n", table)
 				continue
 			}
@@ -122,12 +152,17 @@ func (a *app) migrateDatabase(cmd *cobra.Command, d opDatabase, o migrateOptions
 			fmt.Fprintf(out, "%s: up to date\n", table)
 			continue
 		}
-		if err := schema.Apply(ctx, db, tbl, steps, o.allowBlocking); err != nil {
-			if errors.Is(err, schema.ErrNotOnline) {
-				return pending, fmt.Errorf("%w\nrun it in a maintenance window with `outbox-relay migrate --allow-blocking`, "+
-					"or print the DDL with --print-sql for gh-ost or pt-online-schema-change", err)
-			}
+		if err := a.applySteps(cmd, d, tbl, steps, o.allowBlocking); err != nil {
 			return pending, err
+		}
+		// Trust the table, not the statements: an account that cannot see what it changed,
+		// or a server that ignored a clause, must not pass for a migrated table.
+		after, err := schema.CheckPartitioned(ctx, db, tbl, a.cfg.Relay.Partitions)
+		if err != nil {
+			return pending, fmt.Errorf("check table %s after migrating: %w", table, err)
+		}
+		if len(after) > 0 {
+			return pending, fmt.Errorf("table %s still differs after migrate ran its steps: %s", table, problemList(after))
 		}
 		if len(before) == 1 && before[0].Kind == "missing table" {
 			fmt.Fprintf(out, "%s: created\n", table)
@@ -155,10 +190,101 @@ func (a *app) migrateDatabase(cmd *cobra.Command, d opDatabase, o migrateOptions
 			if err := schema.Apply(ctx, db, table, steps, false); err != nil {
 				return pending, err
 			}
+			if again, err := schema.DedupePlan(ctx, db, table); err != nil || len(again) > 0 {
+				return pending, fmt.Errorf("dedupe table %s: not there after CREATE TABLE (%v)", table, err)
+			}
 			fmt.Fprintf(out, "%s: dedupe table created\n", table)
 		}
 	}
 	return pending, nil
+}
+
+// applySteps runs steps on tbl one at a time and says which it ran, so that a migration that
+// stops (at a blocking step, or on an error) leaves no doubt about what was done.
+func (a *app) applySteps(cmd *cobra.Command, d opDatabase, tbl string, steps []schema.Step, allowBlocking bool) error {
+	out, table := cmd.OutOrStdout(), d.qualified(tbl)
+	for i, st := range steps {
+		err := schema.Apply(cmd.Context(), d.db, tbl, []schema.Step{st}, allowBlocking)
+		if errors.Is(err, schema.ErrNotOnline) {
+			fmt.Fprintf(out, "%s: stopped before step %d of %d (BLOCKING, not run): %s\n", table, i+1, len(steps), stepSummary(st))
+			return fmt.Errorf("%w\nran %d of %d step(s); run the rest in a maintenance window with `outbox-relay migrate --allow-blocking`, "+
+				"or print the DDL with --print-sql for gh-ost or pt-online-schema-change", err, i, len(steps))
+		}
+		if err != nil {
+			fmt.Fprintf(out, "%s: step %d of %d failed: %s\n", table, i+1, len(steps), stepSummary(st))
+			return err
+		}
+		if st.Alter == "" {
+			continue // a CREATE TABLE: reported as "created"
+		}
+		how := "online"
+		if !st.Online {
+			how = "BLOCKING"
+		}
+		fmt.Fprintf(out, "%s: ran step %d of %d (%s): %s\n", table, i+1, len(steps), how, stepSummary(st))
+	}
+	return nil
+}
+
+// stepSummary is a step on one line: its ALTER clauses, or the statement's first line.
+func stepSummary(st schema.Step) string {
+	if st.Alter != "" {
+		return st.Alter
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(st.SQL), "\n")
+	return strings.TrimSuffix(strings.TrimSpace(line), "(")
+}
+
+func problemList(ps []schema.Problem) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, "; ")
+}
+
+// givenUp lists the rows of tbl a previous relay gave up on (schema.GivenUp) and, unless o
+// only checks or prints, parks them dead. It returns how many there were; a table without
+// seed 002's retry columns has none.
+func (a *app) givenUp(cmd *cobra.Command, d opDatabase, tbl string, before []schema.Problem, o migrateOptions) (int, error) {
+	for _, p := range before {
+		switch {
+		case p.Kind == "missing table",
+			p.Kind == "missing column" && (p.Object == "status" || p.Object == "retry_count" || p.Object == "max_retry_count" || p.Object == "is_deleted"):
+			return 0, nil
+		}
+	}
+	ctx, out, table := cmd.Context(), cmd.OutOrStdout(), d.qualified(tbl)
+	n, rows, err := schema.GivenUp(ctx, d.db, tbl, givenUpListed)
+	if err != nil || n == 0 {
+		return n, err
+	}
+	if o.printSQL {
+		q, _ := schema.ParkGivenUpSQL(tbl)
+		fmt.Fprintf(out, "\n-- %s: %d row(s) the previous relay gave up on (retry_count > max_retry_count, left at status 1): "+
+			"parked dead, never sent (requeue the wanted ones)\n%s;\n", table, n, q)
+		return n, nil
+	}
+	verb := "parked dead (never sent; `outbox-relay requeue --msg-id ...` sends one)"
+	if o.check {
+		verb = "migrate parks them dead, or the relay would send them at once"
+	}
+	fmt.Fprintf(out, "%s: %d row(s) the previous relay gave up on (status 1, retry_count > max_retry_count): %s\n", table, n, verb)
+	for _, r := range rows {
+		fmt.Fprintf(out, "  id %d msg_id %s topic %s tag %q retries %d/%d created %s\n", r.ID, r.MsgID, r.Topic, r.Tag, r.RetryCount, r.MaxRetryCount, r.Created)
+	}
+	if n > len(rows) {
+		fmt.Fprintf(out, "  ... and %d more (outbox-relay dead list --table %s after migrate)\n", n-len(rows), tbl)
+	}
+	if o.check {
+		return n, nil
+	}
+	parked, err := schema.ParkGivenUp(ctx, d.db, tbl)
+	if err != nil {
+		return n, err
+	}
+	a.log.Info().Str("database", d.Label()).Str("table", tbl).Int64("parked", parked).Msg("rows given up on by the previous relay parked dead")
+	return n, nil
 }
 
 // printSteps writes the steps of table as SQL a person or a migration tool can run.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -52,7 +54,8 @@ func TestMigratePrintSQL(t *testing.T) {
 		"ALGORITHM=INPLACE, LOCK=NONE;",
 		"-- gh-ost / pt-online-schema-change --alter: ADD COLUMN `msg_keys`",
 		"-- local_message: BLOCKING: making id AUTO_INCREMENT",
-		"ALTER TABLE `local_message` MODIFY COLUMN `id` bigint NOT NULL AUTO_INCREMENT, ALGORITHM=COPY, LOCK=SHARED;",
+		"ALTER TABLE `local_message` MODIFY COLUMN `id` bigint NOT NULL AUTO_INCREMENT COMMENT '主键ID', " +
+			"MODIFY COLUMN `content` mediumtext NOT NULL COMMENT '消息内容(JSON格式)', ALGORITHM=COPY, LOCK=SHARED;",
 		"CREATE TABLE IF NOT EXISTS `fresh_outbox`",
 		"CREATE TABLE IF NOT EXISTS `stock_dedupe`",
 	} {
@@ -87,24 +90,24 @@ func lastSQLLine(s string) string {
 }
 
 // migrate on a live seed table runs the online step and stops before the blocking one unless
-// --allow-blocking; --dedupe-table creates the consumer's dedupe table.
+// --allow-blocking; --dedupe-table with --table creates the consumer's dedupe table as well.
 func TestMigrateLiveTableNeedsAllowBlocking(t *testing.T) {
 	t.Parallel()
 	db := testenv.MySQL(t)
 	dsn := "--mysql-dsn=" + db.DSN
 	seed002(t, db)
-	r := cli(t, "", false, "migrate", dsn, "--dedupe-table=stock_dedupe")
+	r := cli(t, "", false, "migrate", dsn, "--dedupe-table=stock_dedupe", "--table=local_message")
 	if r.code != exitRuntime || !strings.Contains(r.errOut, "--allow-blocking") || !strings.Contains(r.errOut, "AUTO_INCREMENT") {
 		t.Fatalf("migrate of a live seed table: %+v", r)
 	}
 	if ddl := createTable(t, db, "local_message"); !strings.Contains(ddl, "`sent_time`") || strings.Contains(ddl, "AUTO_INCREMENT") {
 		t.Fatalf("online step not applied, or blocking step applied:\n%s", ddl)
 	}
-	r = cli(t, "", false, "migrate", dsn, "--allow-blocking", "--dedupe-table=stock_dedupe")
+	r = cli(t, "", false, "migrate", dsn, "--allow-blocking", "--dedupe-table=stock_dedupe", "--table=local_message")
 	if r.code != 0 || !strings.Contains(r.out, "local_message: upgraded") || !strings.Contains(r.out, "stock_dedupe: dedupe table created") {
 		t.Fatalf("migrate --allow-blocking: %+v", r)
 	}
-	r = cli(t, "", false, "migrate", dsn, "--dedupe-table=stock_dedupe")
+	r = cli(t, "", false, "migrate", dsn, "--dedupe-table=stock_dedupe", "--table=local_message")
 	if r.code != 0 || r.out != "local_message: up to date\nstock_dedupe: dedupe table exists\n" {
 		t.Fatalf("second migrate: %+v", r)
 	}
@@ -150,5 +153,39 @@ func TestMigratePartitions(t *testing.T) {
 	}
 	if r := cli(t, "", false, "migrate", dsn, conf(4), "--check"); r.code != 0 {
 		t.Fatalf("migrate --check after going to 4 partitions: %+v", r)
+	}
+}
+
+// TestMigrateCheckNarrowContent is issue 26, row 13: an adopted table whose content is text
+// (64 KiB) is not up to date for `migrate --check`, which names the limit; `migrate` widens
+// it (a copy of the table, so --allow-blocking on a table with rows), and a 70 KB body fits.
+func TestMigrateCheckNarrowContent(t *testing.T) {
+	t.Parallel()
+	db := testenv.MySQL(t)
+	dsn := "--mysql-dsn=" + db.DSN
+	if r := cli(t, "", false, "migrate", dsn); r.code != 0 {
+		t.Fatalf("migrate: %+v", r)
+	}
+	if _, err := db.Exec("ALTER TABLE local_message MODIFY content text NOT NULL"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("INSERT INTO local_message (msg_id, topic, content) VALUES ('a', 't', '{}')"); err != nil {
+		t.Fatal(err)
+	}
+	r := cli(t, "", false, "migrate", dsn, "--check")
+	if r.code != 1 || !strings.Contains(r.out, "narrow column content") || !strings.Contains(r.out, "65535 bytes") {
+		t.Fatalf("migrate --check on content text: %+v", r)
+	}
+	if r := cli(t, "", false, "migrate", dsn); r.code == 0 || !strings.Contains(r.out+r.errOut, "--allow-blocking") {
+		t.Fatalf("migrate without --allow-blocking on a table with rows: %+v", r)
+	}
+	if r := cli(t, "", false, "migrate", dsn, "--allow-blocking"); r.code != 0 {
+		t.Fatalf("migrate --allow-blocking: %+v", r)
+	}
+	if r := cli(t, "", false, "migrate", dsn, "--check"); r.code != 0 {
+		t.Fatalf("migrate --check after widening: %+v", r)
+	}
+	if _, err := db.Exec("INSERT INTO local_message (msg_id, topic, content) VALUES ('big', 't', ?)", strings.Repeat("x", 70_000)); err != nil {
+		t.Fatalf("a 70 KB body after migrate: %v", err)
 	}
 }

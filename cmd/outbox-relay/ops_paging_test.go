@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -96,7 +98,7 @@ func TestOperatorDurationsAcceptDays(t *testing.T) {
 	if r := cli(t, "", false, "dead", "list", dsn, "--older-than=7d"); r.code != 0 || strings.Count(r.out, "\n") != 2 {
 		t.Fatalf("dead list --older-than=7d: %+v", r)
 	}
-	if r := cli(t, "", false, "config", "--poll-interval=1d"); r.code != 0 || !strings.Contains(r.out, "poll_interval: 24h") {
+	if r := cli(t, "", false, "config", dsn, "--poll-interval=1d"); r.code != 0 || !strings.Contains(r.out, "poll_interval: 24h") {
 		t.Fatalf("--poll-interval=1d: %+v", r)
 	}
 	if r := cli(t, "", false, "purge", dsn, "--older-than=7days"); r.code != exitUsage || !strings.Contains(r.errOut, "7d") {

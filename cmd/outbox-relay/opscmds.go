@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -95,6 +97,9 @@ locks with relay.partitions > 1.`,
 					fmt.Fprintf(tw, "  partition %d/%d\t%s\n", p, len(r.Partitions), lockText(l))
 				}
 				fmt.Fprintf(tw, "  pending\t%d\n  failed\t%d\n  sent\t%d\n  dead\t%d\n", r.Pending, r.Failed, r.Sent, r.Dead)
+				if r.Deleted > 0 {
+					fmt.Fprintf(tw, "  deleted, never sent\t%d\n", r.Deleted)
+				}
 				fmt.Fprintf(tw, "  due now\t%d\n  oldest due\t%s\n", r.Due, r.OldestDueAge.Round(time.Second))
 				if len(r.ByTopic) > 0 {
 					fmt.Fprintln(tw, "\n  STATUS\tTOPIC\tCOUNT\t")
@@ -419,7 +424,8 @@ confirmation cover them all.`,
 						return err
 					}
 					total += n
-					tables = append(tables, d.qualified(table))
+					// Server, schema and table: the person confirming sees which database it is.
+					tables = append(tables, d.qualified(table)+" on "+d.Label())
 				}
 			}
 			if dryRun {
@@ -531,7 +537,7 @@ func uniq(s []string) []string {
 func (a *app) newPurgeCmd() *cobra.Command {
 	var olderThan time.Duration
 	var batch int
-	var dryRun, asJSON bool
+	var dryRun, asJSON, allowShort bool
 	var dbName string
 	cmd := &cobra.Command{
 		Use:   "purge",
@@ -540,7 +546,11 @@ func (a *app) newPurgeCmd() *cobra.Command {
 (default: relay.purge_retention), in batches of --delete-batch-size rows, each its own short
 statement walking the (status, update_time) index. Pending, failed and dead rows are never
 touched, and it is safe while the relay runs. --dry-run only counts. With a databases list it
-purges every database's tables, or those of --database.`,
+purges every database's tables, or those of --database.
+
+A retention under 1h is refused unless --allow-short-retention is given: once a row is
+purged, the unique key no longer sees its msg_id, so an insert of the same msg_id succeeds
+and is published again; consumers drop it only while they still remember its key.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("older-than") {
@@ -548,6 +558,10 @@ purges every database's tables, or those of --database.`,
 			}
 			if olderThan <= 0 {
 				return usageError("purge: give the retention with --older-than (e.g. 7d) or relay.purge_retention")
+			}
+			if olderThan < ops.MinPurgeRetention && !allowShort {
+				return usageError("purge: --older-than %s is under the %s floor: a purged row's msg_id can be inserted and published again "+
+					"(the unique key no longer sees it); re-run with --allow-short-retention if that is what you want", olderThan, ops.MinPurgeRetention)
 			}
 			if batch < 1 || batch > 100000 {
 				return usageError("--delete-batch-size must be between 1 and 100000, got %d", batch)
@@ -590,6 +604,7 @@ purges every database's tables, or those of --database.`,
 	cmd.Flags().IntVar(&batch, "delete-batch-size", 1000, "rows deleted per statement")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only count the rows that would be deleted")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&allowShort, "allow-short-retention", false, "accept an --older-than under 1h (purged msg_ids can be inserted and published again)")
 	addDatabaseFlag(cmd, &dbName)
 	return cmd
 }

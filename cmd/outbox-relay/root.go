@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -12,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/logging"
@@ -164,11 +167,15 @@ func (a *app) loadConfig(cmd *cobra.Command, _ []string) error {
 // configFrom loads the configuration the way a command given flags does: the file named by
 // --config (or OUTBOX_CONFIG), then the environment, then the flags.
 func configFrom(flags *pflag.FlagSet) (config.Config, error) {
+	return configFromWith(flags, config.NewViper())
+}
+
+// configFromWith is configFrom reading into v, which may carry extra defaults.
+func configFromWith(flags *pflag.FlagSet, v *viper.Viper) (config.Config, error) {
 	file, _ := flags.GetString("config")
 	if file == "" {
 		file = os.Getenv(config.EnvConfigFile)
 	}
-	v := config.NewViper()
 	if err := config.BindFlags(v, flags); err != nil {
 		return config.Config{}, err
 	}

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -7,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -26,6 +27,8 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/dashboard"
+	"github.com/outbox-relay/outbox-relay/internal/httpserve"
+	"github.com/outbox-relay/outbox-relay/internal/ops"
 	"github.com/outbox-relay/outbox-relay/internal/redisconn"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
@@ -111,7 +114,8 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 			LockKey: func(table string) string { return cfg.LockKeyIn(db, table) }, Partitions: cfg.Relay.Partitions})
 	}
 
-	ui, err := dashboard.New(rconn.LockReader(), dashboard.Config{Databases: sources, AdminToken: cfg.HTTP.AdminToken, Logger: &log})
+	ui, err := dashboard.New(rconn.LockReader(), dashboard.Config{Databases: sources, AdminToken: cfg.HTTP.AdminToken,
+		ReadToken: cfg.HTTP.ReadToken, OpenReads: cfg.HTTP.Loopback(), Hosts: cfg.HTTP.Hosts, Logger: &log})
 	if err != nil {
 		return err
 	}
@@ -119,7 +123,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 		return err
 	}
 	defer ui.Stop()
-	srv, err := serveHTTP(cfg.HTTP.Addr, reg, dbs, rdb, ui, log)
+	srv, err := serveHTTP(cfg.HTTP, reg, dbs, rdb, ui, log)
 	if err != nil {
 		return err
 	}
@@ -276,12 +280,28 @@ func routeRules(routes []config.Route) []relay.PatternRule {
 	return rules
 }
 
+// lockHolderText says who holds the lock key, as Redis has it: "held by HOST pid PID", "held",
+// "free", or why it could not be read.
+func lockHolderText(ctx context.Context, rdb redis.UniversalClient, key string) string {
+	st, err := ops.ReadLock(ctx, rdb, key)
+	if err != nil {
+		return "which could not be read: " + err.Error()
+	}
+	if !st.Held {
+		return "which is free right now"
+	}
+	if h, ok, err := ops.ReadLockHolder(ctx, rdb, key); err == nil && ok {
+		return fmt.Sprintf("held by %s pid %d", h.Host, h.PID)
+	}
+	return "held by a process that does not say which"
+}
+
 // serveHTTP serves /metrics, /healthz, /readyz and the dashboard ui (under /ui/) on addr.
 // /healthz fails when a leading relay has heard nothing from its database for its stall
 // timeout (it is about to give its lock up); /readyz fails when a database is not ready (down
 // at start and being retried) or does not answer, or Redis does not answer, and says which
 // tables this process leads and which it waits for.
-func serveHTTP(addr string, reg *prometheus.Registry, dbs []*runDatabase, rdb redis.UniversalClient, ui http.Handler, log zerolog.Logger) (*http.Server, error) {
+func serveHTTP(hc config.HTTP, reg *prometheus.Registry, dbs []*runDatabase, rdb redis.UniversalClient, ui http.Handler, log zerolog.Logger) (*httpserve.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/ui/", ui)
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
@@ -314,6 +334,41 @@ func serveHTTP(addr string, reg *prometheus.Registry, dbs []*runDatabase, rdb re
 		if err := rdb.Ping(ctx).Err(); err != nil {
 			problems = append(problems, "redis: "+err.Error())
 		}
+		for _, d := range dbs {
+			for _, g := range d.groups {
+				if err := g.MembershipError(); err != nil {
+					problems = append(problems, "redis: "+d.tableName(g.Relays()[0].Table())+
+						": group membership not renewed, so this relay can never lead (ACL permissions?): "+err.Error())
+				}
+			}
+		}
+		var states []string
+		for _, d := range dbs {
+			for _, rl := range d.relays {
+				name := d.tableName(rl.Name())
+				switch h := rl.Health(); {
+				case d.why() != nil:
+					states = append(states, name+": waiting for its database")
+				case h.Leader:
+					states = append(states, name+": leader")
+				case h.LockWait > 0:
+					states = append(states, fmt.Sprintf("%s: standby, waiting for the lock for %.0fs", name, h.LockWait.Seconds()))
+				default:
+					// Not trying for the lock: the group gave it to another member. Say who
+					// holds it, never more than Redis knows.
+					states = append(states, name+": not trying for its lock, "+lockHolderText(ctx, rdb, rl.LockKey()))
+				}
+				h := rl.Health()
+				for _, topic := range slices.Sorted(maps.Keys(h.MisconfiguredTopics)) {
+					// Not a readiness failure: the process is fine, the broker refuses the
+					// relay's configuration; the rows wait and OutboxRelayTopicMisconfigured pages.
+					states = append(states, fmt.Sprintf("%s: topic %s refused for the relay's configuration (rows wait): %s", name, topic, h.MisconfiguredTopics[topic]))
+				}
+				for _, broker := range slices.Sorted(maps.Keys(h.FailingBrokers)) {
+					states = append(states, fmt.Sprintf("%s: broker %s failing for %.0fs (rows wait, no retry spent)", name, broker, time.Since(h.FailingBrokers[broker]).Seconds()))
+				}
+			}
+		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if len(problems) > 0 {
@@ -322,41 +377,19 @@ func serveHTTP(addr string, reg *prometheus.Registry, dbs []*runDatabase, rdb re
 		} else {
 			fmt.Fprintln(w, "ready")
 		}
-		for _, d := range dbs {
-			for _, rl := range d.relays {
-				name := d.tableName(rl.Name())
-				switch h := rl.Health(); {
-				case d.why() != nil:
-					fmt.Fprintf(w, "%s: waiting for its database\n", name)
-				case h.Leader:
-					fmt.Fprintf(w, "%s: leader\n", name)
-				case h.LockWait > 0:
-					fmt.Fprintf(w, "%s: standby, waiting for the lock for %.0fs\n", name, h.LockWait.Seconds())
-				default:
-					fmt.Fprintf(w, "%s: held by another relay of the group\n", name)
-				}
-				h := rl.Health()
-				for _, topic := range slices.Sorted(maps.Keys(h.MisconfiguredTopics)) {
-					// Not a readiness failure: the process is fine, the broker refuses the
-					// relay's configuration; the rows wait and OutboxRelayTopicMisconfigured pages.
-					fmt.Fprintf(w, "%s: topic %s refused for the relay's configuration (rows wait): %s\n", name, topic, h.MisconfiguredTopics[topic])
-				}
-				for _, broker := range slices.Sorted(maps.Keys(h.FailingBrokers)) {
-					fmt.Fprintf(w, "%s: broker %s failing for %.0fs (rows wait, no retry spent)\n", name, broker, time.Since(h.FailingBrokers[broker]).Seconds())
-				}
-			}
+		for _, s := range states {
+			fmt.Fprintln(w, s)
 		}
 	})
-	ln, err := net.Listen("tcp", addr)
+	srv, err := httpserve.Listen(hc.Addr, mux, httpserve.Limits{MaxConnections: hc.MaxConnections})
 	if err != nil {
-		return nil, fmt.Errorf("http.addr %s: %w", addr, err)
+		return nil, fmt.Errorf("http.addr %s: %w", hc.Addr, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Err(err).Msg("http server")
 		}
 	}()
-	log.Info().Str("addr", ln.Addr().String()).Msg("http: /metrics /healthz /readyz /ui/")
+	log.Info().Str("addr", srv.Addr().String()).Bool("bodies_need_token", !hc.Loopback()).Msg("http: /metrics /healthz /readyz /ui/")
 	return srv, nil
 }

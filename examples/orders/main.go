@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command orders is the end-to-end demo of outbox-relay (`make demo`): an order service
 // writes orders and their outbox messages in one transaction (some rolled back on purpose),
 // the relay delivers the messages to RocketMQ, and a stock consumer reduces stock once per

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the database drivers of docs/sql-recipes.md's programs, pinned, into
 # ${OUTBOX_SERVICES_DIR:-/tmp/outbox-relay-services}/sql-recipes (nothing in the source tree):
-#   java/    MariaDB Connector/J from Maven Central (java/pom.xml)
-#   python/  PyMySQL from PyPI (python/requirements.txt)
+#   java/    MariaDB Connector/J and rocketmq-client from Maven Central (java/pom.xml)
+#   python-<hash of requirements.txt>/  PyMySQL, redis and rocketmq (the C++ client's binding, librocketmq inside) from PyPI
+#            (python/requirements.txt)
 #   node/    mysql2 from npm (node/package-lock.json, `npm ci`)
 # Run by `make sql-recipes-deps` (and so by `make test`); quick when already installed.
 set -euo pipefail
@@ -13,24 +15,31 @@ have() { command -v "$1" >/dev/null 2>&1; }
 DIR=${OUTBOX_SERVICES_DIR:-/tmp/outbox-relay-services}/sql-recipes
 mkdir -p "$DIR"
 
-# Java: the JDBC driver (the program runs as a single source file, JDK 11+).
-if [ ! -f "$DIR/java/.complete" ]; then
+# Java: the JDBC driver and the RocketMQ client (the programs run as single source files, JDK
+# 11+); fetched again when pom.xml changes.
+if [ ! -f "$DIR/java/.complete" ] || ! cmp -s java/pom.xml "$DIR/java/pom.xml"; then
 	have java || die "java not found: install a JDK 11+ (Debian: openjdk-17-jdk-headless)"
 	have mvn || die "mvn not found: install Maven (Debian: maven)"
 	rm -rf "$DIR/java.tmp"
 	mvn -B -q -f java/pom.xml dependency:copy-dependencies -DoutputDirectory="$DIR/java.tmp" >"$DIR/mvn.log" 2>&1 ||
 		{ tail -5 "$DIR/mvn.log" >&2; die "Maven could not fetch the JDBC driver (network?); log: $DIR/mvn.log"; }
+	cp java/pom.xml "$DIR/java.tmp/pom.xml"
 	touch "$DIR/java.tmp/.complete"
 	rm -rf "$DIR/java" && mv "$DIR/java.tmp" "$DIR/java"
 fi
 
 # Python: PyMySQL into a directory of its own (PYTHONPATH), not the system's site-packages.
 have python3 || die "python3 not found (Debian: python3 python3-pip)"
-if ! cmp -s python/requirements.txt "$DIR/python/requirements.txt"; then
-	rm -rf "$DIR/python"
-	python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --target "$DIR/python" -r python/requirements.txt ||
+# The directory is named by the requirements' hash, so that checkouts with other requirements
+# sharing $DIR (worktrees, branches) never replace each other's packages under a running test.
+py=$DIR/python-$(sha256sum python/requirements.txt | cut -c1-12)
+if [ ! -f "$py/.complete" ]; then
+	rm -rf "$py.tmp"
+	python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --target "$py.tmp" -r python/requirements.txt ||
 		die "pip could not install python/requirements.txt (network?)"
-	cp python/requirements.txt "$DIR/python/requirements.txt"
+	cp python/requirements.txt "$py.tmp/requirements.txt"
+	touch "$py.tmp/.complete"
+	rm -rf "$py" && mv "$py.tmp" "$py"
 fi
 
 # Node: mysql2 exactly as package-lock.json says (NODE_PATH).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package rocketmqmw is the rocketmq-client-go (v2) push-consumer middleware of package
 // idempotency: a Middleware wraps a per-message handler into the callback passed to
 // Subscribe, and applies each event once through an idempotency.Guard (Redis) or

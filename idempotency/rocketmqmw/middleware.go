@@ -1,17 +1,23 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package rocketmqmw
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outbox-relay/outbox-relay/idempotency"
@@ -106,6 +112,12 @@ type Config struct {
 	// BroadcastRetry is the first delay between in-place retries in broadcasting mode; it
 	// doubles up to a minute. Defaults to DefaultBroadcastRetry (1s).
 	BroadcastRetry time.Duration
+	// Registerer, when set, receives outbox_consumer_duplicates_total{group, topic, tag,
+	// same_body}: the deliveries skipped as duplicates, by the parts of their identity, and
+	// whether the body was that of the first delivery ("true", "false": a distinct event
+	// shares the identity, "unknown": the store keeps no fingerprint, as SQLGuard's).
+	// Middlewares may share a Registerer. Defaults to nil: no metric.
+	Registerer prometheus.Registerer
 	// TracerProvider, when set, records an OpenTelemetry consumer span "<topic> process"
 	// around each attempt at a message, a child of the traceparent in its properties (the
 	// relay's producer span), and passes the span's context to the handler. Defaults to nil:
@@ -158,6 +170,8 @@ func (c *Config) validate() error {
 // concurrent use; create one per Subscribe.
 type Middleware struct {
 	cfg    Config
+	group  string
+	dups   *prometheus.CounterVec // nil without Config.Registerer
 	do     doFunc
 	tracer trace.Tracer    // nil without Config.TracerProvider
 	base   context.Context // cancelled by Close
@@ -174,8 +188,8 @@ func New(g *idempotency.Guard, cfg Config, handler Handler) (*Middleware, error)
 	if g == nil || handler == nil {
 		return nil, errors.New("rocketmqmw: New: nil Guard or handler")
 	}
-	return newMiddleware(cfg, func(ctx context.Context, id string, msg *primitive.MessageExt) (idempotency.Result, error) {
-		return g.Do(ctx, id, func(ctx context.Context) error { return handler(ctx, msg) })
+	return newMiddleware(cfg, g.Group(), func(ctx context.Context, id string, msg *primitive.MessageExt) (idempotency.Result, error) {
+		return g.DoWithFingerprint(ctx, id, fingerprint(msg.Body), func(ctx context.Context) error { return handler(ctx, msg) })
 	})
 }
 
@@ -186,18 +200,59 @@ func NewTx(g *idempotency.SQLGuard, db idempotency.Beginner, cfg Config, handler
 	if g == nil || db == nil || handler == nil {
 		return nil, errors.New("rocketmqmw: NewTx: nil SQLGuard, database or handler")
 	}
-	return newMiddleware(cfg, func(ctx context.Context, id string, msg *primitive.MessageExt) (idempotency.Result, error) {
+	return newMiddleware(cfg, g.Group(), func(ctx context.Context, id string, msg *primitive.MessageExt) (idempotency.Result, error) {
 		return g.Do(ctx, db, id, func(ctx context.Context, tx *sql.Tx) error { return handler(ctx, tx, msg) })
 	})
 }
 
-func newMiddleware(cfg Config, do doFunc) (*Middleware, error) {
+func newMiddleware(cfg Config, group string, do doFunc) (*Middleware, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	var dups *prometheus.CounterVec
+	if cfg.Registerer != nil {
+		dups = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_consumer_duplicates_total",
+			Help: "Deliveries skipped as duplicates, by the parts of their identity and whether the body was the first delivery's.",
+		}, []string{"group", "topic", "tag", "same_body"})
+		if err := cfg.Registerer.Register(dups); err != nil {
+			are, ok := err.(prometheus.AlreadyRegisteredError)
+			if !ok {
+				return nil, fmt.Errorf("rocketmqmw: register the duplicates metric: %w", err)
+			}
+			dups = are.ExistingCollector.(*prometheus.CounterVec)
+		}
+	}
 	base, cancel := context.WithCancel(context.Background())
-	return &Middleware{cfg: cfg, do: do, tracer: msgtrace.Tracer(cfg.TracerProvider), base: base, cancel: cancel}, nil
+	return &Middleware{cfg: cfg, group: group, dups: dups, do: do, tracer: msgtrace.Tracer(cfg.TracerProvider), base: base, cancel: cancel}, nil
+}
+
+// fingerprint is a digest of a body, kept with a consumed key to tell a redelivery from a
+// distinct event of the same identity.
+func fingerprint(body []byte) string {
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:16])
+}
+
+// duplicate reports a delivery skipped as a duplicate: at debug level, or at warn level when
+// its body differs from the first delivery's (a distinct event that shares the identity:
+// the identity lacks what tells the events apart), and in the metric.
+func (m *Middleware) duplicate(ctx context.Context, msg *primitive.MessageExt, id string, res idempotency.Result) {
+	same := "unknown"
+	if res.FirstFingerprint != "" {
+		same = strconv.FormatBool(res.FirstFingerprint == fingerprint(msg.Body))
+	}
+	if m.dups != nil {
+		m.dups.WithLabelValues(m.group, msg.Topic, msg.GetTags(), same).Inc()
+	}
+	if same == "false" {
+		m.cfg.Logger.WarnContext(ctx, "message skipped as a duplicate, but its body differs from the first delivery's: "+
+			"a distinct event shares its identity (group, topic, tag, keys); give each event its own tag or keys",
+			msgAttrs(msg, slog.String("identity", id), slog.String("first_fingerprint", res.FirstFingerprint), slog.String("fingerprint", fingerprint(msg.Body)))...)
+		return
+	}
+	m.cfg.Logger.DebugContext(ctx, "duplicate skipped", msgAttrs(msg, slog.String("identity", id), slog.String("same_body", same))...)
 }
 
 // Close cancels the context of running handlers and makes later deliveries return for
@@ -310,6 +365,9 @@ func (m *Middleware) one(ctx context.Context, msg *primitive.MessageExt) (err er
 	res, err := m.do(ctx, id, msg)
 	recordOutcome(span, res)
 	switch {
+	case err == nil && res.Outcome == idempotency.Duplicate:
+		m.duplicate(ctx, msg, id, res)
+		return nil
 	case err == nil:
 		if res.NotRecorded != nil {
 			m.cfg.Logger.ErrorContext(ctx, "message applied but not recorded as consumed; acknowledged",

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package brokersuite runs the same integration tests against two brokers: rmqtest (the
 // in-process protocol broker) and a real Apache RocketMQ started by scripts/rocketmq.sh. The
 // relay runs as the outbox-relay binary, messages are read back with a real push consumer, and

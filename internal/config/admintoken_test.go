@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package config
 
 import (
@@ -31,5 +33,30 @@ func TestAdminTokenIsSecret(t *testing.T) {
 	_, err = load(t, "")
 	if err == nil || !strings.Contains(err.Error(), KeyHTTPAdminToken) || strings.Contains(err.Error(), "short-Secret") {
 		t.Errorf("short token: error = %v, want one naming %s without the token", err, KeyHTTPAdminToken)
+	}
+}
+
+// http.read_token is a secret as well.
+func TestReadTokenIsSecret(t *testing.T) {
+	const token = "re4d-Token-0123456789"
+	t.Setenv("OUTBOX_HTTP_READ_TOKEN", token)
+	t.Setenv("OUTBOX_HTTP_HOSTS", "relay.internal,outbox.example.com")
+	c := mustLoad(t, "")
+	if c.HTTP.ReadToken != token || len(c.HTTP.Hosts) != 2 {
+		t.Fatalf("http = %+v, want the environment's token and hosts", c.HTTP)
+	}
+	y, err := c.YAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, out := range map[string]string{"YAML": string(y), "%+v": sprintf("%+v", c), "%#v": sprintf("%#v", c), "String": c.String()} {
+		if strings.Contains(out, token) {
+			t.Errorf("%s leaks the read token:\n%s", name, out)
+		}
+	}
+	t.Setenv("OUTBOX_HTTP_READ_TOKEN", "short-Secret")
+	_, err = load(t, "")
+	if err == nil || !strings.Contains(err.Error(), KeyHTTPReadToken) || strings.Contains(err.Error(), "short-Secret") {
+		t.Errorf("short token: error = %v, want one naming %s without the token", err, KeyHTTPReadToken)
 	}
 }

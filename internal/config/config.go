@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package config
 
 import (
@@ -66,7 +68,8 @@ type Config struct {
 
 // MySQL is where the outbox table lives.
 type MySQL struct {
-	// DSN is the go-sql-driver/mysql DSN (mysql.dsn). Defaults to root:@tcp(127.0.0.1:3306)/test.
+	// DSN is the go-sql-driver/mysql DSN (mysql.dsn). Required unless Databases is set: there
+	// is no default, so a forgotten DSN never reaches a database nobody chose.
 	// It may hold a password: print it only through Redacted.
 	DSN string
 	// Table is the outbox table (mysql.table). Defaults to local_message.
@@ -189,7 +192,8 @@ type Relay struct {
 	// (relay.shutdown_timeout). Defaults to 15 seconds.
 	ShutdownTimeout time.Duration
 	// PurgeRetention is the age past which sent rows are deleted periodically
-	// (relay.purge_retention); 0 turns the periodic purge off. Defaults to 0.
+	// (relay.purge_retention); 0 turns the periodic purge off, else at least
+	// MinPurgeRetention. Defaults to 0.
 	PurgeRetention time.Duration
 	// PurgeInterval is the time between periodic purges (relay.purge_interval).
 	// Defaults to 10 minutes.
@@ -267,7 +271,35 @@ type HTTP struct {
 	// as a bearer token (http.admin_token); empty keeps the dashboard read-only. At least
 	// MinAdminTokenLen characters. Defaults to empty. Secret.
 	AdminToken string
+	// ReadToken lets requests that carry it as a bearer token read message bodies in the
+	// dashboard (http.read_token); the admin token reads too. Needed unless Addr is a
+	// loopback address. At least MinAdminTokenLen characters. Defaults to empty. Secret.
+	ReadToken string
+	// Hosts are the names the dashboard answers to besides localhost and IP addresses
+	// (http.hosts): a request naming another host is refused (DNS rebinding). Defaults to none.
+	Hosts []string
+	// MaxConnections bounds the server's open connections (http.max_connections); idle and
+	// stalled ones make room for new ones. Defaults to 1024.
+	MaxConnections int
 }
+
+// Loopback reports whether Addr listens on a loopback address only ("127.0.0.1:9464",
+// "[::1]:9464", "localhost:9464"); ":9464" listens on every interface.
+func (h HTTP) Loopback() bool {
+	host, _, err := net.SplitHostPort(h.Addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// MinPurgeRetention is the shortest relay.purge_retention (ops.MinPurgeRetention, which the
+// purge command also enforces unless told otherwise).
+const MinPurgeRetention = time.Hour
 
 // MinAdminTokenLen is the shortest http.admin_token accepted.
 const MinAdminTokenLen = 16
@@ -290,11 +322,11 @@ func (c Config) Tables() []string {
 }
 
 // Default returns the configuration with every key at its default, whatever the
-// environment.
+// environment. mysql.dsn has no default, so Default alone does not validate.
 func Default() Config {
-	c, err := loadFrom(defaultsViper(), "", nil)
-	if err != nil {
-		panic(fmt.Sprintf("config: defaults do not load: %v", err)) // a bug in this package
+	c, probs, err := decode(defaultsViper(), "", nil)
+	if err != nil || len(probs) > 0 {
+		panic(fmt.Sprintf("config: defaults do not decode: %v %v", err, probs)) // a bug in this package
 	}
 	return c
 }
@@ -323,8 +355,16 @@ func (c Config) problems() []problem {
 	}
 
 	// mysql, databases
-	if p := dsnProblem(c.MySQL.DSN); p != "" {
-		bad(KeyMySQLDSN, "%s", p)
+	switch {
+	case len(c.Databases) > 0:
+		// databaseProblems: mysql.dsn must then be unset.
+	case c.MySQL.DSN == "":
+		bad(KeyMySQLDSN, "missing: the relay has no default database; set it in the file, in %s or with --%s "+
+			"(e.g. relay:secret@tcp(db:3306)/shop), or list databases", EnvName(KeyMySQLDSN), FlagName(KeyMySQLDSN))
+	default:
+		if p := dsnProblem(c.MySQL.DSN); p != "" {
+			bad(KeyMySQLDSN, "%s", p)
+		}
 	}
 	if err := schema.ValidateIdent(c.MySQL.Table); err != nil {
 		bad(KeyMySQLTable, "%v", err)
@@ -371,8 +411,8 @@ func (c Config) problems() []problem {
 	}
 	between(bad, KeyRelayMaxBodyBytes, c.Relay.MaxBodyBytes, 1, MaxBodyBytesLimit)
 	positive(bad, KeyRelayShutdownTimeout, c.Relay.ShutdownTimeout)
-	if c.Relay.PurgeRetention < 0 {
-		bad(KeyRelayPurgeRetention, "must be >= 0 (0 turns purging off), got %s", c.Relay.PurgeRetention)
+	if r := c.Relay.PurgeRetention; r < 0 || (r > 0 && r < MinPurgeRetention) {
+		bad(KeyRelayPurgeRetention, "must be 0 (off) or at least %s: a purged row's msg_id can be inserted and published again, got %s", MinPurgeRetention, r)
 	}
 	positive(bad, KeyRelayPurgeInterval, c.Relay.PurgeInterval)
 	between(bad, KeyRelayPartitions, c.Relay.Partitions, 1, schema.MaxPartitions)
@@ -436,6 +476,17 @@ func (c Config) problems() []problem {
 		// The token itself is never echoed.
 		bad(KeyHTTPAdminToken, "must be at least %d characters without spaces (got %d characters)", MinAdminTokenLen, len(t))
 	}
+	if t := c.HTTP.ReadToken; t != "" && (len(t) < MinAdminTokenLen || strings.ContainsAny(t, " \t\r\n")) {
+		bad(KeyHTTPReadToken, "must be at least %d characters without spaces (got %d characters)", MinAdminTokenLen, len(t))
+	}
+	if c.HTTP.MaxConnections < 1 {
+		bad(KeyHTTPMaxConnections, "must be at least 1, got %d", c.HTTP.MaxConnections)
+	}
+	for _, h := range c.HTTP.Hosts {
+		if h == "" || strings.ContainsAny(h, ":/ ") {
+			bad(KeyHTTPHosts, "must be host names without port or scheme, got %q", h)
+		}
+	}
 	if _, err := zerolog.ParseLevel(c.Log.Level); err != nil || c.Log.Level == "" {
 		bad(KeyLogLevel, "must be one of trace, debug, info, warn, error, fatal, panic, disabled; got %q", c.Log.Level)
 	}
@@ -460,6 +511,11 @@ func between(bad func(string, string, ...any), key string, n, lo, hi int) {
 }
 
 func hostPort(addr string) error {
+	if strings.Contains(addr, "@") || strings.Contains(addr, "://") {
+		// A URL (redis://user:password@host:port/0): the password is never echoed.
+		return fmt.Errorf("must be host:port, not a URL or user@host (the password goes in its own key, e.g. "+
+			"redis.password / OUTBOX_REDIS_PASSWORD), got %q", maskUserinfo(addr))
+	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || host == "" || port == "" {
 		return fmt.Errorf("must be host:port, got %q", addr)
@@ -467,11 +523,25 @@ func hostPort(addr string) error {
 	return nil
 }
 
+// maskUserinfo replaces what comes before the last "@" of an address (after its scheme) by
+// Mask: "redis://:pw@h:6379/0" -> "redis://***@h:6379/0".
+func maskUserinfo(addr string) string {
+	at := strings.LastIndex(addr, "@")
+	if at < 0 {
+		return addr
+	}
+	start := 0
+	if i := strings.Index(addr, "://"); i >= 0 && i < at {
+		start = i + 3
+	}
+	return addr[:start] + Mask + addr[at:]
+}
+
 // nameServer accepts host:port, or an http(s) URL for name-server discovery endpoints.
 func nameServer(ns string) error {
 	if strings.HasPrefix(ns, "http://") || strings.HasPrefix(ns, "https://") {
 		if u, err := url.Parse(ns); err != nil || u.Host == "" {
-			return fmt.Errorf("must be host:port or an http(s) URL, got %q", ns)
+			return fmt.Errorf("must be host:port or an http(s) URL, got %q", maskUserinfo(ns))
 		}
 		return nil
 	}

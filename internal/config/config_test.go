@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package config
 
 import (
@@ -13,10 +15,15 @@ import (
 	"github.com/outbox-relay/outbox-relay/backoff"
 )
 
+// testDSN is the mysql.dsn load supplies when a test sets none.
+const testDSN = "root:@tcp(127.0.0.1:3306)/test"
+
 // load writes yaml (if not empty) to a temporary file and loads it with args as flags.
 func load(t *testing.T, yaml string, args ...string) (Config, error) {
 	t.Helper()
 	v := NewViper()
+	// mysql.dsn is required; tests of other keys get testDSN unless they set one.
+	v.SetDefault(KeyMySQLDSN, testDSN)
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -47,7 +54,7 @@ func mustLoad(t *testing.T, yaml string, args ...string) Config {
 func TestDefaults(t *testing.T) {
 	t.Parallel()
 	want := Config{
-		MySQL:    MySQL{DSN: "root:@tcp(127.0.0.1:3306)/test", Table: "local_message", Tables: []string{}},
+		MySQL:    MySQL{DSN: testDSN, Table: "local_message", Tables: []string{}},
 		Redis:    Redis{Addr: "127.0.0.1:6379", Addrs: []string{}},
 		RocketMQ: RocketMQ{NameServers: []string{"127.0.0.1:9876"}, Group: "outbox-relay", SendTimeout: 3 * time.Second},
 		Relay: Relay{
@@ -58,15 +65,16 @@ func TestDefaults(t *testing.T) {
 		Lock:    Lock{TTL: 2 * time.Second, Key: "outbox-relay:lock:{db}:{table}", RedlockAddrs: []string{}},
 		Backoff: backoff.Default(),
 		Routes:  []Route{},
-		HTTP:    HTTP{Addr: ":9464"},
+		HTTP:    HTTP{Addr: ":9464", Hosts: []string{}, MaxConnections: 1024},
 		Log:     Log{Level: "info", Format: LogFormatAuto},
 	}
 	got := mustLoad(t, "")
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("defaults:\n got %s\nwant %s", got, want)
 	}
+	want.MySQL.DSN = "" // required: no default
 	if !reflect.DeepEqual(Default(), want) {
-		t.Fatal("Default() differs from Load with nothing set")
+		t.Fatal("Default() differs from Load with nothing but mysql.dsn set")
 	}
 	if got.Tables()[0] != "local_message" || len(got.Tables()) != 1 {
 		t.Fatalf("Tables() = %v", got.Tables())
@@ -211,6 +219,7 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 		{"relay: {max_body_bytes: 0}", "relay.max_body_bytes"},
 		{"relay: {shutdown_timeout: 0s}", "relay.shutdown_timeout"},
 		{"relay: {purge_retention: -1h}", "relay.purge_retention"},
+		{"relay: {purge_retention: 10m}", "relay.purge_retention"},
 		{"relay: {purge_retention: 7days}", "relay.purge_retention"},
 		{"mysql: {dsn: 'root:@tcp(127.0.0.1:3306)/'}", "mysql.dsn"},
 		{"mysql: {dsn: 'app:pw@tcp(db:3306)/?parseTime=true'}", "mysql.dsn"},
@@ -387,5 +396,46 @@ func TestRocketMQNamespaceAndTLSFromEnv(t *testing.T) {
 	t.Setenv("OUTBOX_ROCKETMQ_TLS_INSECURE_SKIP_VERIFY", "false")
 	if _, err := load(t, ""); err == nil || !strings.Contains(err.Error(), "rocketmq.tls.insecure_skip_verify:") {
 		t.Fatalf("TLS without the acknowledgement: err = %v", err)
+	}
+}
+
+// A configuration without mysql.dsn (and without databases) is refused naming the key and
+// how to set it: the relay never falls back to a database nobody chose.
+func TestMissingDSNIsAnError(t *testing.T) {
+	t.Setenv("OUTBOX_MYSQL_DSN", "")
+	_, err := Load(NewViper(), "")
+	if err == nil {
+		t.Fatal("Load accepted a configuration without mysql.dsn")
+	}
+	for _, want := range []string{"mysql.dsn: missing", "OUTBOX_MYSQL_DSN", "--mysql-dsn"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	// The databases list needs no mysql.dsn.
+	file := filepath.Join(t.TempDir(), "dbs.yaml")
+	if err := os.WriteFile(file, []byte("databases: [{name: shop, dsn: 'u:p@tcp(h:3306)/shop'}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(NewViper(), file); err != nil {
+		t.Fatalf("databases without mysql.dsn: %v", err)
+	}
+}
+
+// TestRedisURLRefusedWithoutEchoingThePassword is issue 23, row 10: a Redis URL in
+// redis.addr (or an address list) is refused naming the key, and the password is not in
+// the message.
+func TestRedisURLRefusedWithoutEchoingThePassword(t *testing.T) {
+	t.Parallel()
+	for _, yaml := range []string{
+		"redis: {addr: 'redis://:s3cr3t-pw@cache:6379/0'}",
+		"redis: {addr: 'rediss://app:s3cr3t-pw@cache:6380'}",
+		"redis: {addrs: ['app:s3cr3t-pw@cache:6379'], cluster: true}",
+		"lock: {redlock_addrs: ['redis://:s3cr3t-pw@a:6379', 'b:6379', 'c:6379']}",
+	} {
+		_, err := load(t, yaml)
+		if err == nil || !strings.Contains(err.Error(), "redis.password") || strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("%s: %v; want a refusal pointing at redis.password, without the password", yaml, err)
+		}
 	}
 }

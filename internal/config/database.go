@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package config
 
 import (
@@ -8,6 +10,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -85,20 +88,7 @@ func (c Config) SelectDatabases(name string) ([]Database, error) {
 //
 // Two DSNs naming the same server differently (localhost and 127.0.0.1, a host name and its
 // address) give different labels: every replica of one relay must use the same spelling.
-func DatabaseLabel(dsn string) string {
-	mc, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		return ""
-	}
-	server := mc.Addr
-	switch mc.Net {
-	case "", "tcp", "tcp4", "tcp6":
-		server = strings.ToLower(mc.Addr)
-	default:
-		server = mc.Net + "(" + mc.Addr + ")"
-	}
-	return server + "/" + mc.DBName
-}
+func DatabaseLabel(dsn string) string { return outbox.DatabaseLabel(dsn) }
 
 // DatabaseLabel returns DatabaseLabel of the configured mysql.dsn (the single-database form).
 func (c Config) DatabaseLabel() string { return DatabaseLabel(c.MySQL.DSN) }

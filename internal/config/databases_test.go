@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package config
 
 import (
@@ -122,7 +124,10 @@ databases:
 // OUTBOX_DATABASES holds the list as a JSON array, as OUTBOX_ROUTES does for routes.
 func TestDatabasesFromTheEnvironment(t *testing.T) {
 	t.Setenv("OUTBOX_DATABASES", `[{"name":"a","dsn":"u:p@tcp(h1:3306)/s","tables":"t1,t2"},{"name":"b","dsn":"u:p@tcp(h2:3306)/s"}]`)
-	c := mustLoad(t, "")
+	c, err := Load(NewViper(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	dbs := c.EffectiveDatabases()
 	if len(dbs) != 2 || !reflect.DeepEqual(dbs[0].Tables, []string{"t1", "t2"}) || dbs[1].Label() != "h2:3306/s" {
 		t.Fatalf("databases from OUTBOX_DATABASES = %+v", dbs)

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package config loads the sidecar's configuration: a YAML file, then OUTBOX_* environment
 // variables, then command-line flags, each overriding the one before, on top of the defaults
 // that DESIGN.md fixes. Load returns a typed Config that has been validated: every error

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package config
 
 import (
@@ -14,8 +16,9 @@ const EnvConfigFile = "OUTBOX_CONFIG"
 var ReservedEnvPrefixes = []string{"OUTBOX_TEST_", "OUTBOX_BENCH_", "OUTBOX_SERVICES_"}
 
 // envProblems reports the OUTBOX_ variables of environ ("NAME=value" entries) that set no
-// key: a typo there must not silently fall back to a default, as in the file. A database's
-// DSN variable (DatabaseEnvName) counts only when it names one of dbs.
+// key: a typo there must not silently fall back to a default, as in the file. Kubernetes'
+// service-link variables of a Service named outbox* pass (serviceLink). A database's DSN
+// variable (DatabaseEnvName) counts only when it names one of dbs.
 func envProblems(environ []string, dbs []Database) []problem {
 	known := map[string]bool{EnvConfigFile: true}
 	for _, d := range defaults {
@@ -30,8 +33,8 @@ func envProblems(environ []string, dbs []Database) []problem {
 	}
 	var out []problem
 	for _, kv := range environ {
-		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, EnvPrefix+"_") || known[name] || reservedEnv(name) {
+		name, value, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, EnvPrefix+"_") || known[name] || reservedEnv(name) || serviceLink(name, value) {
 			continue
 		}
 		if strings.HasPrefix(name, EnvPrefix+"_DATABASES_") && strings.HasSuffix(name, "_DSN") {

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package config
 
 import (
@@ -65,8 +67,11 @@ const (
 
 	KeyRoutes = "routes"
 
-	KeyHTTPAddr       = "http.addr"
-	KeyHTTPAdminToken = "http.admin_token"
+	KeyHTTPAddr           = "http.addr"
+	KeyHTTPAdminToken     = "http.admin_token"
+	KeyHTTPReadToken      = "http.read_token"
+	KeyHTTPHosts          = "http.hosts"
+	KeyHTTPMaxConnections = "http.max_connections"
 
 	KeyLogLevel  = "log.level"
 	KeyLogFormat = "log.format"
@@ -81,7 +86,7 @@ var defaults = []struct {
 	key string
 	val any
 }{
-	{KeyMySQLDSN, "root:@tcp(127.0.0.1:3306)/test"},
+	{KeyMySQLDSN, ""}, // required: Config.problems
 	{KeyMySQLTable, "local_message"},
 	{KeyMySQLTables, []string{}},
 	{KeyDatabases, []any{}},
@@ -125,6 +130,9 @@ var defaults = []struct {
 	{KeyRoutes, []any{}},
 	{KeyHTTPAddr, ":9464"},
 	{KeyHTTPAdminToken, ""},
+	{KeyHTTPReadToken, ""},
+	{KeyHTTPHosts, []string{}},
+	{KeyHTTPMaxConnections, 1024},
 	{KeyLogLevel, "info"},
 	{KeyLogFormat, ""},
 }

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package config
 
 import (
@@ -25,13 +27,41 @@ func Load(v *viper.Viper, file string) (Config, error) {
 
 // loadFrom is Load checking the OUTBOX_ variables of environ.
 func loadFrom(v *viper.Viper, file string, environ []string) (Config, error) {
+	c, probs, err := decode(v, file, environ)
+	if err != nil {
+		return Config{}, err
+	}
+	// Report every problem at once: what could not be decoded, then what is invalid, except
+	// the keys already reported (a value that failed to decode is also out of range).
+	failed := map[string]bool{}
+	for _, p := range probs {
+		failed[p.key] = true
+	}
+	for _, p := range c.problems() {
+		if !failed[p.key] {
+			probs = append(probs, p)
+		}
+	}
+	if len(probs) > 0 {
+		errs := make([]error, len(probs))
+		for i, p := range probs {
+			errs[i] = p.err()
+		}
+		return Config{}, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// decode reads file (if any), the OUTBOX_ variables of environ and v into a Config, and
+// returns the values that could not be decoded; it does not validate the result.
+func decode(v *viper.Viper, file string, environ []string) (Config, []problem, error) {
 	if file != "" {
 		v.SetConfigFile(file)
 		if ext := strings.ToLower(filepath.Ext(file)); ext != ".yaml" && ext != ".yml" {
 			v.SetConfigType("yaml")
 		}
 		if err := v.ReadInConfig(); err != nil {
-			return Config{}, fmt.Errorf("read config file %s: %w", file, err)
+			return Config{}, nil, fmt.Errorf("read config file %s: %w", file, err)
 		}
 	}
 	d := decoder{v: v}
@@ -94,7 +124,8 @@ func loadFrom(v *viper.Viper, file string, environ []string) (Config, error) {
 
 			RedlockAddrs: d.list(KeyLockRedlockAddrs),
 		},
-		HTTP: HTTP{Addr: d.str(KeyHTTPAddr), AdminToken: d.str(KeyHTTPAdminToken)},
+		HTTP: HTTP{Addr: d.str(KeyHTTPAddr), AdminToken: d.str(KeyHTTPAdminToken), ReadToken: d.str(KeyHTTPReadToken),
+			Hosts: d.list(KeyHTTPHosts), MaxConnections: d.int(KeyHTTPMaxConnections)},
 		Log: Log{
 			Level:  strings.ToLower(d.str(KeyLogLevel)),
 			Format: strings.ToLower(d.str(KeyLogFormat)),
@@ -108,26 +139,7 @@ func loadFrom(v *viper.Viper, file string, environ []string) (Config, error) {
 		c.Log.Format = LogFormatAuto
 	}
 	c.Routes = d.routes(c.RocketMQ)
-	// Report every problem at once: what could not be decoded, then what is invalid, except
-	// the keys already reported (a value that failed to decode is also out of range).
-	failed := map[string]bool{}
-	for _, p := range d.errs {
-		failed[p.key] = true
-	}
-	probs := d.errs
-	for _, p := range c.problems() {
-		if !failed[p.key] {
-			probs = append(probs, p)
-		}
-	}
-	if len(probs) > 0 {
-		errs := make([]error, len(probs))
-		for i, p := range probs {
-			errs[i] = p.err()
-		}
-		return Config{}, errors.Join(errs...)
-	}
-	return c, nil
+	return c, d.errs, nil
 }
 
 // decoder reads raw values from viper strictly: viper's own getters turn "abc" into 0 for an

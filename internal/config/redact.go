@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package config
 
 import (
@@ -32,6 +34,10 @@ func (c Config) Redacted() Config {
 	if c.HTTP.AdminToken != "" {
 		c.HTTP.AdminToken = Mask
 	}
+	if c.HTTP.ReadToken != "" {
+		c.HTTP.ReadToken = Mask
+	}
+	c.HTTP.Hosts = slices.Clone(c.HTTP.Hosts)
 	c.MySQL.Tables = append([]string(nil), c.MySQL.Tables...)
 	if c.Databases != nil {
 		dbs := make([]Database, len(c.Databases))
@@ -106,7 +112,7 @@ func (c Config) YAML() ([]byte, error) {
 		Lock:    yamlLock{fmtDuration(r.Lock.TTL), r.Lock.Key, nonNil(r.Lock.RedlockAddrs)},
 		Backoff: yamlBackoff{fmtDuration(r.Backoff.Base), r.Backoff.Multiplier, fmtDuration(r.Backoff.Max), r.Backoff.Jitter},
 		Routes:  routes,
-		HTTP:    yamlHTTP{r.HTTP.Addr, r.HTTP.AdminToken},
+		HTTP:    yamlHTTP{r.HTTP.Addr, r.HTTP.AdminToken, r.HTTP.ReadToken, nonNil(r.HTTP.Hosts), r.HTTP.MaxConnections},
 		Log:     yamlLog{r.Log.Level, format},
 	}
 	var buf bytes.Buffer
@@ -225,8 +231,11 @@ type yamlRoute struct {
 }
 
 type yamlHTTP struct {
-	Addr       string `yaml:"addr"`
-	AdminToken string `yaml:"admin_token"`
+	Addr           string   `yaml:"addr"`
+	AdminToken     string   `yaml:"admin_token"`
+	ReadToken      string   `yaml:"read_token"`
+	Hosts          []string `yaml:"hosts"`
+	MaxConnections int      `yaml:"max_connections"`
 }
 
 type yamlLog struct {

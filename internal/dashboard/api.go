@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package dashboard
 
 import (
@@ -36,7 +38,10 @@ type Overview struct {
 	Databases []DatabaseView `json:"databases"`
 	Now       time.Time      `json:"now"`
 	// Admin is true when requeue is allowed (http.admin_token is set).
-	Admin          bool  `json:"admin"`
+	Admin bool `json:"admin"`
+	// ReadLocked is true when reading message bodies needs a token (http.read_token or
+	// http.admin_token).
+	ReadLocked     bool  `json:"read_locked"`
 	RefreshSeconds int   `json:"refresh_seconds"`
 	Relay          Relay `json:"relay"`
 	// Tables are every database's tables, database by database.
@@ -83,27 +88,36 @@ type overviewCache struct {
 const costFactor = 20
 
 func (d *Dashboard) handleOverview(w http.ResponseWriter, r *http.Request) {
-	c := &d.cache
-	c.mu.Lock() // one computation at a time; the others wait for and share its result
+	body, err := d.cache.get(r.Context(), d)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(body) // after the lock: a client that does not read blocks only itself
+}
+
+// get returns the cached overview, computing it when stale: one computation at a time, the
+// other callers wait for and share its result.
+func (c *overviewCache) get(ctx context.Context, d *Dashboard) ([]byte, error) {
+	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.body == nil || time.Since(c.at) >= c.ttl {
-		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		start := time.Now()
 		b, err := json.Marshal(d.overview(ctx))
 		if err != nil {
-			writeError(w, http.StatusInternalServerError, err.Error())
-			return
+			return nil, err
 		}
 		c.body, c.at, c.ttl = b, time.Now(), max(d.cfg.CacheFor, costFactor*time.Since(start))
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(c.body)
+	return c.body, nil
 }
 
 func (d *Dashboard) overview(ctx context.Context) Overview {
 	now := time.Now()
-	o := Overview{Now: now.UTC(), Admin: d.cfg.AdminToken != "", RefreshSeconds: refreshSeconds,
+	o := Overview{Now: now.UTC(), Admin: d.cfg.AdminToken != "", ReadLocked: d.readLocked(), RefreshSeconds: refreshSeconds,
 		Relay: Relay{Host: hostname(), PID: os.Getpid()}, Tables: []TableView{}}
 	labels := make([]string, len(d.sources))
 	for i, s := range d.sources {
@@ -142,6 +156,9 @@ type DeadPage struct {
 // handleDead lists dead rows: database (optional with one database), table, topic, tag (exact or * patterns), reason (text),
 // after and before (epoch seconds, when the rows died), after_id and limit.
 func (d *Dashboard) handleDead(w http.ResponseWriter, r *http.Request) {
+	if !d.canRead(w, r) {
+		return
+	}
 	q := r.URL.Query()
 	src, table, ok := d.table(w, q.Get("database"), q.Get("table"))
 	if !ok {
@@ -178,6 +195,9 @@ func (d *Dashboard) handleDead(w http.ResponseWriter, r *http.Request) {
 // handleMessage returns one dead row with its body: database (optional with one
 // database), table, id.
 func (d *Dashboard) handleMessage(w http.ResponseWriter, r *http.Request) {
+	if !d.canRead(w, r) {
+		return
+	}
 	src, table, ok := d.table(w, r.URL.Query().Get("database"), r.URL.Query().Get("table"))
 	if !ok {
 		return

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package dashboard
 
 import (
@@ -94,7 +96,7 @@ func BenchmarkDashboardQueries(b *testing.B) {
 	// of this process per overview, from getrusage, the cache left out.
 	b.Run("overview-relay-cpu", func(b *testing.B) {
 		rdb, prefix := testenv.Redis(b)
-		d, err := New(rdb, Config{Databases: []Source{{Name: "default", DB: db.DB, Tables: []string{table},
+		d, err := New(rdb, Config{OpenReads: true, Databases: []Source{{Name: "default", DB: db.DB, Tables: []string{table},
 			LockKey: func(t string) string { return prefix + t }}}})
 		if err != nil {
 			b.Fatal(err)

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package dashboard
 
 import (
@@ -74,6 +76,13 @@ func startRelayBinary(t testing.TB, db *testenv.DB, prefix string, broker *rmqte
 // key) and broker, and waits until it leads all its tables (there are tables of them).
 func startRelayOn(t testing.TB, tables int, dbEnv []string, broker *rmqtest.Server) *relayProcess {
 	t.Helper()
+	return startRelayListening(t, "127.0.0.1", tables, dbEnv, broker)
+}
+
+// startRelayListening is startRelayOn with the HTTP server on host (the page is loaded
+// through 127.0.0.1 all the same).
+func startRelayListening(t testing.TB, host string, tables int, dbEnv []string, broker *rmqtest.Server) *relayProcess {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "outbox-relay")
 	build := exec.Command("go", "build", "-o", bin, "github.com/outbox-relay/outbox-relay/cmd/outbox-relay")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -86,13 +95,15 @@ func startRelayOn(t testing.TB, tables int, dbEnv []string, broker *rmqtest.Serv
 	addr := ln.Addr().String()
 	ln.Close()
 	p := &relayProcess{out: &testenv.SyncBuffer{}, base: "http://" + addr + "/ui/"}
+	_, port, _ := net.SplitHostPort(addr)
+	listen := net.JoinHostPort(host, port)
 	p.cmd = exec.Command(bin, "run")
 	p.cmd.Env = append(os.Environ(),
 		"OUTBOX_REDIS_ADDR="+testenv.RedisAddr(),
 		"OUTBOX_ROCKETMQ_NAMESERVERS="+broker.NameServerAddr(),
 		"OUTBOX_LOCK_TTL=3s",
 		"OUTBOX_RELAY_POLL_INTERVAL=200ms",
-		"OUTBOX_HTTP_ADDR="+addr,
+		"OUTBOX_HTTP_ADDR="+listen,
 		"OUTBOX_LOG_FORMAT=json",
 	)
 	p.cmd.Env = append(p.cmd.Env, dbEnv...)
@@ -294,5 +305,51 @@ func TestBrowserTwoDatabases(t *testing.T) {
 	}
 	if msgs := broker.Messages("orders"); len(msgs) != 1 || string(msgs[0].Body) != "from shop-b" {
 		t.Fatalf("the broker has %d messages, want shop-b's only", len(msgs))
+	}
+}
+
+// TestBrowserReadToken drives the dashboard of a relay listening on every interface with
+// http.read_token (testdata/browser/readtoken.mjs): the dead list and bodies are refused
+// until the read token is entered in the page, then a hostile body still renders as text
+// (issue 23, row 1).
+func TestBrowserReadToken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the browser test builds and runs the relay")
+	}
+	node, chromium := browserTools(t)
+	rlog.SetLogLevel("error")
+	db := testenv.MySQL(t)
+	_, prefix := testenv.Redis(t)
+	ctx := context.Background()
+	for _, tb := range []string{table, otherTable} {
+		if err := schema.Migrate(ctx, db.DB, tb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hostileBody := `<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">`
+	hostileReason := `<img src=x onerror="window.__pwned=3">`
+	if _, err := db.Exec("INSERT INTO `"+table+"` (msg_id, topic, content, status, fail_reason) VALUES ('hostile-1', 'orders', ?, 3, ?)", hostileBody, hostileReason); err != nil {
+		t.Fatal(err)
+	}
+	broker, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Close)
+	const readToken = "read-token-for-the-browser-test"
+	relay := startRelayListening(t, "0.0.0.0", 2, []string{"OUTBOX_MYSQL_DSN=" + db.DSN, "OUTBOX_MYSQL_TABLES=" + table + "," + otherTable,
+		"OUTBOX_LOCK_KEY=" + prefix + "lock:{table}", "OUTBOX_HTTP_READ_TOKEN=" + readToken}, broker)
+	seed, _ := json.Marshal(map[string]any{"table": table, "hostile": map[string]string{"msg_id": "hostile-1", "body": hostileBody, "reason": hostileReason}})
+	nctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(nctx, node, filepath.Join(browserDir, "readtoken.mjs"))
+	cmd.Env = append(os.Environ(), "BASE_URL="+relay.base, "READ_TOKEN="+readToken, "SEED="+string(seed), "CHROMIUM="+chromium)
+	out, err := cmd.CombinedOutput()
+	t.Logf("browser:\n%s", out)
+	if err != nil {
+		t.Fatalf("the browser test failed: %v", err)
+	}
+	if strings.Contains(relay.out.String(), readToken) {
+		t.Fatal("the relay logged the read token")
 	}
 }

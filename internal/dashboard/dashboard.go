@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package dashboard
 
 import (
@@ -8,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -44,9 +47,20 @@ type Source struct {
 type Config struct {
 	// Databases are the databases shown, in order. Required.
 	Databases []Source
-	// AdminToken allows requeue to requests that carry it as a bearer token; empty keeps the
-	// dashboard read-only. Defaults to empty.
+	// AdminToken allows requeue, and reading message bodies, to requests that carry it as a
+	// bearer token; empty keeps the dashboard read-only. Defaults to empty.
 	AdminToken string
+	// ReadToken allows reading message bodies (the dead list and a dead message) to requests
+	// that carry it as a bearer token. Defaults to empty: only AdminToken reads, or anyone
+	// when OpenReads is set.
+	ReadToken string
+	// OpenReads lets every request read message bodies without a token; set it when the
+	// server listens on loopback only, where only local processes reach it. Defaults to false.
+	OpenReads bool
+	// Hosts are the host names (Host header, without port) the dashboard answers to, besides
+	// localhost and IP addresses; any other name is refused, so that a web page cannot reach
+	// it through DNS rebinding. Defaults to none.
+	Hosts []string
 	// SampleEvery is the width of an activity bucket, and how often the activity is
 	// sampled. Defaults to 15 seconds.
 	SampleEvery time.Duration
@@ -175,6 +189,10 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cross-Origin-Opener-Policy", "same-origin")
 	h.Set("Cross-Origin-Resource-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
+	if !d.hostOK(r.Host) {
+		writeError(w, http.StatusMisdirectedRequest, "host "+strconv.Quote(r.Host)+" is not served here: add it to http.hosts")
+		return
+	}
 	d.mux.ServeHTTP(w, r)
 }
 

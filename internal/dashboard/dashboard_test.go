@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package dashboard
 
 import (
@@ -44,7 +46,7 @@ func setup(t *testing.T, token string) *bundle {
 			t.Fatal(err)
 		}
 	}
-	d, err := New(b.rdb, Config{AdminToken: token, Databases: []Source{{Name: "default", Label: "db-server/" + b.db.Name,
+	d, err := New(b.rdb, Config{AdminToken: token, OpenReads: true, Databases: []Source{{Name: "default", Label: "db-server/" + b.db.Name,
 		DB: b.db.DB, Tables: []string{table, otherTable}, LockKey: func(t string) string { return b.prefix + "lock:" + t }}}})
 	if err != nil {
 		t.Fatal(err)
@@ -439,7 +441,7 @@ func TestOverviewOfAPartitionedTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	lockKey := func(t string) string { return b.prefix + "lock:" + t }
-	d, err := New(b.rdb, Config{Databases: []Source{{Name: "default", DB: b.db.DB, Tables: []string{table}, LockKey: lockKey, Partitions: 4}}})
+	d, err := New(b.rdb, Config{OpenReads: true, Databases: []Source{{Name: "default", DB: b.db.DB, Tables: []string{table}, LockKey: lockKey, Partitions: 4}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package dashboard
 
 import (
@@ -27,7 +29,7 @@ func TestTwoDatabases(t *testing.T) {
 		return Source{Name: name, Label: "server/" + db.Name, DB: db.DB, Tables: []string{table},
 			LockKey: func(t string) string { return prefix + "lock:" + name + ":" + t }}
 	}
-	d, err := New(rdb, Config{AdminToken: adminToken, Databases: []Source{src("shop-a", shopA), src("shop-b", shopB)}})
+	d, err := New(rdb, Config{AdminToken: adminToken, OpenReads: true, Databases: []Source{src("shop-a", shopA), src("shop-b", shopB)}})
 	if err != nil {
 		t.Fatal(err)
 	}

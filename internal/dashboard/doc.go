@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package dashboard is the operator's web page served by `outbox-relay run` under /ui/ on
 // http.addr: per table, the counts by status, the backlog and the age of the oldest due row,
 // the sent/failed/dead activity of the last hour and the leader lock's state; the dead

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package drainbench measures how fast the relay drains a backlog: it fills a temporary
 // table, relays it once and prints rows/s. `outbox-relay bench` runs it against the
 // configured broker; the development tool internal/cmd/relaybench runs it against the

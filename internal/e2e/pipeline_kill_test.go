@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package e2e
 
 import (
@@ -56,7 +58,7 @@ func TestKillWhileAPageIsBeingRead(t *testing.T) {
 	defer unlock()
 	// No query on local_message from here until UNLOCK: it would wait too.
 	eventually(t, 10*time.Second, "the relay's page read waiting on the table lock", func() bool {
-		return waitingStatements(t, e, "SELECT id, msg_id%", "%metadata lock%") > 0
+		return waitingStatements(t, e, "SELECT id, COALESCE(msg_id%", "%metadata lock%") > 0
 	})
 	p.Kill9(t)
 	unlock()

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package loadgen is an application writing to the outbox the way real services do, for
 // benchmarks and soak tests: writers at a target rate, each transaction inserting a business
 // row and an outbox row, some held open before commit, some rolled back, a nudge after each

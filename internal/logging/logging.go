@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package logging builds the sidecar's zerolog logger: JSON lines by default, for log
 // shippers, and a human console format when a person is watching a terminal.
 package logging

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package msgtrace carries W3C trace context (traceparent, tracestate) in outbox message
 // properties, and names the OpenTelemetry spans and messaging attributes that the writer
 // library, the relay and the consumer middleware share, so that the three read and write

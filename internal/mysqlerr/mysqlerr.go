@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package mysqlerr names the MySQL and MariaDB server errors the project acts on, so that
 // the writer, the consumer guards and the operator commands read them one way.
 package mysqlerr

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package ops holds the operator queries on an outbox table: Status (counts and backlog age),
 // DeadList, Requeue and Purge. The CLI commands of the same names are thin wrappers, and the
 // relay calls PurgeLoop to delete old sent rows periodically.

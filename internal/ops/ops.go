@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package ops
 
 import (
@@ -5,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -38,11 +41,14 @@ type TopicCount struct {
 // StatusReport summarizes an outbox table.
 type StatusReport struct {
 	Table string `json:"table"`
-	// Pending, Failed, Sent and Dead count all rows of each status (deleted ones included).
+	// Pending, Failed, Sent and Dead count the rows of each status; rows marked is_deleted = 1
+	// are never sent, so Pending, Failed and Dead leave them out (Sent counts them all).
 	Pending int64 `json:"pending"`
 	Failed  int64 `json:"failed"`
 	Sent    int64 `json:"sent"`
 	Dead    int64 `json:"dead"`
+	// Deleted counts the unsent rows (pending, failed or dead) marked is_deleted = 1.
+	Deleted int64 `json:"deleted"`
 	// Due counts the rows the relay should be sending now (pending or failed, next_retry_time
 	// passed, not deleted).
 	Due int64 `json:"due"`
@@ -115,6 +121,19 @@ func Status(ctx context.Context, db *sql.DB, table string, now time.Time) (Statu
 		}
 		tc.Status, tc.Deleted = outbox.Status(st).String(), del != 0
 		r.ByTopic = append(r.ByTopic, tc)
+		if tc.Deleted {
+			// The count by status comes from the index alone; this query reads the unsent
+			// rows anyway, so it is where the deleted ones are taken out of the backlog.
+			r.Deleted += tc.Count
+			switch outbox.Status(st) {
+			case outbox.StatusPending:
+				r.Pending -= tc.Count
+			case outbox.StatusFailed:
+				r.Failed -= tc.Count
+			case outbox.StatusDead:
+				r.Dead -= tc.Count
+			}
+		}
 	}
 	if err := closeRows(rows); err != nil {
 		return r, fmt.Errorf("count %s by topic: %w", table, err)
@@ -147,7 +166,9 @@ func OldestDue(ctx context.Context, db *sql.DB, table string, now time.Time) (ti
 	nowMs := now.UnixMilli()
 	oldest := nowMs
 	for _, status := range []outbox.Status{outbox.StatusPending, outbox.StatusFailed} {
-		for _, r := range [][2]int64{{0, 0}, {1, nowMs}} {
+		// Rows written with next_retry_time 0 (most), and the rest up to now: two seeks.
+		// Negative times are due too, as the relay reads them.
+		for _, r := range [][2]int64{{math.MinInt64, 0}, {1, nowMs}} {
 			var since sql.NullInt64
 			err := db.QueryRowContext(ctx, q, int(status), r[0], r[1]).Scan(&since)
 			switch {
@@ -434,6 +455,11 @@ func explainSkipped(ctx context.Context, db *sql.DB, table string, asked, done [
 	}
 	return skipped, closeRows(rows)
 }
+
+// MinPurgeRetention is the shortest retention purge accepts without an explicit override: a
+// purged row's msg_id no longer meets the unique key, so the same msg_id can be inserted and
+// published again, and consumers deduplicate it only while they remember its key.
+const MinPurgeRetention = time.Hour
 
 // PurgeOptions tunes Purge.
 type PurgeOptions struct {

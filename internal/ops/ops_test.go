@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package ops
 
 import (
@@ -104,7 +106,7 @@ func TestStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Pending != 3 || r.Failed != 2 || r.Sent != 3 || r.Dead != 2 {
+	if r.Pending != 2 || r.Failed != 2 || r.Sent != 3 || r.Dead != 2 || r.Deleted != 1 { // the deleted row is not pending
 		t.Fatalf("counts = %+v", r)
 	}
 	if r.Due != 3 {
@@ -126,8 +128,8 @@ func TestStatus(t *testing.T) {
 	if err := b.db.QueryRow("SELECT COUNT(*) FROM " + table).Scan(&total); err != nil {
 		t.Fatal(err)
 	}
-	if r.Pending+r.Failed+r.Sent+r.Dead != total {
-		t.Fatalf("status counts add up to %d, table has %d", r.Pending+r.Failed+r.Sent+r.Dead, total)
+	if r.Pending+r.Failed+r.Sent+r.Dead+r.Deleted != total {
+		t.Fatalf("status counts add up to %d, table has %d", r.Pending+r.Failed+r.Sent+r.Dead+r.Deleted, total)
 	}
 }
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package ops
 
 // The SQL of the package, in one place. {T} is replaced by the table name, validated with

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package redisconn turns the redis.* and lock.* configuration into the go-redis clients the
 // relay uses: one redis.UniversalClient for nudges and the leader lock (a single node, a
 // Sentinel-managed master that the client follows through failovers, or a Cluster), and,

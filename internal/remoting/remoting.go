@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package remoting is a small client of RocketMQ's remoting protocol for the few requests
 // the relay makes itself, beside rocketmq-client-go: asking the name servers which brokers
 // are alive, so that a topic without a route can be told from a cluster without brokers.
@@ -24,6 +26,8 @@ import (
 
 // Request codes of RocketMQ's RequestCode that this package sends.
 const (
+	// GetRouteInfoByTopic asks a name server for a topic's route.
+	GetRouteInfoByTopic int16 = 105
 	// GetBrokerClusterInfo asks a name server for the brokers registered with it.
 	GetBrokerClusterInfo int16 = 106
 )
@@ -43,6 +47,25 @@ type options struct{ tls bool }
 // WithTLS connects with TLS, as rocketmq-client-go does with its TLS option: encrypted, the
 // server's certificate not verified (the requests carry no secret).
 func WithTLS(on bool) Option { return func(o *options) { o.tls = on } }
+
+// topicNotExist is ResponseCode.TOPIC_NOT_EXIST.
+const topicNotExist = 17
+
+// TopicRouted asks the name server at addr whether topic has a route: true when it answers
+// one, false when it answers that the topic does not exist.
+func TopicRouted(ctx context.Context, addr, topic string, opts ...Option) (bool, error) {
+	resp, err := Call(ctx, addr, GetRouteInfoByTopic, map[string]string{"topic": topic}, nil, opts...)
+	if err != nil {
+		return false, err
+	}
+	switch resp.Code {
+	case 0:
+		return true, nil
+	case topicNotExist:
+		return false, nil
+	}
+	return false, fmt.Errorf("remoting: %s answered code %d: %s", addr, resp.Code, resp.Remark)
+}
 
 // maxFrame bounds a response frame: a cluster's broker table is a few kilobytes.
 const maxFrame = 16 << 20

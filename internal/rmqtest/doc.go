@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package rmqtest is an in-process Apache RocketMQ name server and broker that speak
 // RocketMQ's remoting protocol over TCP, so that the real
 // github.com/apache/rocketmq-client-go/v2 (v2.1.2) producer and push consumer can be

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package tcpproxy is a loopback TCP proxy for tests and benchmarks: it forwards every
 // connection to one target, can freeze (stop forwarding in both directions while keeping
 // every connection open, the way a black-holed network path behaves) and thaw, and counts

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package testenv gives tests real MariaDB and Redis connections, each test isolated in a
 // database (MySQL) or key prefix (Redis) of its own.
 //
@@ -133,4 +135,72 @@ func Redis(tb testing.TB) (*redis.Client, string) {
 		rdb.Close()
 	})
 	return rdb, prefix
+}
+
+// MySQLAdmin returns a pool on the test server for an account that may create accounts and
+// grant privileges: OUTBOX_TEST_MYSQL_ADMIN_DSN (scripts/services.sh sets it to its private
+// server's root over the socket), else the test account itself, which must then hold GRANT
+// OPTION. Without either the test is Unavailable.
+func MySQLAdmin(tb testing.TB) *sql.DB {
+	tb.Helper()
+	dsn := os.Getenv("OUTBOX_TEST_MYSQL_ADMIN_DSN")
+	if dsn == "" {
+		dsn = MySQLServerDSN()
+	}
+	admin, err := sql.Open("mysql", dsn)
+	if err != nil {
+		tb.Fatalf("open the admin account: %v", err)
+	}
+	tb.Cleanup(func() { admin.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var grants []string
+	rows, err := admin.QueryContext(ctx, "SHOW GRANTS")
+	if err == nil {
+		for rows.Next() {
+			var g string
+			_ = rows.Scan(&g)
+			grants = append(grants, g)
+		}
+		rows.Close()
+	}
+	if err != nil || !strings.Contains(strings.ToUpper(strings.Join(grants, "\n")), "WITH GRANT OPTION") {
+		Unavailable(tb, "a MySQL account that may grant privileges (OUTBOX_TEST_MYSQL_ADMIN_DSN)",
+			fmt.Errorf("%v; grants %q", err, grants))
+	}
+	return admin
+}
+
+// Account creates a MySQL account for this test, runs stmts with {user} replaced by the
+// account ('name'@'%') and {db} by db's database (e.g. "GRANT SELECT ON {db}.* TO {user}"),
+// drops the account at cleanup and returns a DSN of db for it.
+func (db *DB) Account(tb testing.TB, stmts ...string) string {
+	tb.Helper()
+	admin := MySQLAdmin(tb)
+	name := "outbox_u_" + strings.ToLower(RandomSuffix(8))
+	user := "'" + name + "'@'%'"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := admin.ExecContext(ctx, "CREATE USER "+user+" IDENTIFIED BY 'pw-"+name+"'"); err != nil {
+		tb.Fatalf("create account %s: %v", user, err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := admin.ExecContext(ctx, "DROP USER IF EXISTS "+user); err != nil {
+			tb.Logf("drop account %s: %v", user, err)
+		}
+	})
+	for _, s := range stmts {
+		s = strings.NewReplacer("{user}", user, "{db}", "`"+db.Name+"`").Replace(s)
+		if _, err := admin.ExecContext(ctx, s); err != nil {
+			tb.Fatalf("%s: %v", s, err)
+		}
+	}
+	cfg, err := mysql.ParseDSN(db.DSN)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg.User, cfg.Passwd = name, "pw-"+name
+	return cfg.FormatDSN()
 }

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package redisnudge wakes the relay through Redis pub/sub after a service commits outbox
 // rows: it is the outbox.Nudger for relays configured with Redis (all of them, since the
 // relay's leader lock lives there). It is a package of its own so that services which do
@@ -20,16 +22,28 @@ type Publisher interface {
 	Publish(ctx context.Context, channel string, message any) *redis.IntCmd
 }
 
-// Nudger publishes on outbox.NudgeChannel(table), where the relay of that table listens.
-// It is safe for concurrent use.
+// Nudger publishes on the channel where the relay of a table listens: outbox.NudgeChannelIn
+// of its database when In named one (prefer that), else outbox.NudgeChannel(table). It is
+// safe for concurrent use.
 type Nudger struct {
-	rdb Publisher
+	rdb      Publisher
+	database string
 }
 
 var _ outbox.KeyedNudger = (*Nudger)(nil)
 
 // New returns a Nudger publishing through rdb, which must reach the relay's Redis.
 func New(rdb Publisher) *Nudger { return &Nudger{rdb: rdb} }
+
+// In returns a Nudger that publishes on the nudge channel of database (outbox.NudgeChannelIn):
+// the label of the relay's mysql.dsn, outbox.DatabaseLabel of the same DSN, as
+// `outbox-relay status` prints it. Services sharing a Redis, each with a table of the same
+// name, then wake only their own relay.
+func (n *Nudger) In(database string) *Nudger {
+	c := *n
+	c.database = database
+	return &c
+}
 
 // Nudge publishes one nudge for table: every partition of its relays wakes.
 func (n *Nudger) Nudge(ctx context.Context, table string) error {
@@ -47,8 +61,9 @@ func (n *Nudger) publish(ctx context.Context, table, payload string) error {
 	if n == nil || n.rdb == nil {
 		return errors.New("redisnudge: no Redis client")
 	}
-	if err := n.rdb.Publish(ctx, outbox.NudgeChannel(table), payload).Err(); err != nil {
-		return fmt.Errorf("redisnudge: publish on %s: %w", outbox.NudgeChannel(table), err)
+	ch := outbox.NudgeChannelIn(n.database, table)
+	if err := n.rdb.Publish(ctx, ch, payload).Err(); err != nil {
+		return fmt.Errorf("redisnudge: publish on %s: %w", ch, err)
 	}
 	return nil
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // OrderOutbox writes orders and their outbox rows from Java with plain JDBC, as
 // docs/sql-recipes.md shows (the part between the recipe markers is the doc's code). The
 // test in internal/brokersuite runs it against MariaDB and checks what the relay delivers.
@@ -26,7 +27,7 @@ public class OrderOutbox {
 
             outbox.setString(1, UUID.randomUUID().toString());
             outbox.setString(2, topic);
-            outbox.setString(3, "vip");
+            outbox.setString(3, "created"); // the event: tag + keys identify it
             outbox.setString(4, "{\"orderNo\":\"" + orderNo + "\",\"amount\":\"" + amount + "\"}");
             outbox.setString(5, orderNo); // consumers dedupe on the order number
             outbox.executeUpdate();

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writes orders and their outbox rows from Node.js with mysql2, as docs/sql-recipes.md shows
 // (the part between the recipe markers is the doc's code). The test in internal/brokersuite
 // runs it against MariaDB and checks what the relay delivers.
@@ -16,7 +17,7 @@ async function createOrder(pool, topic, orderNo, amount, restOfTransaction = asy
     await conn.execute('INSERT INTO orders (order_no, amount) VALUES (?, ?)', [orderNo, amount]);
     await conn.execute(
       'INSERT INTO local_message (msg_id, topic, tag, content, msg_keys) VALUES (?, ?, ?, ?, ?)',
-      [randomUUID(), topic, 'vip', JSON.stringify({ orderNo, amount }), orderNo],
+      [randomUUID(), topic, 'created', JSON.stringify({ orderNo, amount }), orderNo],
     );
     await restOfTransaction(); // may throw: then neither row exists
     await conn.commit();

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Writes orders and their outbox rows from Python with PyMySQL, as docs/sql-recipes.md shows
 (the part between the recipe markers is the doc's code). The test in internal/brokersuite runs
 it against MariaDB and checks what the relay delivers.
@@ -19,7 +20,7 @@ def create_order(conn, topic, order_no, amount, rest_of_transaction=lambda: None
             cur.execute("INSERT INTO orders (order_no, amount) VALUES (%s, %s)", (order_no, amount))
             cur.execute(
                 "INSERT INTO local_message (msg_id, topic, tag, content, msg_keys) VALUES (%s, %s, %s, %s, %s)",
-                (str(uuid.uuid4()), topic, "vip",
+                (str(uuid.uuid4()), topic, "created",  # the event: tag + keys identify it
                  json.dumps({"orderNo": order_no, "amount": amount}), order_no),
             )
         rest_of_transaction()  # may raise: then neither row exists
@@ -40,6 +41,16 @@ def main():
                            user=env["RECIPE_MYSQL_USER"], password=env["RECIPE_MYSQL_PASSWORD"],
                            database=env["RECIPE_MYSQL_DATABASE"], charset="utf8mb4")
     every = int(env["RECIPE_ROLLBACK_EVERY"])
+    nudge = None
+    if env.get("RECIPE_NUDGE_CHANNEL"):  # docs/sql-recipes.md#nudging-the-relay
+        import redis
+        r = redis.Redis(host=env["RECIPE_REDIS_HOST"], port=int(env["RECIPE_REDIS_PORT"]))
+
+        def nudge():
+            try:
+                r.publish(env["RECIPE_NUDGE_CHANNEL"], "1")
+            except redis.RedisError:
+                pass  # a hint: the relay polls anyway
     for i in range(int(env["RECIPE_ORDERS"])):
         order_no = env["RECIPE_ORDER_PREFIX"] + str(i)
 
@@ -50,7 +61,9 @@ def main():
         try:
             create_order(conn, env["RECIPE_TOPIC"], order_no, f"{i}.50", rest)
         except Declined:
-            pass  # rolled back on purpose
+            continue  # rolled back on purpose
+        if nudge:
+            nudge()  # after the commit, never inside the transaction
     conn.close()
 
 

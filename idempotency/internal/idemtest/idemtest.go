@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package idemtest holds what the tests of package idempotency and its subpackages share:
 // a business table that counts how many times each order's effect ran, so that exactly
 // once can be asserted on real rows.

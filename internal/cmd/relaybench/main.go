@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command relaybench is the development benchmark tool of outbox-relay: it runs the relay
 // against MariaDB/MySQL, Redis and the in-process test broker (internal/rmqtest), which the
 // release binary does not link. Run it from a checkout:
@@ -44,6 +46,8 @@ func main() {
 		err = runFailover(ctx, args)
 	case "partitions":
 		err = runPartitions(ctx, args)
+	case "rolling":
+		err = runRolling(ctx, args)
 	case seedRelayCmd:
 		err = runSeedRelay(ctx, args)
 	case "-h", "-help", "--help", "help":
@@ -69,6 +73,8 @@ func usage() {
   drain     fill a table and drain it once to the in-process broker (outbox-relay bench's measure)
   load      production load: writers at a rate, relay processes, outbox-relay vs seed 002
   failover  delivery gap after kill -9 and SIGTERM of the leader, default settings
+  rolling   a Kubernetes rolling update with processes: surge (new ready, then old SIGTERM)
+            and recreate; delivery gap, SIGTERM → exit, RSS, CPU, duplicates
   partitions  a relay group on one table: drain rate with 1, 2, 3 relays, idle Redis upkeep,
             takeover after kill -9, join; seed 002's relay on the same backlog
 `)

@@ -1,6 +1,8 @@
+// SPDX-License-Identifier: Apache-2.0
 // outbox-relay dashboard. Every value from the server reaches the page as text (textContent,
-// text nodes), never as markup: a message body holding <script> stays text. The admin token
-// lives in sessionStorage only and goes out only in the Authorization header of a requeue.
+// text nodes), never as markup: a message body holding <script> stays text. The token (read
+// or admin) lives in sessionStorage only and goes out only in the Authorization header of the
+// page's own API requests.
 'use strict';
 
 const TOKEN_KEY = 'outbox-relay-admin-token';
@@ -36,7 +38,9 @@ function fmtTime(iso) {
 }
 
 async function getJSON(path) {
-  const r = await fetch(path, { headers: { Accept: 'application/json' }, cache: 'no-store' });
+  const headers = { Accept: 'application/json' };
+  if (token()) headers.Authorization = 'Bearer ' + token();
+  const r = await fetch(path, { headers, cache: 'no-store', credentials: 'omit' });
   const body = await r.json().catch(() => ({}));
   if (!r.ok) throw new Error(body.error || r.status + ' ' + r.statusText);
   return body;
@@ -69,7 +73,7 @@ function renderOverview(o) {
   const mode = $('mode');
   mode.textContent = o.admin ? 'admin: requeue allowed with the token' : 'read-only';
   mode.className = 'badge' + (o.admin ? ' admin' : '');
-  $('token-form').hidden = !o.admin;
+  $('token-form').hidden = !o.admin && !o.read_locked;
   renderTokenState();
   for (const b of [$('requeue-selected'), $('requeue-filter'), $('requeue-one')]) b.hidden = !o.admin;
   $('updated').textContent = 'updated ' + new Date(o.now).toLocaleTimeString();
@@ -321,6 +325,7 @@ function init() {
     $('token').value = '';
     if (v) sessionStorage.setItem(TOKEN_KEY, v);
     renderTokenState();
+    loadDead(false); // a read token unlocks the dead list
   });
   $('token-forget').addEventListener('click', () => { sessionStorage.removeItem(TOKEN_KEY); renderTokenState(); });
   $('filters').addEventListener('submit', (ev) => { ev.preventDefault(); $('detail').hidden = true; loadDead(false); });

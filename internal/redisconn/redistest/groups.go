@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package redistest
 
 import (
@@ -107,6 +109,7 @@ func NewCluster(tb testing.TB, n int) []*Proc {
 func Open(tb testing.TB, keys map[string]any) *redisconn.Conn {
 	tb.Helper()
 	v := config.NewViper()
+	v.SetDefault(config.KeyMySQLDSN, "unused@tcp(127.0.0.1:3306)/unused") // required; Redis tests never use it
 	for k, val := range keys {
 		v.Set(k, val)
 	}

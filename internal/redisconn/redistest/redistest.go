@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package redistest starts Redis processes of a test's own for the Sentinel, Redlock and
 // Cluster tests: redis-server and redis-sentinel (Debian's packages; scripts/services.sh
 // installs them) on free loopback ports, with their files in the test's temporary

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command rmqtest-broker runs the in-process test RocketMQ name server and broker of
 // package rmqtest as a process of its own, for the demo and for manual runs. It keeps
 // everything in memory and forgets it on exit: never use it in production.

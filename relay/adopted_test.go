@@ -1,0 +1,64 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/outbox-relay/outbox-relay/internal/ops"
+	"github.com/outbox-relay/outbox-relay/outbox"
+)
+
+// TestAdoptedTableOddRowsNeverStallIt is issue 23, rows 4 and 8, as an adopted table meets
+// them: its fail_reason is varchar(150) and a reason is longer; its msg_keys and
+// sharding_key are nullable and NULL; a plain-SQL writer put next_retry_time below -2^62.
+// Every row settles (sent, or dead with a reason cut to the column), the rows around them
+// are delivered, and `status`'s oldest-due age sees the odd row before the relay sends it.
+func TestAdoptedTableOddRowsNeverStallIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	for _, stmt := range []string{
+		"ALTER TABLE local_message MODIFY fail_reason varchar(150) DEFAULT NULL, MODIFY msg_keys varchar(512) NULL DEFAULT NULL, MODIFY sharding_key varchar(128) NULL DEFAULT NULL",
+		"INSERT INTO local_message (msg_id, topic, content, msg_keys, sharding_key) VALUES ('null-keys', 'orders', '{\"n\":1}', NULL, NULL)",
+		// A topic RocketMQ refuses, long enough that the reason quoting it exceeds 150 characters.
+		"INSERT INTO local_message (msg_id, topic, content) VALUES ('long-reason', '" + strings.Repeat("t", 190) + "', '{}')",
+		"INSERT INTO local_message (msg_id, topic, content, next_retry_time, create_time) VALUES ('far-past', 'orders', '{}', -4611686018427387905, NOW() - INTERVAL 1 HOUR)",
+	} {
+		if _, err := b.db.Exec(stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 20; i++ {
+		if _, err := b.db.Exec("INSERT INTO local_message (msg_id, topic, content) VALUES (?, 'orders', '{}')", fmt.Sprintf("ok-%02d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Row 8: the odd row is due, and `status` says for how long.
+	age, err := ops.OldestDue(ctx, b.db.DB, "local_message", time.Now())
+	if err != nil || age < 59*time.Minute {
+		t.Errorf("oldest due age with a row due for an hour: %s, %v; want about 1h", age, err)
+	}
+
+	run(t, b.newRelay(t, b.config()))
+	eventually(t, 30*time.Second, "every row settled", func() bool { return countWhere(t, b.db.DB, "status IN (0, 1)") == 0 })
+	if n := countWhere(t, b.db.DB, "status = 2"); n != 22 {
+		t.Errorf("%d rows sent, want 22: %s", n, statusCounts(t, b.db.DB))
+	}
+	var status int
+	var reason string
+	if err := b.db.QueryRow("SELECT status, fail_reason FROM local_message WHERE msg_id = 'long-reason'").Scan(&status, &reason); err != nil {
+		t.Fatal(err)
+	}
+	if status != int(outbox.StatusDead) || !strings.HasPrefix(reason, "invalid topic") || utf8.RuneCountInString(reason) > 150 {
+		t.Errorf("long-reason: status %s, reason %q; want dead with the reason cut to 150 characters", outbox.Status(status), reason)
+	}
+	for _, m := range b.broker.Messages("orders") {
+		if m.Properties[outbox.MsgIDProperty] == "null-keys" && (len(m.Keys) != 1 || m.Keys[0] != "null-keys") {
+			t.Errorf("a row with NULL msg_keys went with keys %q, want its msg_id", m.Keys)
+		}
+	}
+}
