@@ -16,7 +16,8 @@ func TestCheckListsMissingTopics(t *testing.T) {
 	t.Setenv("OUTBOX_ROCKETMQ_NAMESERVERS", ns)
 	// "orders" is created by scripts/rocketmq.sh start; a pattern cannot be checked.
 	t.Setenv("OUTBOX_ROUTES", `[{"topic":"orders"},{"topic":"`+missing+`","ordered":true},{"topic":"pay-*"}]`)
-	r := cli(t, "", false, "check", "--topic", "orders")
+	// check reads no database, but the configuration requires one.
+	r := cli(t, "", false, "check", "--mysql-dsn=u:p@tcp(127.0.0.1:1)/x", "--topic", "orders")
 	if r.code != exitRuntime {
 		t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", r.code, exitRuntime, r.out, r.errOut)
 	}
