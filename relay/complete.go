@@ -330,7 +330,9 @@ func (r *Relay) countResults(rows []row, results []result, idx []int) {
 				c.dead++
 			}
 		case deferred:
-			c.failed++
+			if !results[i].unsent {
+				c.failed++
+			}
 		case dead:
 			c.dead++
 		}

@@ -41,6 +41,8 @@ type brokerState struct {
 	since  time.Time
 	rounds int
 	last   string
+	// For a misconfigured topic: when its next probe may go, and since when one is out.
+	probeAt, probing time.Time
 }
 
 func newIncidents(log zerolog.Logger, metrics *TableMetrics) *incidents {
@@ -86,6 +88,9 @@ func brokerKey(err error) string {
 // deferredMark ends the reason of a row deferred by a broker's incident; the rows carrying it
 // are brought forward when the broker recovers (store.hastenDeferred).
 const deferredMark = " (broker incident: attempt not counted)"
+
+// misconfiguredMark ends the reason of a row of a topic refused for the relay's configuration.
+const misconfiguredMark = " (refused for the relay's configuration: attempt not counted)"
 
 // topicMissingGrace is how long a topic must have been without a route before its attempts
 // count. A broker that shuts down takes its topics' routes off the name servers; a topic that
@@ -163,7 +168,7 @@ func (in *incidents) judge(items []item, results []result) (recovered bool) {
 		case SendMisconfigured:
 			res.kind = deferred
 			res.delay = in.misconfiguredDelay(topic, err, now)
-			res.reason += " (refused for the relay's configuration: attempt not counted)"
+			res.reason += misconfiguredMark
 		case SendUnreachable:
 			res.kind = deferred
 			res.delay = in.deferDelay(k, err, now)
@@ -225,7 +230,31 @@ func (in *incidents) misconfiguredDelay(topic string, err error, now time.Time) 
 	}
 	st.last = err.Error()
 	d := min(max(now.Sub(st.since), deferBase), deferMax)
+	st.probeAt, st.probing = now.Add(d), time.Time{}
 	return time.Duration(float64(d) * (0.75 + 0.5*rand.Float64()))
+}
+
+// probeLost is how long a misconfigured topic's probe may be out before another may go: a
+// probe abandoned (a shutdown, a handover) is never judged.
+const probeLost = time.Minute
+
+// holdMisconfigured decides for a row of topic about to be sent: while the broker refuses
+// the topic for the relay's configuration, one row at a time probes it, when its backoff has
+// run out; the others are not sent but wait (the delay returned, and the last refusal), so
+// that a refused topic costs the broker one send per backoff whatever its backlog.
+func (in *incidents) holdMisconfigured(topic string, now time.Time) (time.Duration, string, bool) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	st := in.misconfigured[topic]
+	if st == nil {
+		return 0, "", false
+	}
+	if !now.Before(st.probeAt) && (st.probing.IsZero() || now.Sub(st.probing) > probeLost) {
+		st.probing = now
+		return 0, "", false // this row is the probe
+	}
+	wait := max(st.probeAt.Sub(now), deferBase)
+	return time.Duration(float64(wait) * (1 + 0.25*rand.Float64())), st.last, true
 }
 
 // deferDelay returns how long a row deferred by broker k's incident waits, and opens the

@@ -22,6 +22,7 @@ type result struct {
 	err    error         // the publisher's error of a failure
 	delay  time.Duration // how long a deferred row waits
 	capped bool          // a transient retry: counted, but never past max_retry_count
+	unsent bool          // deferred without an attempt: no failure to count
 }
 
 // publish runs the units on at most Concurrency goroutines. Each unit writes only its own

@@ -394,6 +394,12 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, bl
 				continue
 			}
 		}
+		if wait, last, held := r.incidents.holdMisconfigured(msg.Topic, start); held {
+			// The broker refuses the topic for the relay's configuration: one row probes it
+			// per backoff, the others wait unsent (their retry count untouched).
+			results[i] = result{kind: deferred, delay: wait, reason: last + misconfiguredMark, unsent: true}
+			continue
+		}
 		items[i] = item{row: &rows[i], msg: msg, route: route}
 		if route.Ordered && msg.ShardingKey != "" {
 			if !seenKey[msg.ShardingKey] {

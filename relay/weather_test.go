@@ -167,17 +167,23 @@ func TestMisconfiguredTopicWaitsVisibly(t *testing.T) {
 			if got := metricValue(t, reg, "outbox_relay_topic_misconfigured", "payments"); got != 1 {
 				t.Errorf("outbox_relay_topic_misconfigured{topic=payments} = %v, want 1", got)
 			}
-			// Let the refusals run for a while: they back off, nothing counts. The second
-			// refusal of p0 waits at least 0.5 s, the third 1 s, the fourth 2 s (less a
-			// quarter of jitter): 4 refusals cannot come sooner than 1 s after the first. An
-			// unbounded retry loop (the old ~16 sends a second) makes them in a fraction of it.
-			eventually(t, 30*time.Second, "the first refusal", func() bool { return pub.count("p0") >= 1 })
-			start := time.Now()
-			eventually(t, 30*time.Second, "several refusals recorded", func() bool {
-				return pub.count("p0") >= 4
-			})
+			// Let the refusals run for a while: they back off, nothing counts. After the
+			// first refusal of the topic's rows, one row at a time probes it, the first after
+			// 0.5 s, the next after 1 s, then 2 s (less a quarter of jitter): 3 probes cannot
+			// come sooner than 1 s after the first refusal. Retrying every row (the old ~16
+			// sends a second) makes them in a fraction of it.
+			sends := func() int {
+				n := 0
+				for i := 0; i < 5; i++ {
+					n += pub.count(fmt.Sprintf("p%d", i))
+				}
+				return n
+			}
+			eventually(t, 30*time.Second, "the first refusal", func() bool { return sends() >= 1 })
+			start, first := time.Now(), sends()
+			eventually(t, 30*time.Second, "three more refusals", func() bool { return sends() >= first+3 })
 			if took := time.Since(start); took < time.Second {
-				t.Errorf("row p0 was refused 3 more times within %s: the refusals do not back off", took)
+				t.Errorf("the topic was refused 3 more times within %s: the refusals do not back off", took)
 			}
 			if n := countWhere(t, b.db.DB, "topic = 'payments' AND (status = 3 OR retry_count > 0)"); n != 0 {
 				t.Fatalf("%d rows of the refused topic went dead or spent retries: %s", n, statusCounts(t, b.db.DB))
