@@ -38,9 +38,8 @@ type RocketMQConfig struct {
 	TLS bool
 	// Connections is the number of connections to each broker, spread over as many
 	// clients per producer group; sends go round robin. A broker that drops a connection
-	// fails only the sends in flight on it, and the sends answered on the others show that
-	// the broker is alive, so that those are given up at once instead of after the send
-	// timeout. Defaults to 4.
+	// strands only the sends in flight on it (rocketmq-client-go leaves them pending until
+	// the send timeout), while the others go on. Defaults to 4.
 	Connections int
 	// RequireReplication treats a message the broker stored but did not replicate or flush
 	// as asked (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT, FLUSH_DISK_TIMEOUT) as a failed
@@ -78,7 +77,6 @@ type RocketMQPublisher struct {
 	probed  map[string]routeProbe // by topic
 
 	unreplicated unreplicatedLog
-	inflight     inflightSends
 }
 
 // NewRocketMQPublisher checks cfg and returns a publisher; no connection is made until the
@@ -269,20 +267,8 @@ func (p *RocketMQPublisher) sendTo(ctx context.Context, prod client, route Route
 	for _, m := range out {
 		m.Queue = mq
 	}
-	// Sends are watched by broker and client, that is by connection. Before the topic's
-	// route is known the client chooses the queue: such sends are watched together, as of
-	// one unknown broker.
-	broker := ""
-	if mq != nil {
-		broker = mq.BrokerName
-	}
-	ctx, track := p.inflight.start(ctx, fmt.Sprintf("%s#%d", broker, prod.n), len(out))
 	res, err := prod.SendSync(ctx, out...)
-	p.inflight.finish(track, err == nil)
 	if err != nil {
-		if cause := context.Cause(ctx); errors.Is(cause, errConnectionLost) {
-			return &SendError{Kind: SendTransient, Broker: BrokerOf(err), Code: -1, Err: fmt.Errorf("%w: %w", cause, err)}
-		}
 		return p.classify(ctx, err, out[0].Topic, len(out) > 1)
 	}
 	if res.Status != primitive.SendOK {

@@ -16,6 +16,11 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/remoting"
 )
 
+// errConnectionLost marks a send written to a connection the broker had closed (broken
+// pipe, reset): never sent, so the publisher sends it again at once on the client's new
+// connection.
+var errConnectionLost = errors.New("connection to the broker lost")
+
 // This file is the only reader of rocketmq-client-go's errors and send statuses: every
 // failure of a RocketMQPublisher leaves it as a *SendError whose Kind the relay acts on
 // (docs/decisions.md, "Failure accounting").
