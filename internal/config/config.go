@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -138,6 +139,10 @@ type RocketMQ struct {
 	// it as asked (SLAVE_NOT_AVAILABLE and the flush timeouts) as a failed attempt
 	// (rocketmq.require_replication). Defaults to false: stored means sent.
 	RequireReplication bool
+	// TransactionCheckGroups are the producer groups whose transactional check-backs every
+	// relay process answers from the outbox table (rocketmq.transaction_check_groups; see
+	// docs/transactional.md). Defaults to none: no responder runs.
+	TransactionCheckGroups []string
 }
 
 // Relay tunes the delivery engine.
@@ -373,6 +378,7 @@ func (c Config) problems() []problem {
 		bad(KeyRocketMQGroup, "must not be empty")
 	}
 	positive(bad, KeyRocketMQSendTimeout, c.RocketMQ.SendTimeout)
+	out = append(out, c.checkGroupProblems()...)
 
 	// relay
 	positive(bad, KeyRelayPollInterval, c.Relay.PollInterval)
@@ -518,4 +524,38 @@ func nameServer(ns string) error {
 		return nil
 	}
 	return hostPort(ns)
+}
+
+// groupName is RocketMQ's rule for group names (Validators.checkGroup): letters, digits,
+// '%', '|', '_' and '-', at most 255 characters.
+var groupName = regexp.MustCompile(`^[%|a-zA-Z0-9_-]{1,255}$`)
+
+// checkGroupProblems checks rocketmq.transaction_check_groups: valid, distinct names, none
+// of them a group the relay sends with (a plain producer of a check group would receive
+// check-backs it cannot answer, and the broker would spend checks on it).
+func (c Config) checkGroupProblems() []problem {
+	var out []problem
+	seen := map[string]bool{}
+	sending := map[string]string{c.RocketMQ.Group: KeyRocketMQGroup}
+	for i, r := range c.Routes {
+		if r.Group != "" {
+			sending[r.Group] = fmt.Sprintf("%s[%d].group", KeyRoutes, i)
+		}
+	}
+	if len(c.RocketMQ.TransactionCheckGroups) > 0 && len(c.EffectiveDatabases()) > 1 {
+		out = append(out, problem{KeyRocketMQTransactionCheckGroups, "needs a single database: a half names its table, not its database"})
+	}
+	for i, g := range c.RocketMQ.TransactionCheckGroups {
+		key := fmt.Sprintf("%s[%d]", KeyRocketMQTransactionCheckGroups, i)
+		switch {
+		case !groupName.MatchString(g):
+			out = append(out, problem{key, fmt.Sprintf("must be a RocketMQ group name (letters, digits, %%|_-, at most 255), got %q", g)})
+		case seen[g]:
+			out = append(out, problem{key, fmt.Sprintf("%q is listed twice", g)})
+		case sending[g] != "":
+			out = append(out, problem{key, fmt.Sprintf("%q is also the producer group of %s; a check group must be used only for transactional messages", g, sending[g])})
+		}
+		seen[g] = true
+	}
+	return out
 }

@@ -36,6 +36,9 @@ const (
 	KeyRocketMQSendTimeout = "rocketmq.send_timeout"
 	// KeyRocketMQRequireReplication makes a send stored without replication a failure.
 	KeyRocketMQRequireReplication = "rocketmq.require_replication"
+	// KeyRocketMQTransactionCheckGroups lists the producer groups whose transactional
+	// check-backs the relay answers from the outbox table.
+	KeyRocketMQTransactionCheckGroups = "rocketmq.transaction_check_groups"
 
 	KeyRelayPollInterval    = "relay.poll_interval"
 	KeyRelayBatchSize       = "relay.batch_size"
@@ -98,6 +101,7 @@ var defaults = []struct {
 	{KeyRocketMQGroup, "outbox-relay"},
 	{KeyRocketMQSendTimeout, 3 * time.Second},
 	{KeyRocketMQRequireReplication, false},
+	{KeyRocketMQTransactionCheckGroups, []string{}},
 	{KeyRelayPollInterval, time.Second},
 	{KeyRelayBatchSize, 500},
 	{KeyRelayConcurrency, 16},

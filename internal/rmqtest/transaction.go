@@ -480,3 +480,6 @@ func (s *Server) Half(uniq string) (HalfState, bool) {
 }
 
 func (t *txn) String() string { return fmt.Sprintf("%s(%s, %d checks)", t.uniq, t.state, t.checks) }
+
+// BrokerName returns the broker's name, as routes and cluster info name it.
+func (s *Server) BrokerName() string { return s.opts.BrokerName }
