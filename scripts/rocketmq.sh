@@ -164,6 +164,9 @@ start_broker() {
 	# deletion reaches for the timer store, which is null without the wheel; the same root
 	# as apache/rocketmq#6169). The tests use topics of their own and never delete them; to
 	# delete one by hand, restart the broker with timerWheelEnable=true first.
+	# transactionTimeOut/transactionCheckInterval of 1 s (defaults 6 s and 30 s) let the
+	# transactional tests see check-backs within seconds; with no half stored a check round
+	# costs the broker nothing.
 	cat >"$home/broker.conf" <<-EOF
 		brokerClusterName=DefaultCluster
 		brokerName=$name
@@ -185,6 +188,8 @@ start_broker() {
 		timerWheelEnable=false
 		maxMessageSize=4194304
 		diskMaxUsedSpaceRatio=95
+		transactionTimeOut=1000
+		transactionCheckInterval=1000
 	EOF
 	: >"$home/out.log.prev" && [ -f "$home/out.log" ] && mv "$home/out.log" "$home/out.log.prev"
 	java_main "$name" "-Xms128m -Xmx384m -XX:MaxDirectMemorySize=256m" \
