@@ -398,3 +398,45 @@ func TestBrokerRestartRecheckNoDuplicate(t *testing.T) {
 		t.Fatal("the re-check was not answered rollback/already_sent")
 	}
 }
+
+// The responder registers its groups with every master the name servers know, and
+// re-registers with one that restarted, so a check from any broker holding a half reaches it.
+func TestResponderRegistersWithEveryMaster(t *testing.T) {
+	c, err := rmqtest.StartCluster(rmqtest.ClusterOptions{Brokers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	db, err := sql.Open("mysql", "nobody@tcp(127.0.0.1:1)/none") // never queried: no check is sent
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	r, err := txcheck.New(txcheck.Config{NameServers: c.NameServerAddrs(), Groups: []string{"g1", "g2"}, DB: db,
+		Tables: []string{table}, HeartbeatInterval: 200 * time.Millisecond, ClientID: "every-master"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	registered := func() bool {
+		for i := 0; i < c.Brokers(); i++ {
+			for _, g := range []string{"g1", "g2"} {
+				if len(c.Broker(i).Producers(g)) != 1 {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	testenv.Eventually(t, 5*time.Second, "both groups registered on the three masters", registered)
+	c.Broker(1).StopBroker()
+	if err := c.Broker(1).StartBroker(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, "registered again with the restarted master", registered)
+	r.Stop()
+	testenv.Eventually(t, 5*time.Second, "registrations gone after Stop", func() bool { return len(c.Broker(0).Producers("g1")) == 0 })
+}
