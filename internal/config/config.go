@@ -542,6 +542,9 @@ func (c Config) checkGroupProblems() []problem {
 			sending[r.Group] = fmt.Sprintf("%s[%d].group", KeyRoutes, i)
 		}
 	}
+	if len(c.RocketMQ.TransactionCheckGroups) > 0 && c.RocketMQ.AccessKey != "" {
+		out = append(out, problem{KeyRocketMQTransactionCheckGroups, "cannot be used with rocketmq.access_key yet: the check responder does not sign its requests"})
+	}
 	if len(c.RocketMQ.TransactionCheckGroups) > 0 && len(c.EffectiveDatabases()) > 1 {
 		out = append(out, problem{KeyRocketMQTransactionCheckGroups, "needs a single database: a half names its table, not its database"})
 	}

@@ -199,6 +199,7 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 		{"rocketmq: {send_timeout: 0s}", "rocketmq.send_timeout"},
 		{"rocketmq: {transaction_check_groups: ['bad group']}", "rocketmq.transaction_check_groups[0]"},
 		{"rocketmq: {transaction_check_groups: [tx, tx]}", "rocketmq.transaction_check_groups[1]"},
+		{"rocketmq: {transaction_check_groups: [tx], access_key: a, secret_key: s}", "rocketmq.transaction_check_groups"},
 		{"rocketmq: {transaction_check_groups: [outbox-relay]}", "rocketmq.transaction_check_groups[0]"},
 		{"rocketmq: {transaction_check_groups: [ok, routed]}\nroutes: [{topic: a, group: routed}]", "rocketmq.transaction_check_groups[1]"},
 		{"relay: {poll_interval: soon}", "relay.poll_interval"},
