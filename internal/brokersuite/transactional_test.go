@@ -27,7 +27,9 @@ const checkBudget = 90 * time.Second
 // binary answering check-backs (rocketmq.transaction_check_groups): a committed and ended
 // message is consumed once, at once; a message whose writer died between its commit and its
 // END is settled by the relay's check answer (ROLLBACK, row pulled forward) and consumed
-// once, sent by the relay; a rolled-back one is never consumed. On Apache RocketMQ this
+// once, sent by the relay; a rolled-back one is never consumed; one whose transaction is
+// held open across a check is answered UNKNOWN (the row's lock is held), and once committed
+// (its writer gone) settled by the next check and consumed once. On Apache RocketMQ this
 // shows the broker accepts our END_TRANSACTION, registers the relay's check group by
 // heartbeat and sends it the checks.
 func TestTransactionalWriterAndCheckBacks(t *testing.T) {
@@ -77,6 +79,7 @@ func TestTransactionalWriterAndCheckBacks(t *testing.T) {
 			return strings.Contains(relay.Out.String(), "answering transactional check-backs")
 		})
 
+		open, held := prepare("held-open")
 		tx, rolled := prepare("rolled-back")
 		if err := tx.Rollback(); err != nil {
 			t.Fatal(err)
@@ -99,16 +102,38 @@ func TestTransactionalWriterAndCheckBacks(t *testing.T) {
 		if in.copies(ended.MsgID()) != 1 {
 			t.Fatalf("first message consumed is not the ended one: killed %d, rolled back %d", in.copies(killed.MsgID()), in.copies(rolled.MsgID()))
 		}
-		in.wait(t, 2, checkBudget)
+		testenv.Eventually(t, checkBudget, "a check of the open transaction answered UNKNOWN", func() bool {
+			return answered(relay.Out.String(), held.MsgID(), "open_transaction")
+		})
+		if in.copies(held.MsgID()) != 0 {
+			t.Fatal("the open transaction's message was consumed")
+		}
+		if err := open.Commit(); err != nil { // ... and its writer dies before Finish
+			t.Fatal(err)
+		}
+		in.wait(t, 3, checkBudget)
 		if n := e.count(t, "msg_id = ? AND status = 2", killed.MsgID()); n != 1 {
 			t.Fatalf("the killed writer's row is not sent\n%s", tail(relay.Out.String(), 3000))
 		}
 		if !strings.Contains(relay.Out.String(), `"reason":"relay_delivers"`) {
 			t.Fatalf("the killed writer's message was not settled by a check\n%s", tail(relay.Out.String(), 3000))
 		}
-		if in.copies(ended.MsgID()) != 1 || in.copies(killed.MsgID()) != 1 || in.copies(rolled.MsgID()) != 0 {
-			t.Fatalf("copies consumed: ended %d, killed %d, rolled back %d; want 1, 1, 0",
-				in.copies(ended.MsgID()), in.copies(killed.MsgID()), in.copies(rolled.MsgID()))
+		if !answered(relay.Out.String(), held.MsgID(), "relay_delivers") {
+			t.Fatalf("the held transaction's message was not settled by a check\n%s", tail(relay.Out.String(), 3000))
+		}
+		if in.copies(ended.MsgID()) != 1 || in.copies(killed.MsgID()) != 1 || in.copies(held.MsgID()) != 1 || in.copies(rolled.MsgID()) != 0 {
+			t.Fatalf("copies consumed: ended %d, killed %d, held open %d, rolled back %d; want 1, 1, 1, 0",
+				in.copies(ended.MsgID()), in.copies(killed.MsgID()), in.copies(held.MsgID()), in.copies(rolled.MsgID()))
 		}
 	})
+}
+
+// answered reports whether the relay's log has a check answer for msgID with reason.
+func answered(log, msgID, reason string) bool {
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, `"msg_id":"`+msgID+`"`) && strings.Contains(line, `"reason":"`+reason+`"`) {
+			return true
+		}
+	}
+	return false
 }
