@@ -35,7 +35,8 @@ import (
 // Sender sends the half. A rocketmq-client-go producer has this method; it must be a plain
 // producer whose group is not the CheckGroup (a plain producer of the check group would
 // receive check-backs it cannot answer), and should be built with WithRetry(0): a retried
-// half leaves an orphan that a check rolls back.
+// half leaves an orphan that a check rolls back. Give it its own WithInstanceName, so that a
+// dropped connection of the writer's never stalls a consumer of the same process.
 type Sender interface {
 	SendSync(ctx context.Context, msgs ...*primitive.Message) (*primitive.SendResult, error)
 }
