@@ -68,7 +68,8 @@ func halfWriter(o options, w *outbox.Writer, nameservers []string) (*txmsg.Produ
 	if err := p.Start(); err != nil {
 		return nil, nil, err
 	}
-	tp, err := txmsg.New(txmsg.Config{Writer: w, Sender: p, NameServers: nameservers, CheckGroup: checkGroup})
+	tp, err := txmsg.New(txmsg.Config{Writer: w, Sender: p, NameServers: nameservers, CheckGroup: checkGroup,
+		SendTimeout: 500 * time.Millisecond})
 	if err != nil {
 		_ = p.Shutdown()
 		return nil, nil, err

@@ -58,6 +58,10 @@ type Config struct {
 	Grace time.Duration
 	// EndTimeout bounds END_TRANSACTION. Defaults to 3 seconds.
 	EndTimeout time.Duration
+	// SendTimeout bounds the half's send, which runs inside the business transaction: a
+	// half whose answer is lost holds the transaction open this long before the row is
+	// handed to the relay. Defaults to 3 seconds (the client's own timeout).
+	SendTimeout time.Duration
 }
 
 // Producer writes messages on the half-message path. It is safe for concurrent use.
@@ -92,6 +96,9 @@ func New(cfg Config) (*Producer, error) {
 	}
 	if cfg.EndTimeout <= 0 {
 		cfg.EndTimeout = 3 * time.Second
+	}
+	if cfg.SendTimeout <= 0 {
+		cfg.SendTimeout = 3 * time.Second
 	}
 	t := schema.QuoteIdent(cfg.Writer.Table())
 	return &Producer{
@@ -141,7 +148,9 @@ func (p *Producer) Prepare(ctx context.Context, tx outbox.Tx, m *outbox.Message)
 	}
 	m.MsgID = row.MsgID
 	h := &Half{msgID: row.MsgID, inserted: now, topic: m.Topic}
-	res, err := p.cfg.Sender.SendSync(ctx, p.halfMessage(m))
+	sctx, cancel := context.WithTimeout(ctx, p.cfg.SendTimeout)
+	res, err := p.cfg.Sender.SendSync(sctx, p.halfMessage(m))
+	cancel()
 	if err != nil || res == nil || res.Status != primitive.SendOK {
 		if _, err := tx.ExecContext(ctx, p.relaySQL, row.MsgID); err != nil {
 			return nil, fmt.Errorf("txmsg: half not sent, and the row could not be handed to the relay: %w", err)
