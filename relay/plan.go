@@ -22,10 +22,17 @@ type unit struct {
 	chain bool
 }
 
+// blockedKeys maps an ordered key, within one pass, to the first of its unsent rows that a
+// page could not send (not in the page: failed and waiting, or not yet due). The later pages
+// of the pass hold the key's rows after it without asking the database again: a key with a
+// large backlog behind a waiting head would otherwise cost each page a read of that whole
+// backlog's ids, a pass growing with the square of the backlog.
+type blockedKeys map[orderKey]int64
+
 // plan groups the prepared items into units. An ordered key's rows may go only as the prefix
 // of its unsent rows that is present in this batch: a row behind an earlier unsent row
-// (failed and waiting, or not yet due) is held back.
-func (r *Relay) plan(ctx context.Context, items []item, orderedKeys []string, maxOrderedID int64) ([]unit, error) {
+// (failed and waiting, or not yet due) is held back, and the key noted in blocked.
+func (r *Relay) plan(ctx context.Context, items []item, orderedKeys []string, maxOrderedID int64, blocked blockedKeys) ([]unit, error) {
 	var unsent map[orderKey][]int64
 	if len(orderedKeys) > 0 {
 		var err error
@@ -70,7 +77,11 @@ func (r *Relay) plan(ctx context.Context, items []item, orderedKeys []string, ma
 		var ok []int
 		for n, i := range idx {
 			if n >= len(ids) || ids[n] != items[i].row.id {
-				break // an earlier unsent row of this key is not in the batch
+				// An earlier unsent row of this key is not in the batch: the rest wait for it.
+				if n < len(ids) && blocked != nil {
+					blocked[k] = ids[n]
+				}
+				break
 			}
 			ok = append(ok, i)
 		}
@@ -103,7 +114,7 @@ func (r *Relay) plan(ctx context.Context, items []item, orderedKeys []string, ma
 func (r *Relay) unorderedUnits(items []item) []unit {
 	units, _ := r.plan(context.Background(), slices.DeleteFunc(slices.Clone(items), func(it item) bool {
 		return it.msg != nil && it.route.Ordered && it.msg.ShardingKey != ""
-	}), nil, 0)
+	}), nil, 0, nil)
 	return units
 }
 

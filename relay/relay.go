@@ -347,6 +347,7 @@ func (r *Relay) drain(stop, ctx context.Context, fence func() bool) (Stats, erro
 	}()
 	comp := r.newCompleter(ctx, fence)
 	go comp.run()
+	blocked := blockedKeys{}
 	defer context.AfterFunc(stop, comp.wake)()
 
 	for pg := range pages {
@@ -354,7 +355,7 @@ func (r *Relay) drain(stop, ctx context.Context, fence func() bool) (Stats, erro
 			cancelScan()
 			continue // drain the channel; these rows stay due
 		}
-		results := r.processPage(ctx, pg, fence)
+		results := r.processPage(ctx, pg, fence, blocked)
 		comp.submit(pg.rows, results)
 	}
 	st, err := comp.close()
@@ -364,8 +365,10 @@ func (r *Relay) drain(stop, ctx context.Context, fence func() bool) (Stats, erro
 	return st, err
 }
 
-// processPage plans and publishes one page and returns each row's result.
-func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool) []result {
+// processPage plans and publishes one page and returns each row's result. blocked carries,
+// from one page of a pass to the next, the ordered keys found held behind an unsent row
+// (plan).
+func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, blocked blockedKeys) []result {
 	start := time.Now()
 	rows := pg.rows
 	results := make([]result, len(rows))
@@ -374,11 +377,22 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool) []
 	seenKey := map[string]bool{}
 	var maxOrderedID int64
 	routes := map[routeKey]routed{}
+	inPage := make(map[int64]bool, len(rows))
+	for i := range rows {
+		inPage[rows[i].id] = true
+	}
 	for i := range rows {
 		msg, route, err := r.prepare(&rows[i], routes)
 		if err != nil {
 			results[i] = result{kind: dead, reason: err.Error()}
 			continue
+		}
+		if route.Ordered && msg.ShardingKey != "" {
+			if h, ok := blocked[orderKey{msg.Topic, msg.ShardingKey}]; ok && rows[i].id > h && !inPage[h] {
+				// Held behind an unsent row of its key that an earlier page of this pass
+				// found and that is not in this page: no need to ask the database again.
+				continue
+			}
 		}
 		items[i] = item{row: &rows[i], msg: msg, route: route}
 		if route.Ordered && msg.ShardingKey != "" {
@@ -389,7 +403,7 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool) []
 			maxOrderedID = max(maxOrderedID, rows[i].id)
 		}
 	}
-	units, err := r.plan(ctx, items, orderedKeys, maxOrderedID)
+	units, err := r.plan(ctx, items, orderedKeys, maxOrderedID, blocked)
 	if err != nil {
 		// The ordered-key check could not run: hold the page's ordered rows, send the rest.
 		r.log.Warn().Err(err).Msg("ordered-key check failed; ordered rows of this page wait for the next pass")

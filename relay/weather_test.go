@@ -487,3 +487,56 @@ func BenchmarkOutageRecovery(b *testing.B) {
 		<-written
 	}
 }
+
+// BenchmarkHeldBacklogPass: one ordered key's head failed and waits an hour, with 20,000 or
+// 40,000 of the key's rows behind it, and 20 fresh rows of other keys; reports the time of
+// one pass (ms/pass), which must not grow with the square of the held backlog:
+//
+//	go test -run '^$' -bench HeldBacklogPass -benchtime 1x ./relay/
+func BenchmarkHeldBacklogPass(b *testing.B) {
+	for _, held := range []int{20000, 40000} {
+		b.Run(fmt.Sprintf("held=%d", held), func(b *testing.B) {
+			bu := setup(b)
+			router, err := relay.NewPatternRouter(relay.PatternRule{Topic: "order-events", Route: relay.Route{Ordered: true}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg := bu.config()
+			cfg.Router = router
+			r := bu.newRelay(b, cfg)
+			bu.insert(b, outbox.Message{MsgID: "head", Topic: "order-events", ShardingKey: "SN-HELD", Body: []byte("h")})
+			if _, err := bu.db.Exec("UPDATE local_message SET status = 1, retry_count = 1, next_retry_time = ? WHERE msg_id = 'head'",
+				time.Now().Add(time.Hour).UnixMilli()); err != nil {
+				b.Fatal(err)
+			}
+			for start := 0; start < held; start += 1000 {
+				msgs := make([]outbox.Message, 1000)
+				for i := range msgs {
+					msgs[i] = outbox.Message{MsgID: fmt.Sprintf("held-%06d", start+i), Topic: "order-events", ShardingKey: "SN-HELD", Body: []byte(`{"event":"held"}`)}
+				}
+				bu.insert(b, msgs...)
+			}
+			passes := 0
+			var total time.Duration
+			b.ResetTimer()
+			for i := 0; i < 5; i++ {
+				b.StopTimer()
+				for k := 0; k < 20; k++ {
+					bu.insert(b, outbox.Message{MsgID: fmt.Sprintf("fresh-%d-%d", i, k), Topic: "order-events", ShardingKey: fmt.Sprintf("SN-%d-%d", i, k), Body: []byte("f")})
+				}
+				b.StartTimer()
+				start := time.Now()
+				st, err := r.DrainOnce(context.Background(), context.Background())
+				if err != nil {
+					b.Fatal(err)
+				}
+				total += time.Since(start)
+				passes++
+				if st.Sent != 20 || st.Held < held {
+					b.Fatalf("pass %d: sent %d held %d, want 20 and %d", i, st.Sent, st.Held, held)
+				}
+			}
+			b.ReportMetric(float64(total.Milliseconds())/float64(passes), "ms/pass")
+		})
+	}
+}
