@@ -74,7 +74,7 @@ func halfWriter(o options, w *outbox.Writer, nameservers []string) (*txmsg.Produ
 		_ = p.Shutdown()
 		return nil, nil, err
 	}
-	return tp, func() { _ = p.Shutdown() }, nil
+	return tp, func() { _ = tp.Close(); _ = p.Shutdown() }, nil
 }
 
 func run(ctx context.Context, o options, out io.Writer) (bool, error) {

@@ -57,6 +57,7 @@ func TestTransactionalWriterAndCheckBacks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer tp.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*checkBudget)
 		defer cancel()
 		prepare := func(body string) (*sql.Tx, *txmsg.Half) {

@@ -61,6 +61,7 @@ func BenchmarkTxmsgCommitToConsume(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			defer tp.Close()
 			ctx := context.Background()
 			send := func(id string) (commitAt time.Time, writer time.Duration) {
 				start := time.Now()

@@ -95,6 +95,7 @@ func setup(t *testing.T, opts rmqtest.Options, grace time.Duration) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = tp.Close() })
 	return &world{t: t, ctx: ctx, db: db, rdb: rdb, prefix: prefix, broker: broker, tp: tp, reg: prometheus.NewRegistry()}
 }
 

@@ -66,14 +66,15 @@ type Config struct {
 
 // Producer writes messages on the half-message path. It is safe for concurrent use.
 type Producer struct {
-	cfg       Config
-	table     string
-	markSQL   string
-	relaySQL  string
-	mu        sync.Mutex
-	addrs     map[string]string // broker name -> master address
-	now       func() time.Time
-	endInvoke func(ctx context.Context, addr string, ext map[string]string) (*remoting.Response, error)
+	cfg      Config
+	table    string
+	markSQL  string
+	relaySQL string
+	mu       sync.Mutex
+	addrs    map[string]string         // broker name -> master address
+	conns    map[string]*remoting.Conn // master address -> connection for END_TRANSACTION
+	closed   bool
+	now      func() time.Time
 }
 
 // New checks cfg and returns a Producer.
@@ -107,11 +108,54 @@ func New(cfg Config) (*Producer, error) {
 		markSQL:  "UPDATE " + t + " SET status = 2, sent_time = ? WHERE msg_id = ? AND status IN (0,1)",
 		relaySQL: "UPDATE " + t + " SET next_retry_time = 0 WHERE msg_id = ? AND status IN (0,1)",
 		addrs:    map[string]string{},
+		conns:    map[string]*remoting.Conn{},
 		now:      time.Now,
-		endInvoke: func(ctx context.Context, addr string, ext map[string]string) (*remoting.Response, error) {
-			return remoting.Call(ctx, addr, remoting.EndTransaction, ext, nil)
-		},
 	}, nil
+}
+
+// Close closes the connections kept for END_TRANSACTION. The Sender is the caller's to
+// shut down. Safe to call twice.
+func (p *Producer) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for addr, c := range p.conns {
+		_ = c.Close()
+		delete(p.conns, addr)
+	}
+	return nil
+}
+
+// endInvoke sends END_TRANSACTION to addr on a kept connection and waits for the answer.
+// A connection that failed is closed and dialled again at the next call.
+func (p *Producer) endInvoke(ctx context.Context, addr string, ext map[string]string) (*remoting.Response, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, errors.New("txmsg: producer closed")
+	}
+	c := p.conns[addr]
+	p.mu.Unlock()
+	if c == nil || isDone(c) {
+		nc, err := remoting.Dial(ctx, addr, nil)
+		if err != nil {
+			return nil, err
+		}
+		p.mu.Lock()
+		if cur := p.conns[addr]; cur != nil && cur != c && !isDone(cur) {
+			_ = nc.Close() // another call dialled first: share its connection
+			nc = cur
+		} else {
+			p.conns[addr] = nc
+		}
+		p.mu.Unlock()
+		c = nc
+	}
+	resp, err := c.Invoke(ctx, remoting.EndTransaction, ext, nil)
+	if err != nil {
+		_ = c.Close() // a late answer must not be read as the next request's
+	}
+	return resp, err
 }
 
 // Half is a message prepared by Prepare, to be finished by Finish.
@@ -300,4 +344,13 @@ func (p *Producer) brokerAddr(ctx context.Context, name string) (string, error) 
 		}
 	}
 	return "", fmt.Errorf("txmsg: no master address for broker %q: %w", name, errors.Join(errs...))
+}
+
+func isDone(c *remoting.Conn) bool {
+	select {
+	case <-c.Done():
+		return true
+	default:
+		return false
+	}
 }

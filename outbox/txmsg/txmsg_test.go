@@ -67,6 +67,7 @@ func setup(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = p.Close() })
 	return &fixture{ctx: ctx, db: db, broker: broker, p: p}
 }
 
