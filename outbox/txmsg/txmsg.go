@@ -142,6 +142,11 @@ func (p *Producer) endInvoke(ctx context.Context, addr string, ext map[string]st
 			return nil, err
 		}
 		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			_ = nc.Close()
+			return nil, errors.New("txmsg: producer closed")
+		}
 		if cur := p.conns[addr]; cur != nil && cur != c && !isDone(cur) {
 			_ = nc.Close() // another call dialled first: share its connection
 			nc = cur
