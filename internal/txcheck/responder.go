@@ -255,7 +255,9 @@ func (r *Responder) sync(ctx context.Context, masters []string) {
 			c = nil
 		}
 		if c == nil {
-			nc, err := remoting.Dial(ctx, addr, r.serve)
+			dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			nc, err := remoting.Dial(dctx, addr, r.serve)
+			cancel()
 			if err != nil {
 				r.cfg.Logger.Debug().Err(err).Str("broker", addr).Msg("transactional checks: dial")
 				continue
