@@ -18,7 +18,8 @@ BENCH_ROWS ?= 100000
 .PHONY: help build check-build services services-stop rocketmq rocketmq-stop sql-recipes-deps test test-race test-short test-alerts test-chart bench bench-local bench-load bench-failover bench-rolling bench-partitions lint vet demo clean
 
 help:
-	@echo "make demo        run the order service example end to end (starts MariaDB and Redis)"
+	@echo "make demo        run the order service example end to end (starts MariaDB and Redis);"
+	@echo "                 DEMO_PROXY=1 runs it through RocketMQ 5.x's proxy in cluster mode"
 	@echo "make test        start the servers, go vet, every test, and check the release build"
 	@echo "make test-race   every test under the race detector"
 	@echo "make test-short  go test -short: packages skip their slow tests"
@@ -161,8 +162,16 @@ lint: vet
 # relay binary built first and run as a sidecar process (DEMO_ARGS= runs it in-process).
 DEMO_ARGS ?= -relay-bin $(BIN)
 # With Java the demo runs against a real Apache RocketMQ (make rocketmq), else rmqtest.
+# DEMO_PROXY=1 runs the demo through Apache RocketMQ 5.x's proxy in cluster mode
+# (scripts/rocketmq.sh deploy-start): the relay and the consumer are given the proxy's remoting
+# address as their name server.
 demo: services build
-	@if command -v java >/dev/null 2>&1 && bash scripts/rocketmq.sh start >/dev/null; then \
+	@if [ -n "$(DEMO_PROXY)" ]; then \
+	  bash scripts/rocketmq.sh start >/dev/null && bash scripts/rocketmq.sh deploy-start >/dev/null && \
+	  $(WITH_SERVICES) bash scripts/rocketmq.sh deploy-admin updateTopic -b "$$OUTBOX_TEST_ROCKETMQ_PROXY_BROKER" -t orders -r 4 -w 4 >/dev/null && \
+	  $(WITH_SERVICES) echo "demo: broker: Apache RocketMQ through its 5.x proxy (cluster mode) at $$OUTBOX_TEST_ROCKETMQ_PROXY" && \
+	  $(WITH_SERVICES) $(GO) run ./examples/orders $(DEMO_ARGS) -nameservers "$$OUTBOX_TEST_ROCKETMQ_PROXY"; \
+	elif command -v java >/dev/null 2>&1 && bash scripts/rocketmq.sh start >/dev/null; then \
 	  $(WITH_SERVICES) echo "demo: broker: Apache RocketMQ, name server $$OUTBOX_TEST_ROCKETMQ_NAMESRV" && \
 	  $(WITH_SERVICES) $(GO) run ./examples/orders $(DEMO_ARGS) -nameservers "$$OUTBOX_TEST_ROCKETMQ_NAMESRV"; \
 	else \

@@ -3,7 +3,7 @@ module github.com/outbox-relay/outbox-relay
 go 1.26.0
 
 require (
-	github.com/apache/rocketmq-client-go/v2 v2.1.2
+	github.com/apache/rocketmq-client-go/v2 v2.1.3-0.20251226070945-2173d070fd1b
 	github.com/go-redsync/redsync/v4 v4.17.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/mattn/go-isatty v0.0.20

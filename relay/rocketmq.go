@@ -25,11 +25,17 @@ type RocketMQConfig struct {
 	NameServers []string
 	// Group is the default producer group. Defaults to "outbox-relay".
 	Group string
-	// SendTimeout bounds one send when the route sets none. Defaults to 3 seconds, which is
-	// also the most rocketmq-client-go allows one attempt.
+	// SendTimeout bounds one send when the route sets none, and is the client's own bound
+	// of one attempt (a route's longer SendTimeout is cut to it). Defaults to 3 seconds.
 	SendTimeout time.Duration
 	// AccessKey and SecretKey are ACL credentials; empty for none.
 	AccessKey, SecretKey string
+	// Namespace is the RocketMQ namespace (an instance id on some managed offerings): topics
+	// are sent as "Namespace%topic". Empty for none.
+	Namespace string
+	// TLS encrypts every connection to name servers and brokers. rocketmq-client-go does not
+	// verify the server's certificate; the publisher logs a warning saying so.
+	TLS bool
 	// Connections is the number of connections to each broker, spread over as many
 	// clients per producer group; sends go round robin. A broker that drops a connection
 	// fails only the sends in flight on it, and the sends answered on the others show that
@@ -86,6 +92,10 @@ func NewRocketMQPublisher(cfg RocketMQConfig) (*RocketMQPublisher, error) {
 	}
 	if cfg.SendTimeout <= 0 {
 		cfg.SendTimeout = 3 * time.Second
+	}
+	if cfg.TLS {
+		cfg.Log.Warn().Strs("nameservers", cfg.NameServers).
+			Msg("TLS to RocketMQ without certificate verification: rocketmq-client-go accepts any server certificate")
 	}
 	if cfg.Connections <= 0 {
 		cfg.Connections = 4
@@ -145,6 +155,12 @@ func (p *RocketMQPublisher) newProducer(group string, c int) (rocketmq.Producer,
 		producer.WithQueueSelector(p.queues),
 		producer.WithInterceptor(p.attributeBroker),
 	}
+	if p.cfg.Namespace != "" {
+		opts = append(opts, producer.WithNamespace(p.cfg.Namespace))
+	}
+	if p.cfg.TLS {
+		opts = append(opts, producer.WithTls(true))
+	}
 	if p.cfg.AccessKey != "" {
 		opts = append(opts, producer.WithCredentials(primitive.Credentials{AccessKey: p.cfg.AccessKey, SecretKey: p.cfg.SecretKey}))
 	}
@@ -172,7 +188,7 @@ func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Mess
 	for i, m := range msgs {
 		out[i] = toPrimitive(m, route)
 	}
-	topic, key := msgs[0].Topic, ""
+	topic, key := p.qualified(msgs[0].Topic), ""
 	if len(msgs) == 1 {
 		key = msgs[0].ShardingKey // a batch is never of keyed messages (see plan)
 	}
@@ -311,6 +327,12 @@ func toPrimitive(m *Message, route Route) *primitive.Message {
 	}
 	if m.ShardingKey != "" {
 		pm.WithShardingKey(m.ShardingKey)
+		if route.Ordered {
+			// RocketMQ 5.x reads the message group of a FIFO topic here (SHARDING_KEY is
+			// 4.x's, kept for the queue hash): FIFO consumers then keep the key's order, and
+			// a 5.x proxy accepts the message on a FIFO topic (and refuses it on a NORMAL one).
+			pm.WithProperty(propertyMessageGroup, m.ShardingKey)
+		}
 	}
 	if route.DelayLevel > 0 {
 		pm.WithDelayTimeLevel(route.DelayLevel)

@@ -92,6 +92,10 @@ func (p *RocketMQPublisher) classify(ctx context.Context, err error, topic strin
 	case code < 0:
 	case misconfiguredAnswer(code, lower):
 		out.Kind = SendMisconfigured
+		if code == codeNoPermission {
+			// ACL: name the credential, which a wrong secret's answer does not.
+			out.Err = fmt.Errorf("%w (%s)", err, p.credentialName())
+		}
 		return out
 	case code == codeMessageIllegal: // size or properties: no retry can cure it
 		out.Kind = SendPermanent
@@ -201,11 +205,16 @@ func (p *RocketMQPublisher) routeState(ctx context.Context, topic string) (live 
 	var errs []error
 	for _, addr := range p.cfg.NameServers {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		routed, err = remoting.TopicRouted(cctx, addr, topic)
+		routed, err = remoting.TopicRouted(cctx, addr, p.qualified(topic), remoting.WithTLS(p.cfg.TLS))
 		if err == nil && !routed {
-			live, err = remoting.LiveBrokers(cctx, addr)
+			live, err = remoting.LiveBrokers(cctx, addr, remoting.WithTLS(p.cfg.TLS))
 		}
 		cancel()
+		if errors.Is(err, remoting.ErrNotSupported) {
+			// A 5.x proxy given as name server: it answers routes but not the broker
+			// list. It answered, and it fronts its brokers: count it as one.
+			live, err = 1, nil
+		}
 		if err == nil {
 			errs = nil
 			break

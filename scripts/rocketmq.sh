@@ -27,12 +27,32 @@
 #   scripts/rocketmq.sh admin ARGS...
 #                                 RocketMQ's mqadmin (MQAdminStartup) against the name server,
 #                                 e.g. `admin updateTopic -b 127.0.0.1:19911 -t T -w 4 -r 4`
+#   scripts/rocketmq.sh deploy-start
+#                                 fetch (once) and start or reuse the deployments users run
+#                                 besides plain brokers, on a name server of their own so that
+#                                 broker-a and its tests never see them: a 5.x proxy in cluster
+#                                 mode (remoting and gRPC ports) in front of broker-proxied, and
+#                                 broker-acl with ACL 2.0 (users `relay_publisher` allowed to
+#                                 publish, `relay_nobody` allowed nothing; super user `rocketmq`). Prints and
+#                                 records OUTBOX_TEST_ROCKETMQ_PROXY*, OUTBOX_TEST_ROCKETMQ_ACL_*
+#                                 lines (bin/services.env). `make test` runs it lazily, from the
+#                                 tests that need it.
+#   scripts/rocketmq.sh deploy-stop
+#                                 stop the proxy, broker-proxied, broker-acl and their name
+#                                 server (their stores stay; broker-a is not touched)
+#   scripts/rocketmq.sh deploy-admin ARGS...
+#                                 mqadmin against the deployments' name server, as the ACL super
+#                                 user, e.g. `deploy-admin updateTopic -b 127.0.0.1:19951 -t T
+#                                 -a +message.type=FIFO`
 #
 # Settings: OUTBOX_SERVICES_DIR (default /tmp/outbox-relay-services; jars, stores and logs go
 # under its rocketmq/ directory), OUTBOX_SERVICES_ROCKETMQ_NAMESRV_PORT (default 19876),
 # OUTBOX_SERVICES_ROCKETMQ_BROKER_PORT (default 19911; the broker also listens on PORT-2 and PORT+1).
-# Both brokers run with autoCreateTopicEnable=false, as production should: topics are
-# created explicitly (tests use the admin API).
+# Every broker runs with autoCreateTopicEnable=false, as production should: topics are
+# created explicitly (tests use the admin API). The deployments take ports
+# OUTBOX_SERVICES_ROCKETMQ_DEPLOY_PORT (default 19976, their name server), +5/+6 (the proxy's
+# remoting and gRPC ports), 19951 and 19961 and their neighbours (broker-proxied, broker-acl;
+# settable as OUTBOX_SERVICES_ROCKETMQ_PROXIED_PORT and OUTBOX_SERVICES_ROCKETMQ_ACL_PORT).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -50,6 +70,18 @@ LIB=$DIR/lib-$VERSION
 NS_PORT=${OUTBOX_SERVICES_ROCKETMQ_NAMESRV_PORT:-19876}
 BROKER_PORT=${OUTBOX_SERVICES_ROCKETMQ_BROKER_PORT:-19911}
 NS_ADDR=127.0.0.1:$NS_PORT
+# The deployments (deploy-start): their own name server, proxy and brokers.
+LIBD=$DIR/lib-deploy-$VERSION
+D_NS_PORT=${OUTBOX_SERVICES_ROCKETMQ_DEPLOY_PORT:-19976}
+D_NS_ADDR=127.0.0.1:$D_NS_PORT
+PROXY_PORT=$((D_NS_PORT + 5))
+PROXY_GRPC_PORT=$((D_NS_PORT + 6))
+PROXIED_PORT=${OUTBOX_SERVICES_ROCKETMQ_PROXIED_PORT:-19951}
+ACL_PORT=${OUTBOX_SERVICES_ROCKETMQ_ACL_PORT:-19961}
+# ACL 2.0 users of broker-acl: the super user (admin), one allowed to publish, one allowed nothing.
+ACL_ADMIN_USER=rocketmq ACL_ADMIN_PASS=outbox-admin-secret
+ACL_PUB_USER=relay_publisher ACL_PUB_PASS=publisher-secret
+ACL_NONE_USER=relay_nobody ACL_NONE_PASS=nobody-secret
 
 # JVM flags: small heaps (several helpers share the machine) and the opens RocketMQ's
 # mmap code needs on JDK 17.
@@ -88,14 +120,14 @@ fetch() {
 }
 
 # java_main NAME HEAP MAIN ARGS...: starts a JVM in the background, its home and logs under
-# $DIR/NAME, writes $DIR/NAME/pid.
+# $DIR/NAME, writes $DIR/NAME/pid. JLIB (default $LIB) is its class path directory.
 java_main() {
 	local name=$1 heap=$2 main=$3; shift 3
 	local home=$DIR/$name
 	mkdir -p "$home"
 	# setsid: the JVM outlives this script and the make or go test that ran it.
-	ROCKETMQ_HOME=$home setsid java $heap "${JAVA_OPENS[@]}" -Duser.home="$home" \
-		-Drocketmq.home.dir="$home" -cp "$LIB/*" "$main" "$@" \
+	ROCKETMQ_HOME=$home setsid java $heap "${JAVA_OPENS[@]}" ${JAVA_EXTRA:-} -Duser.home="$home" \
+		-Drocketmq.home.dir="$home" -cp "${JLIB:-$LIB}/*" "$main" "$@" \
 		>"$home/out.log" 2>&1 </dev/null &
 	echo $! >"$home/pid"
 }
@@ -118,30 +150,33 @@ admin() {
 		-cp "$LIB/*" org.apache.rocketmq.tools.command.MQAdminStartup "$@" -n "$NS_ADDR"
 }
 
+# start_namesrv [NAME PORT]: starts a name server (default: namesrv on NS_PORT) unless it runs.
 start_namesrv() {
-	if alive "$DIR/namesrv/pid" && tcp_open 127.0.0.1 "$NS_PORT"; then
+	local name=${1:-namesrv} port=${2:-$NS_PORT}
+	if alive "$DIR/$name/pid" && tcp_open 127.0.0.1 "$port"; then
 		return 0
 	fi
-	tcp_open 127.0.0.1 "$NS_PORT" && die "port $NS_PORT is taken by another process: set OUTBOX_SERVICES_ROCKETMQ_NAMESRV_PORT"
-	mkdir -p "$DIR/namesrv"
-	printf 'listenPort=%s\nbindAddress=127.0.0.1\n' "$NS_PORT" >"$DIR/namesrv/namesrv.conf"
-	java_main namesrv "-Xms64m -Xmx192m" org.apache.rocketmq.namesrv.NamesrvStartup -c "$DIR/namesrv/namesrv.conf"
+	tcp_open 127.0.0.1 "$port" && die "port $port is taken by another process: set OUTBOX_SERVICES_ROCKETMQ_NAMESRV_PORT (or _DEPLOY_PORT)"
+	mkdir -p "$DIR/$name"
+	printf 'listenPort=%s\nbindAddress=127.0.0.1\n' "$port" >"$DIR/$name/namesrv.conf"
+	java_main "$name" "-Xms64m -Xmx192m" org.apache.rocketmq.namesrv.NamesrvStartup -c "$DIR/$name/namesrv.conf"
 	local i
 	for ((i = 0; i < 240; i++)); do
-		grep -q 'boot success' "$DIR/namesrv/out.log" 2>/dev/null && tcp_open 127.0.0.1 "$NS_PORT" && {
-			log "name server $NS_ADDR started (pid $(cat "$DIR/namesrv/pid"), log $DIR/namesrv/out.log)"
+		grep -q 'boot success' "$DIR/$name/out.log" 2>/dev/null && tcp_open 127.0.0.1 "$port" && {
+			log "name server 127.0.0.1:$port started (pid $(cat "$DIR/$name/pid"), log $DIR/$name/out.log)"
 			return 0
 		}
-		alive "$DIR/namesrv/pid" || break
+		alive "$DIR/$name/pid" || break
 		sleep 0.25
 	done
-	tail -20 "$DIR/namesrv/out.log" >&2 || true
-	die "the name server did not start (log: $DIR/namesrv/out.log)"
+	tail -20 "$DIR/$name/out.log" >&2 || true
+	die "the name server $name did not start (log: $DIR/$name/out.log)"
 }
 
 # start_broker NAME PORT: starts a broker of that name on PORT (PORT-2 and PORT+1 too) with
 # its store under $DIR/NAME/store, unless it runs; waits for "boot success", which the broker
-# prints after its first registration with the name server.
+# prints after its first registration with the name server. B_NS (default NS_ADDR) is its
+# name server, B_CLUSTER (default DefaultCluster) its cluster, B_EXTRA more broker.conf lines.
 start_broker() {
 	local name=$1 port=$2 home=$DIR/$1
 	if alive "$home/pid" && tcp_open 127.0.0.1 "$port"; then
@@ -168,12 +203,12 @@ start_broker() {
 	# transactional tests see check-backs within seconds; with no half stored a check round
 	# costs the broker nothing.
 	cat >"$home/broker.conf" <<-EOF
-		brokerClusterName=DefaultCluster
+		brokerClusterName=${B_CLUSTER:-DefaultCluster}
 		brokerName=$name
 		brokerId=0
 		brokerRole=ASYNC_MASTER
 		flushDiskType=ASYNC_FLUSH
-		namesrvAddr=$NS_ADDR
+		namesrvAddr=${B_NS:-$NS_ADDR}
 		brokerIP1=127.0.0.1
 		listenPort=$port
 		haListenPort=$((port + 1))
@@ -191,6 +226,7 @@ start_broker() {
 		transactionTimeOut=1000
 		transactionCheckInterval=1000
 	EOF
+	[ -z "${B_EXTRA:-}" ] || printf '%s\n' "$B_EXTRA" >>"$home/broker.conf"
 	: >"$home/out.log.prev" && [ -f "$home/out.log" ] && mv "$home/out.log" "$home/out.log.prev"
 	java_main "$name" "-Xms128m -Xmx384m -XX:MaxDirectMemorySize=256m" \
 		org.apache.rocketmq.broker.BrokerStartup -c "$home/broker.conf"
@@ -205,6 +241,135 @@ start_broker() {
 	done
 	tail -30 "$home/out.log" >&2 || true
 	die "broker $name did not start (log: $home/out.log)"
+}
+
+# fetch_deploy copies the proxy's jars (build/rocketmq/deploy/pom.xml) into $LIBD once.
+fetch_deploy() {
+	[ -f "$LIBD/.complete" ] && return 0
+	need_java
+	have mvn || apt_install maven ||
+		die "mvn not found and not installable here (needs root and apt-get): install Maven to fetch RocketMQ $VERSION (Debian: maven)"
+	log "fetching Apache RocketMQ $VERSION's proxy from Maven Central into $LIBD (once, ~90 MB)"
+	rm -rf "$LIBD.tmp"
+	if ! mvn -B -q -f build/rocketmq/deploy/pom.xml dependency:copy-dependencies \
+		-DoutputDirectory="$LIBD.tmp" -DincludeScope=runtime >"$DIR/mvn-deploy.log" 2>&1; then
+		tail -5 "$DIR/mvn-deploy.log" >&2
+		die "Maven could not fetch RocketMQ $VERSION's proxy; full log: $DIR/mvn-deploy.log"
+	fi
+	touch "$LIBD.tmp/.complete"
+	rm -rf "$LIBD" && mv "$LIBD.tmp" "$LIBD"
+}
+
+# deploy_admin ARGS...: mqadmin against the deployments' name server, signed as broker-acl's
+# super user (mqadmin reads the credentials from $ROCKETMQ_HOME/conf/tools.yml).
+deploy_admin() {
+	local home=$DIR/admin-deploy
+	mkdir -p "$home/conf"
+	printf 'accessKey: %s\nsecretKey: %s\n' "$ACL_ADMIN_USER" "$ACL_ADMIN_PASS" >"$home/conf/tools.yml"
+	java -Xmx128m "${JAVA_OPENS[@]}" -Duser.home="$home" -Drocketmq.home.dir="$home" \
+		-cp "$LIBD/*" org.apache.rocketmq.tools.command.MQAdminStartup "$@" -n "$D_NS_ADDR"
+}
+
+# start_proxy: the 5.x proxy in cluster mode in front of the cluster ProxiedCluster, with its
+# remoting port (what rocketmq-client-go reaches as a name server) and its gRPC port.
+start_proxy() {
+	local home=$DIR/proxy
+	if alive "$home/pid" && tcp_open 127.0.0.1 "$PROXY_PORT" && tcp_open 127.0.0.1 "$PROXY_GRPC_PORT"; then
+		return 0
+	fi
+	if alive "$home/pid"; then
+		kill -9 "$(cat "$home/pid")" 2>/dev/null || true
+		while alive "$home/pid"; do sleep 0.1; done
+	fi
+	local p
+	for p in "$PROXY_PORT" "$PROXY_GRPC_PORT"; do
+		tcp_open 127.0.0.1 "$p" && die "port $p is taken by another process: set OUTBOX_SERVICES_ROCKETMQ_DEPLOY_PORT"
+	done
+	mkdir -p "$home"
+	cat >"$home/rmq-proxy.json" <<-EOF
+		{
+		  "rocketMQClusterName": "ProxiedCluster",
+		  "namesrvAddr": "$D_NS_ADDR",
+		  "proxyMode": "cluster",
+		  "remotingListenPort": $PROXY_PORT,
+		  "grpcServerPort": $PROXY_GRPC_PORT,
+		  "grpcWorkerLoopNum": 2,
+		  "grpcThreadPoolNums": 8,
+		  "enablePrintJstack": false
+		}
+	EOF
+	: >"$home/out.log.prev" && [ -f "$home/out.log" ] && mv "$home/out.log" "$home/out.log.prev"
+	JLIB=$LIBD java_main proxy "-Xms128m -Xmx320m -XX:MaxDirectMemorySize=256m" \
+		org.apache.rocketmq.proxy.ProxyStartup -pc "$home/rmq-proxy.json" -pm cluster
+	local i
+	for ((i = 0; i < 480; i++)); do
+		if tcp_open 127.0.0.1 "$PROXY_PORT" && tcp_open 127.0.0.1 "$PROXY_GRPC_PORT"; then
+			log "proxy (cluster mode) 127.0.0.1:$PROXY_PORT remoting, 127.0.0.1:$PROXY_GRPC_PORT gRPC started (pid $(cat "$home/pid"))"
+			return 0
+		fi
+		alive "$home/pid" || break
+		sleep 0.25
+	done
+	tail -30 "$home/out.log" >&2 || true
+	die "the proxy did not start (log: $home/out.log)"
+}
+
+# deploy_acl_users creates broker-acl's users and grants, once per store.
+deploy_acl_users() {
+	local b=127.0.0.1:$ACL_PORT out
+	[ -f "$DIR/broker-acl/store/.users-$ACL_PUB_USER" ] && return 0
+	for cmd in \
+		"createUser -b $b -u $ACL_PUB_USER -p $ACL_PUB_PASS -t Normal" \
+		"createUser -b $b -u $ACL_NONE_USER -p $ACL_NONE_PASS -t Normal" \
+		"createAcl -b $b -s User:$ACL_PUB_USER -r Topic:* -a Pub -d Allow"; do
+		# shellcheck disable=SC2086
+		out=$(deploy_admin $cmd 2>&1) || { printf '%s\n' "$out" | tail -5 >&2; die "mqadmin $cmd failed"; }
+		case $out in *[Ee]xception* | *failed* | *error*) printf '%s\n' "$out" | tail -5 >&2; die "mqadmin $cmd failed" ;; esac
+	done
+	touch "$DIR/broker-acl/store/.users-$ACL_PUB_USER"
+}
+
+record_deploy_env() {
+	mkdir -p bin
+	touch bin/services.env
+	grep -v '^OUTBOX_TEST_ROCKETMQ_PROXY\|^OUTBOX_TEST_ROCKETMQ_ACL_\|^OUTBOX_TEST_ROCKETMQ_DEPLOY_' bin/services.env >bin/services.env.tmp || true
+	deploy_env >>bin/services.env.tmp
+	mv bin/services.env.tmp bin/services.env
+}
+
+deploy_env() {
+	cat <<-EOF
+		OUTBOX_TEST_ROCKETMQ_DEPLOY_NAMESRV='$D_NS_ADDR'
+		OUTBOX_TEST_ROCKETMQ_PROXY='127.0.0.1:$PROXY_PORT'
+		OUTBOX_TEST_ROCKETMQ_PROXY_GRPC='127.0.0.1:$PROXY_GRPC_PORT'
+		OUTBOX_TEST_ROCKETMQ_PROXY_BROKER='127.0.0.1:$PROXIED_PORT'
+		OUTBOX_TEST_ROCKETMQ_ACL_BROKER='127.0.0.1:$ACL_PORT'
+		OUTBOX_TEST_ROCKETMQ_ACL_USER='$ACL_PUB_USER:$ACL_PUB_PASS'
+		OUTBOX_TEST_ROCKETMQ_ACL_NOPERM_USER='$ACL_NONE_USER:$ACL_NONE_PASS'
+		OUTBOX_TEST_ROCKETMQ_ACL_ADMIN_USER='$ACL_ADMIN_USER:$ACL_ADMIN_PASS'
+	EOF
+}
+
+deploy_start() {
+	need_java
+	fetch_deploy
+	JLIB=$LIBD start_namesrv namesrv-deploy "$D_NS_PORT"
+	JLIB=$LIBD B_NS=$D_NS_ADDR B_CLUSTER=ProxiedCluster start_broker broker-proxied "$PROXIED_PORT"
+	# ACL 2.0: every request signed by a user the broker knows (authentication) and allowed
+	# by an ACL (authorization); the super user is created on first start.
+	JLIB=$LIBD B_NS=$D_NS_ADDR B_CLUSTER=AclCluster B_EXTRA="authenticationEnabled=true
+authenticationProvider=org.apache.rocketmq.auth.authentication.provider.DefaultAuthenticationProvider
+authenticationMetadataProvider=org.apache.rocketmq.auth.authentication.provider.LocalAuthenticationMetadataProvider
+authorizationEnabled=true
+authorizationProvider=org.apache.rocketmq.auth.authorization.provider.DefaultAuthorizationProvider
+authorizationMetadataProvider=org.apache.rocketmq.auth.authorization.provider.LocalAuthorizationMetadataProvider
+initAuthenticationUser={\"username\":\"$ACL_ADMIN_USER\",\"password\":\"$ACL_ADMIN_PASS\"}
+innerClientAuthenticationCredentials={\"accessKey\":\"$ACL_ADMIN_USER\",\"secretKey\":\"$ACL_ADMIN_PASS\"}" \
+		start_broker broker-acl "$ACL_PORT"
+	start_proxy
+	deploy_acl_users
+	record_deploy_env
+	deploy_env
 }
 
 stop_pid() { # stop_pid PIDFILE: SIGTERM, then SIGKILL after 20 s
@@ -222,7 +387,7 @@ stop_pid() { # stop_pid PIDFILE: SIGTERM, then SIGKILL after 20 s
 record_env() {
 	mkdir -p bin
 	touch bin/services.env
-	grep -v '^OUTBOX_TEST_ROCKETMQ_' bin/services.env >bin/services.env.tmp || true
+	grep -v '^OUTBOX_TEST_ROCKETMQ_NAMESRV=\|^OUTBOX_TEST_ROCKETMQ_BROKER=' bin/services.env >bin/services.env.tmp || true
 	printf "OUTBOX_TEST_ROCKETMQ_NAMESRV='%s'\n" "$NS_ADDR" >>bin/services.env.tmp
 	printf "OUTBOX_TEST_ROCKETMQ_BROKER='127.0.0.1:%s'\n" "$BROKER_PORT" >>bin/services.env.tmp
 	mv bin/services.env.tmp bin/services.env
@@ -270,10 +435,11 @@ broker-freeze | broker-thaw)
 stop)
 	for f in "$DIR"/*/pid; do
 		[ -f "$f" ] || continue
-		[ "$f" = "$DIR/namesrv/pid" ] && continue
+		case $f in "$DIR/namesrv/pid" | "$DIR/namesrv-deploy/pid") continue ;; esac
 		stop_pid "$f" && log "stopped $(basename "$(dirname "$f")")"
 	done
-	stop_pid "$DIR/namesrv/pid" && log "stopped the name server"
+	stop_pid "$DIR/namesrv-deploy/pid"
+	stop_pid "$DIR/namesrv/pid" && log "stopped the name servers"
 	if [ -f bin/services.env ]; then
 		grep -v '^OUTBOX_TEST_ROCKETMQ_' bin/services.env >bin/services.env.tmp || true
 		mv bin/services.env.tmp bin/services.env
@@ -298,7 +464,21 @@ admin)
 	shift
 	admin "$@"
 	;;
+deploy-start)
+	deploy_start
+	;;
+deploy-stop)
+	for n in proxy broker-proxied broker-acl namesrv-deploy; do
+		alive "$DIR/$n/pid" && stop_pid "$DIR/$n/pid" && log "stopped $n"
+		rm -f "$DIR/$n/pid"
+	done
+	;;
+deploy-admin)
+	shift
+	fetch_deploy
+	deploy_admin "$@"
+	;;
 *)
-	die "usage: $0 start|stop|status|topic NAME...|broker-start NAME PORT|broker-stop NAME|broker-kill NAME|broker-freeze NAME|broker-thaw NAME|admin ARGS..."
+	die "usage: $0 start|stop|status|topic NAME...|broker-start NAME PORT|broker-stop NAME|broker-kill NAME|broker-freeze NAME|broker-thaw NAME|admin ARGS...|deploy-start|deploy-stop|deploy-admin ARGS..."
 	;;
 esac

@@ -154,6 +154,7 @@ func rocketmqConfig(cfg config.Config, log zerolog.Logger, metrics *relay.Metric
 	return relay.RocketMQConfig{
 		NameServers: cfg.RocketMQ.NameServers, Group: cfg.RocketMQ.Group, SendTimeout: cfg.RocketMQ.SendTimeout,
 		AccessKey: cfg.RocketMQ.AccessKey, SecretKey: cfg.RocketMQ.SecretKey, Log: log,
+		Namespace: cfg.RocketMQ.Namespace, TLS: cfg.RocketMQ.TLS.Enable,
 		RequireReplication: cfg.RocketMQ.RequireReplication, Metrics: metrics,
 	}
 }

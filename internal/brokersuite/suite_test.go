@@ -64,6 +64,8 @@ type target struct {
 	kill, start func(t *testing.T)
 	// setConfig changes a broker setting live, as mqadmin updateBrokerConfig does.
 	setConfig func(t *testing.T, key, value string)
+	// creds signs the suite's own admin, probe and consumer requests (an ACL 2.0 broker).
+	creds *primitive.Credentials
 }
 
 // each runs fn once per broker. fault says fn changes the broker (kills it, changes its
@@ -200,7 +202,11 @@ func (b *target) topic(t testing.TB, prefix string) string {
 func (b *target) createTopic(t testing.TB, prefix string, brokers ...string) string {
 	t.Helper()
 	name := prefix + "_" + testenv.RandomSuffix(8)
-	adm, err := admin.NewAdmin(admin.WithResolver(primitive.NewPassthroughResolver([]string{b.nameServer})))
+	aopts := []admin.AdminOption{admin.WithResolver(primitive.NewPassthroughResolver([]string{b.nameServer}))}
+	if b.creds != nil {
+		aopts = append(aopts, admin.WithCredentials(*b.creds))
+	}
+	adm, err := admin.NewAdmin(aopts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,12 +238,16 @@ func (b *target) waitSendable(t testing.TB, topic string) {
 
 // probe sends one message with a new producer and returns the client's error.
 func (b *target) probe(topic string) error {
-	p, err := rocketmq.NewProducer(
+	opts := []producer.Option{
 		producer.WithNsResolver(primitive.NewPassthroughResolver([]string{b.nameServer})),
 		producer.WithRetry(0),
 		producer.WithGroupName("probe"),
-		producer.WithInstanceName("probe-"+testenv.RandomSuffix(8)),
-	)
+		producer.WithInstanceName("probe-" + testenv.RandomSuffix(8)),
+	}
+	if b.creds != nil {
+		opts = append(opts, producer.WithCredentials(*b.creds))
+	}
+	p, err := rocketmq.NewProducer(opts...)
 	if err != nil {
 		return err
 	}
@@ -359,7 +369,7 @@ func (b *target) pushConsumer(t testing.TB, topic string, fn func(context.Contex
 		consumer.WithNsResolver(primitive.NewPassthroughResolver([]string{b.nameServer})),
 		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset),
 		consumer.WithInstance(group),
-	}, opts...)...)
+	}, append(b.consumerCreds(), opts...)...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,4 +404,12 @@ func (in *inbox) copies(id string) int {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	return len(in.byID[id])
+}
+
+// consumerCreds is the consumer option signing with the target's credentials, if any.
+func (b *target) consumerCreds() []consumer.Option {
+	if b.creds == nil {
+		return nil
+	}
+	return []consumer.Option{consumer.WithCredentials(*b.creds)}
 }

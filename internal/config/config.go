@@ -135,6 +135,11 @@ type RocketMQ struct {
 	Group string
 	// SendTimeout bounds one send attempt (rocketmq.send_timeout). Defaults to 3 seconds.
 	SendTimeout time.Duration
+	// Namespace is the RocketMQ namespace (rocketmq.namespace), an instance id on some
+	// managed offerings: topics are sent as "namespace%topic". Defaults to empty (none).
+	Namespace string
+	// TLS configures TLS to the name servers and brokers (rocketmq.tls.*).
+	TLS RocketMQTLS
 	// RequireReplication counts a send the broker stored without replicating or flushing
 	// it as asked (SLAVE_NOT_AVAILABLE and the flush timeouts) as a failed attempt
 	// (rocketmq.require_replication). Defaults to false: stored means sent.
@@ -143,6 +148,25 @@ type RocketMQ struct {
 	// relay process answers from the outbox table (rocketmq.transaction_check_groups; see
 	// docs/transactional.md). Defaults to none: no responder runs.
 	TransactionCheckGroups []string
+}
+
+// RocketMQTLS is TLS to RocketMQ. The remoting client (rocketmq-client-go) encrypts but never
+// verifies the server's certificate, so enabling TLS requires InsecureSkipVerify to be set
+// as an acknowledgement, and CAFile and ServerName are refused until a client that verifies
+// is used.
+type RocketMQTLS struct {
+	// Enable turns TLS on for every connection to RocketMQ (rocketmq.tls.enable). Defaults
+	// to false.
+	Enable bool
+	// InsecureSkipVerify acknowledges that the server's certificate is not verified
+	// (rocketmq.tls.insecure_skip_verify); required with Enable. Defaults to false.
+	InsecureSkipVerify bool
+	// CAFile is a PEM file of the CAs to verify the server with (rocketmq.tls.ca_file).
+	// Refused today: see RocketMQTLS. Defaults to empty.
+	CAFile string
+	// ServerName is the name to verify the server's certificate for
+	// (rocketmq.tls.server_name). Refused today: see RocketMQTLS. Defaults to empty.
+	ServerName string
 }
 
 // Relay tunes the delivery engine.
@@ -378,6 +402,10 @@ func (c Config) problems() []problem {
 		bad(KeyRocketMQGroup, "must not be empty")
 	}
 	positive(bad, KeyRocketMQSendTimeout, c.RocketMQ.SendTimeout)
+	if ns := c.RocketMQ.Namespace; ns != "" && !validNamespace(ns) {
+		bad(KeyRocketMQNamespace, "must be 1 to %d letters, digits, '-' or '_' (RocketMQ joins it to topics with '%%'), got %q", maxNamespaceLen, ns)
+	}
+	c.RocketMQ.TLS.problems(bad)
 	out = append(out, c.checkGroupProblems()...)
 
 	// relay
@@ -526,6 +554,40 @@ func nameServer(ns string) error {
 	return hostPort(ns)
 }
 
+// maxNamespaceLen bounds rocketmq.namespace: "namespace%topic" must stay within RocketMQ's
+// 127-character topic names.
+const maxNamespaceLen = 64
+
+// validNamespace reports whether ns is a RocketMQ namespace: letters, digits, '-' and '_'.
+func validNamespace(ns string) bool {
+	if len(ns) > maxNamespaceLen {
+		return false
+	}
+	for _, r := range ns {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// problems reports rocketmq.tls settings that would not do what they say.
+func (t RocketMQTLS) problems(bad func(key, format string, args ...any)) {
+	const noVerify = "the RocketMQ client cannot verify certificates (rocketmq-client-go's TLS accepts any server certificate); remove it"
+	if t.CAFile != "" {
+		bad(KeyRocketMQTLSCAFile, "%s", noVerify)
+	}
+	if t.ServerName != "" {
+		bad(KeyRocketMQTLSServerName, "%s", noVerify)
+	}
+	switch {
+	case t.Enable && !t.InsecureSkipVerify:
+		bad(KeyRocketMQTLSInsecureSkipVerify, "must be true when rocketmq.tls.enable is true: the RocketMQ client encrypts but does not verify the server's certificate (set it to accept that, or leave TLS off)")
+	case !t.Enable && t.InsecureSkipVerify:
+		bad(KeyRocketMQTLSInsecureSkipVerify, "is set but rocketmq.tls.enable is false: TLS is off")
+	}
+}
+
 // groupName is RocketMQ's rule for group names (Validators.checkGroup): letters, digits,
 // '%', '|', '_' and '-', at most 255 characters.
 var groupName = regexp.MustCompile(`^[%|a-zA-Z0-9_-]{1,255}$`)
@@ -542,8 +604,15 @@ func (c Config) checkGroupProblems() []problem {
 			sending[r.Group] = fmt.Sprintf("%s[%d].group", KeyRoutes, i)
 		}
 	}
-	if len(c.RocketMQ.TransactionCheckGroups) > 0 && c.RocketMQ.AccessKey != "" {
-		out = append(out, problem{KeyRocketMQTransactionCheckGroups, "cannot be used with rocketmq.access_key yet: the check responder does not sign its requests"})
+	if len(c.RocketMQ.TransactionCheckGroups) > 0 {
+		switch {
+		case c.RocketMQ.AccessKey != "":
+			out = append(out, problem{KeyRocketMQTransactionCheckGroups, "cannot be used with rocketmq.access_key yet: the check responder does not sign its requests"})
+		case c.RocketMQ.TLS.Enable:
+			out = append(out, problem{KeyRocketMQTransactionCheckGroups, "cannot be used with rocketmq.tls.enable yet: the check responder speaks plain TCP"})
+		case c.RocketMQ.Namespace != "":
+			out = append(out, problem{KeyRocketMQTransactionCheckGroups, "cannot be used with rocketmq.namespace yet: halves and check groups through a namespace are untested"})
+		}
 	}
 	if len(c.RocketMQ.TransactionCheckGroups) > 0 && len(c.EffectiveDatabases()) > 1 {
 		out = append(out, problem{KeyRocketMQTransactionCheckGroups, "needs a single database: a half names its table, not its database"})

@@ -197,9 +197,19 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 		{"rocketmq: {group: ''}", "rocketmq.group"},
 		{"rocketmq: {send_timeout: 3}", "rocketmq.send_timeout"},
 		{"rocketmq: {send_timeout: 0s}", "rocketmq.send_timeout"},
+		{"rocketmq: {namespace: 'MQ_INST%1'}", "rocketmq.namespace"},
+		{"rocketmq: {namespace: " + strings.Repeat("n", 65) + "}", "rocketmq.namespace"},
+		{"rocketmq: {tls: {enable: true}}", "rocketmq.tls.insecure_skip_verify"},
+		{"rocketmq: {tls: {insecure_skip_verify: true}}", "rocketmq.tls.insecure_skip_verify"},
+		{"rocketmq: {tls: {enable: true, insecure_skip_verify: true, ca_file: /etc/ca.pem}}", "rocketmq.tls.ca_file"},
+		{"rocketmq: {tls: {enable: true, insecure_skip_verify: true, server_name: mq.example}}", "rocketmq.tls.server_name"},
+		{"rocketmq: {tls: {enable: yes please}}", "rocketmq.tls.enable"},
+		{"rocketmq: {tls: {verify: true}}", "rocketmq.tls.verify"},
 		{"rocketmq: {transaction_check_groups: ['bad group']}", "rocketmq.transaction_check_groups[0]"},
 		{"rocketmq: {transaction_check_groups: [tx, tx]}", "rocketmq.transaction_check_groups[1]"},
 		{"rocketmq: {transaction_check_groups: [tx], access_key: a, secret_key: s}", "rocketmq.transaction_check_groups"},
+		{"rocketmq: {transaction_check_groups: [tx], tls: {enable: true, insecure_skip_verify: true}}", "rocketmq.transaction_check_groups"},
+		{"rocketmq: {transaction_check_groups: [tx], namespace: ns1}", "rocketmq.transaction_check_groups"},
 		{"rocketmq: {transaction_check_groups: [outbox-relay]}", "rocketmq.transaction_check_groups[0]"},
 		{"rocketmq: {transaction_check_groups: [ok, routed]}\nroutes: [{topic: a, group: routed}]", "rocketmq.transaction_check_groups[1]"},
 		{"relay: {poll_interval: soon}", "relay.poll_interval"},
@@ -367,6 +377,32 @@ log: {format: console}
 	back := mustLoad(t, string(y))
 	if !reflect.DeepEqual(back, c.Redacted()) {
 		t.Fatalf("round trip differs:\n%s\n%s", y, back)
+	}
+}
+
+// A namespace and TLS load from the file and from the environment alike.
+func TestRocketMQNamespaceAndTLSFromFile(t *testing.T) {
+	t.Parallel()
+	c, err := load(t, "rocketmq: {namespace: MQ_INST_1-a, tls: {enable: true, insecure_skip_verify: true}}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RocketMQ.Namespace != "MQ_INST_1-a" || !c.RocketMQ.TLS.Enable || !c.RocketMQ.TLS.InsecureSkipVerify {
+		t.Fatalf("rocketmq = %+v", c.RocketMQ)
+	}
+}
+
+func TestRocketMQNamespaceAndTLSFromEnv(t *testing.T) {
+	t.Setenv("OUTBOX_ROCKETMQ_NAMESPACE", "tenant_a")
+	t.Setenv("OUTBOX_ROCKETMQ_TLS_ENABLE", "true")
+	t.Setenv("OUTBOX_ROCKETMQ_TLS_INSECURE_SKIP_VERIFY", "true")
+	c := mustLoad(t, "")
+	if c.RocketMQ.Namespace != "tenant_a" || !c.RocketMQ.TLS.Enable || !c.RocketMQ.TLS.InsecureSkipVerify {
+		t.Fatalf("rocketmq = %+v", c.RocketMQ)
+	}
+	t.Setenv("OUTBOX_ROCKETMQ_TLS_INSECURE_SKIP_VERIFY", "false")
+	if _, err := load(t, ""); err == nil || !strings.Contains(err.Error(), "rocketmq.tls.insecure_skip_verify:") {
+		t.Fatalf("TLS without the acknowledgement: err = %v", err)
 	}
 }
 

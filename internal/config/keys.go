@@ -34,6 +34,12 @@ const (
 	KeyRocketMQSecretKey   = "rocketmq.secret_key"
 	KeyRocketMQGroup       = "rocketmq.group"
 	KeyRocketMQSendTimeout = "rocketmq.send_timeout"
+	KeyRocketMQNamespace   = "rocketmq.namespace"
+	// TLS to name servers and brokers (or a 5.x proxy's remoting port).
+	KeyRocketMQTLSEnable             = "rocketmq.tls.enable"
+	KeyRocketMQTLSInsecureSkipVerify = "rocketmq.tls.insecure_skip_verify"
+	KeyRocketMQTLSCAFile             = "rocketmq.tls.ca_file"
+	KeyRocketMQTLSServerName         = "rocketmq.tls.server_name"
 	// KeyRocketMQRequireReplication makes a send stored without replication a failure.
 	KeyRocketMQRequireReplication = "rocketmq.require_replication"
 	// KeyRocketMQTransactionCheckGroups lists the producer groups whose transactional
@@ -100,6 +106,11 @@ var defaults = []struct {
 	{KeyRocketMQSecretKey, ""},
 	{KeyRocketMQGroup, "outbox-relay"},
 	{KeyRocketMQSendTimeout, 3 * time.Second},
+	{KeyRocketMQNamespace, ""},
+	{KeyRocketMQTLSEnable, false},
+	{KeyRocketMQTLSInsecureSkipVerify, false},
+	{KeyRocketMQTLSCAFile, ""},
+	{KeyRocketMQTLSServerName, ""},
 	{KeyRocketMQRequireReplication, false},
 	{KeyRocketMQTransactionCheckGroups, []string{}},
 	{KeyRelayPollInterval, time.Second},

@@ -97,7 +97,14 @@ func decode(v *viper.Viper, file string, environ []string) (Config, []problem, e
 			Group:                  d.str(KeyRocketMQGroup),
 			SendTimeout:            d.duration(KeyRocketMQSendTimeout),
 			RequireReplication:     d.bool(KeyRocketMQRequireReplication),
+			Namespace:              d.str(KeyRocketMQNamespace),
 			TransactionCheckGroups: d.list(KeyRocketMQTransactionCheckGroups),
+			TLS: RocketMQTLS{
+				Enable:             d.bool(KeyRocketMQTLSEnable),
+				InsecureSkipVerify: d.bool(KeyRocketMQTLSInsecureSkipVerify),
+				CAFile:             d.str(KeyRocketMQTLSCAFile),
+				ServerName:         d.str(KeyRocketMQTLSServerName),
+			},
 		},
 		Relay: Relay{
 			PollInterval:    d.duration(KeyRelayPollInterval),

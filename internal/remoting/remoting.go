@@ -13,6 +13,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -31,13 +32,29 @@ const (
 	GetBrokerClusterInfo int16 = 106
 )
 
+// codeRequestCodeNotSupported is RocketMQ's answer to a request the server does not serve.
+const codeRequestCodeNotSupported = 3
+
+// ErrNotSupported marks an answer saying the server does not serve the request: a 5.x proxy
+// asked for the name servers' broker list, for one.
+var ErrNotSupported = errors.New("request not supported by the server")
+
+// Option changes how Call connects.
+type Option func(*options)
+
+type options struct{ tls bool }
+
+// WithTLS connects with TLS, as rocketmq-client-go does with its TLS option: encrypted, the
+// server's certificate not verified (the requests carry no secret).
+func WithTLS(on bool) Option { return func(o *options) { o.tls = on } }
+
 // topicNotExist is ResponseCode.TOPIC_NOT_EXIST.
 const topicNotExist = 17
 
 // TopicRouted asks the name server at addr whether topic has a route: true when it answers
 // one, false when it answers that the topic does not exist.
-func TopicRouted(ctx context.Context, addr, topic string) (bool, error) {
-	resp, err := Call(ctx, addr, GetRouteInfoByTopic, map[string]string{"topic": topic}, nil)
+func TopicRouted(ctx context.Context, addr, topic string, opts ...Option) (bool, error) {
+	resp, err := Call(ctx, addr, GetRouteInfoByTopic, map[string]string{"topic": topic}, nil, opts...)
 	if err != nil {
 		return false, err
 	}
@@ -79,14 +96,26 @@ var opaque atomic.Int32
 
 // Call sends one request to addr on a new connection and returns the response. The dial,
 // the write and the read all end with ctx (and within 3 seconds when ctx has no deadline).
-func Call(ctx context.Context, addr string, code int16, ext map[string]string, body []byte) (*Response, error) {
+func Call(ctx context.Context, addr string, code int16, ext map[string]string, body []byte, opts ...Option) (*Response, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var conn net.Conn
+	var err error
+	if o.tls {
+		// Unverified, as the client's own TLS: the request carries nothing secret.
+		d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}}
+		conn, err = d.DialContext(ctx, "tcp", addr)
+	} else {
+		var d net.Dialer
+		conn, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("remoting: dial %s: %w", addr, err)
 	}
@@ -166,10 +195,13 @@ func read(r *bufio.Reader) (header, []byte, error) {
 // LiveBrokers asks the name server at addr how many brokers are registered with it. It
 // reads only the size of the broker table: the body is fastjson's, whose maps with number
 // keys are not JSON that encoding/json accepts.
-func LiveBrokers(ctx context.Context, addr string) (int, error) {
-	resp, err := Call(ctx, addr, GetBrokerClusterInfo, nil, nil)
+func LiveBrokers(ctx context.Context, addr string, opts ...Option) (int, error) {
+	resp, err := Call(ctx, addr, GetBrokerClusterInfo, nil, nil, opts...)
 	if err != nil {
 		return 0, err
+	}
+	if resp.Code == codeRequestCodeNotSupported {
+		return 0, fmt.Errorf("remoting: %s answered code %d: %s: %w", addr, resp.Code, resp.Remark, ErrNotSupported)
 	}
 	if resp.Code != 0 {
 		return 0, fmt.Errorf("remoting: %s answered code %d: %s", addr, resp.Code, resp.Remark)

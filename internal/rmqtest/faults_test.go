@@ -16,10 +16,10 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/producer"
 )
 
-// The client ignores producer.WithSendMsgTimeout in SendSync (v2.1.2): each attempt
-// waits up to 3 s or the context's deadline. So fault tests bound every send with a
-// short context deadline and turn the client's own retries off where they would blur
-// the count.
+// Each attempt of the client waits up to producer.WithSendMsgTimeout (3 s by default;
+// v2.1.2 ignored the option) or the context's deadline. So fault tests bound every send
+// with a short context deadline and turn the client's own retries off where they would
+// blur the count.
 
 func TestErrorRateOneFailsEverySendAndStoresNothing(t *testing.T) {
 	s := startServer(t, Options{})

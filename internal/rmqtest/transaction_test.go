@@ -88,8 +88,8 @@ func TestTransactionCommitRollback(t *testing.T) {
 	s := startServer(t, Options{})
 	l := newTxListener()
 	p := newTxProducer(t, s, "tx-group", l)
-	l.set("commit-me", primitive.CommitMessageState, primitive.UnknowState)
-	l.set("roll-me", primitive.RollbackMessageState, primitive.UnknowState)
+	l.set("commit-me", primitive.CommitMessageState, primitive.UnkonwnState)
+	l.set("roll-me", primitive.RollbackMessageState, primitive.UnkonwnState)
 	ctx := waitCtx(t, 10*time.Second)
 	for _, b := range []string{"commit-me", "roll-me"} {
 		m := primitive.NewMessage("TxTopic", []byte(b))
@@ -122,7 +122,7 @@ func TestTransactionCheckBack(t *testing.T) {
 	s := startServer(t, Options{TransactionTimeout: time.Nanosecond})
 	l := newTxListener()
 	p := newTxProducer(t, s, "tx-check", l)
-	l.set("later", primitive.UnknowState, primitive.UnknowState)
+	l.set("later", primitive.UnkonwnState, primitive.UnkonwnState)
 	if _, err := p.SendMessageInTransaction(waitCtx(t, 5*time.Second), primitive.NewMessage("TxTopic", []byte("later"))); err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestTransactionCheckBack(t *testing.T) {
 	if s.Count("TxTopic") != 0 {
 		t.Fatal("an UNKNOWN half became visible")
 	}
-	l.set("later", primitive.UnknowState, primitive.CommitMessageState)
+	l.set("later", primitive.UnkonwnState, primitive.CommitMessageState)
 	s.TriggerCheck()
 	waitFor(t, 5*time.Second, "the check's COMMIT applied", func() bool { h, _ := s.Half(s.Halves()[0].UniqKey); return h.Resolution == Committed })
 	if got := bodies(s.Messages("TxTopic")); len(got) != 1 {
@@ -159,7 +159,7 @@ func TestTransactionDiscardAfterMax(t *testing.T) {
 	s := startServer(t, Options{TransactionTimeout: time.Nanosecond, TransactionCheckMax: 3})
 	l := newTxListener()
 	p := newTxProducer(t, s, "tx-discard", l)
-	l.set("orphan", primitive.UnknowState, primitive.UnknowState)
+	l.set("orphan", primitive.UnkonwnState, primitive.UnkonwnState)
 	if _, err := p.SendMessageInTransaction(waitCtx(t, 5*time.Second), primitive.NewMessage("TxTopic", []byte("orphan"))); err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestTransactionEndFaults(t *testing.T) {
 	s := startServer(t, Options{TransactionTimeout: time.Hour})
 	l := newTxListener()
 	p := newTxProducer(t, s, "tx-faults", l)
-	l.set("dropped", primitive.CommitMessageState, primitive.UnknowState)
+	l.set("dropped", primitive.CommitMessageState, primitive.UnkonwnState)
 	s.SetTxFaults(TxFaults{DropEndTransaction: 1})
 	if _, err := p.SendMessageInTransaction(waitCtx(t, 5*time.Second), primitive.NewMessage("TxTopic", []byte("dropped"))); err != nil {
 		t.Fatal(err)
