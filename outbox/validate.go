@@ -27,6 +27,12 @@ const (
 	DefaultMaxBodyBytes = 4 << 20
 	// MsgIDProperty is the user property under which the relay sends each row's msg_id.
 	MsgIDProperty = "OUTBOX_MSG_ID"
+	// TableProperty names the outbox table of a transactional half's row (outbox/txmsg), so
+	// that the relay answering the half's check-backs reads the right table.
+	TableProperty = "OUTBOX_TABLE"
+	// WriterProperty marks a half sent by outbox/txmsg, which inserts the row before it
+	// sends the half: a check that finds no row and no open transaction may roll it back.
+	WriterProperty = "OUTBOX_TX"
 )
 
 var topicRE = regexp.MustCompile(`^[%|a-zA-Z0-9_-]+$`)
@@ -76,7 +82,7 @@ var reservedProperties = map[string]bool{
 	"TRAN_PREPARED_QUEUE_OFFSET": true, "TRANSACTION_CHECK_TIMES": true, "CHECK_IMMUNITY_TIME_IN_SECONDS": true,
 	"SHARDING_KEY": true, "__SHARDINGKEY": true, "__STARTDELIVERTIME": true, "INSTANCE_ID": true,
 	"CLUSTER": true, "MSG_TYPE": true, "REPLY_TO_CLIENT": true, "CORRELATION_ID": true, "TTL": true,
-	MsgIDProperty: true,
+	MsgIDProperty: true, TableProperty: true, WriterProperty: true,
 }
 
 // ValidateProperties checks user properties: non-empty names that RocketMQ does not reserve,

@@ -123,6 +123,11 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 		return err
 	}
 	defer ui.Stop()
+	stopChecks, err := startCheckResponder(ctx, cfg, dbs[0], rdb, reg, log)
+	if err != nil {
+		return err
+	}
+	defer stopChecks()
 	srv, err := serveHTTP(cfg.HTTP, reg, dbs, rdb, ui, log)
 	if err != nil {
 		return err

@@ -22,14 +22,17 @@ import (
 	rocketmq "github.com/apache/rocketmq-client-go/v2"
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outbox-relay/outbox-relay/idempotency"
 	"github.com/outbox-relay/outbox-relay/idempotency/rocketmqmw"
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/txcheck"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/outbox/redisnudge"
+	"github.com/outbox-relay/outbox-relay/outbox/txmsg"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
@@ -43,6 +46,35 @@ type counters struct {
 	committed, rolledBack atomic.Int64
 	committedQty          atomic.Int64
 	received              atomic.Int64 // deliveries handed to the consumer, duplicates included
+	halfCommitted         atomic.Int64 // -half-messages: committed by the writer's END_TRANSACTION
+	leftToRelay           atomic.Int64 // -half-messages: committed orders the relay delivered
+}
+
+// checkGroup is the demo's transactional check group (-half-messages).
+const checkGroup = "orders-demo-tx"
+
+// halfWriter returns the half-message writer of -half-messages, or nil without the flag.
+func halfWriter(o options, w *outbox.Writer, nameservers []string) (*txmsg.Producer, func(), error) {
+	if !o.halfMsgs {
+		return nil, func() {}, nil
+	}
+	p, err := rocketmq.NewProducer(
+		producer.WithNsResolver(primitive.NewPassthroughResolver(nameservers)),
+		producer.WithGroupName("orders-demo-writer"), producer.WithRetry(0),
+		producer.WithInstanceName("orders-demo-writer")) // its own connections: a lost ack drops them
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := p.Start(); err != nil {
+		return nil, nil, err
+	}
+	tp, err := txmsg.New(txmsg.Config{Writer: w, Sender: p, NameServers: nameservers, CheckGroup: checkGroup,
+		SendTimeout: 500 * time.Millisecond})
+	if err != nil {
+		_ = p.Shutdown()
+		return nil, nil, err
+	}
+	return tp, func() { _ = tp.Close(); _ = p.Shutdown() }, nil
 }
 
 func run(ctx context.Context, o options, out io.Writer) (bool, error) {
@@ -63,7 +95,8 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	nameservers := strings.Split(o.nameservers, ",")
 	var broker *rmqtest.Server
 	if o.nameservers == "" {
-		broker, err = rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
+		broker, err = rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {},
+			TransactionTimeout: time.Second, TransactionCheckInterval: time.Second})
 		if err != nil {
 			return false, err
 		}
@@ -96,10 +129,18 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	tp, stopWriter, err := halfWriter(o, writer, nameservers)
+	if err != nil {
+		return false, err
+	}
+	defer stopWriter()
+	if tp != nil {
+		fmt.Fprintf(out, "writer: half messages (check group %s)\n", checkGroup)
+	}
 	start := time.Now()
 	rolledBack := &sync.Map{}
 	writeDone := make(chan error, 1)
-	go func() { writeDone <- placeOrders(ctx, db, writer, o, &c, rolledBack) }()
+	go func() { writeDone <- placeOrders(ctx, db, writer, tp, o, &c, rolledBack) }()
 
 	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()
@@ -188,7 +229,7 @@ func setupDatabase(ctx context.Context, o options) (*sql.DB, string, error) {
 }
 
 // placeOrders is the order service: each order and its message in one transaction.
-func placeOrders(ctx context.Context, db *sql.DB, w *outbox.Writer, o options, c *counters, rolledBack *sync.Map) error {
+func placeOrders(ctx context.Context, db *sql.DB, w *outbox.Writer, tp *txmsg.Producer, o options, c *counters, rolledBack *sync.Map) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, o.writers)
@@ -201,7 +242,7 @@ func placeOrders(ctx context.Context, db *sql.DB, w *outbox.Writer, o options, c
 				if n > int64(o.orders) {
 					return
 				}
-				if err := placeOrder(ctx, db, w, n, o.rollbackPct, c, rolledBack); err != nil {
+				if err := placeOrder(ctx, db, w, tp, n, o.rollbackPct, c, rolledBack); err != nil {
 					errs <- err
 					return
 				}
@@ -219,7 +260,7 @@ type orderEvent struct {
 	Qty     int    `json:"qty"`
 }
 
-func placeOrder(ctx context.Context, db *sql.DB, w *outbox.Writer, n int64, rollbackPct int, c *counters, rolledBack *sync.Map) error {
+func placeOrder(ctx context.Context, db *sql.DB, w *outbox.Writer, tp *txmsg.Producer, n int64, rollbackPct int, c *counters, rolledBack *sync.Map) error {
 	ev := orderEvent{OrderSn: fmt.Sprintf("SN%08d", n), Sku: skus[n%int64(len(skus))], Qty: 1 + int(n%3)}
 	body, _ := json.Marshal(ev)
 	tx, err := db.BeginTx(ctx, nil)
@@ -233,6 +274,9 @@ func placeOrder(ctx context.Context, db *sql.DB, w *outbox.Writer, n int64, roll
 	msg := &outbox.Message{
 		Topic: "orders", Tag: "created", Keys: []string{ev.OrderSn}, Body: body,
 		Properties: map[string]string{"source": "orders-demo"},
+	}
+	if tp != nil {
+		return placeHalf(ctx, db, tx, tp, msg, ev, rollbackPct, c, rolledBack)
 	}
 	if err := w.Insert(ctx, tx, msg); err != nil {
 		return err
@@ -249,6 +293,39 @@ func placeOrder(ctx context.Context, db *sql.DB, w *outbox.Writer, n int64, roll
 	c.committed.Add(1)
 	c.committedQty.Add(int64(ev.Qty))
 	_ = w.NudgeFor(ctx, msg) // a hint: on error the relay finds the row at its next poll
+	return nil
+}
+
+var errDeclined = errors.New("payment declined")
+
+// placeHalf is placeOrder's end on the half-message path: the row and the half before the
+// commit, END_TRANSACTION after it.
+func placeHalf(ctx context.Context, db *sql.DB, tx *sql.Tx, tp *txmsg.Producer, msg *outbox.Message, ev orderEvent, rollbackPct int, c *counters, rolledBack *sync.Map) error {
+	h, err := tp.Prepare(ctx, tx, msg)
+	if err != nil {
+		return err
+	}
+	if rand.IntN(100) < rollbackPct {
+		rolledBack.Store(ev.OrderSn, true)
+		c.rolledBack.Add(1)
+		if err := tx.Rollback(); err != nil {
+			return err
+		}
+		return tp.Finish(ctx, db, h, errDeclined)
+	}
+	cerr := tx.Commit()
+	if err := tp.Finish(ctx, db, h, cerr); errors.Is(err, txmsg.ErrLeftToRelay) || (err == nil && h.Relayed()) {
+		c.leftToRelay.Add(1)
+	} else if err != nil {
+		return err
+	} else if cerr == nil {
+		c.halfCommitted.Add(1)
+	}
+	if cerr != nil {
+		return cerr
+	}
+	c.committed.Add(1)
+	c.committedQty.Add(int64(ev.Qty))
 	return nil
 }
 
@@ -317,11 +394,22 @@ func startRelay(ctx context.Context, o options, dsn string, db *sql.DB, rdb *red
 		if err != nil {
 			return nil, nil, err
 		}
+		stopChecks := func() {}
+		if o.halfMsgs {
+			resp, err := txcheck.New(txcheck.Config{NameServers: nameservers, Groups: []string{checkGroup}, DB: db, Tables: []string{"local_message"}})
+			if err != nil {
+				return nil, nil, err
+			}
+			if err := resp.Start(ctx); err != nil {
+				return nil, nil, err
+			}
+			stopChecks = resp.Stop
+		}
 		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan error, 1)
 		go func() { done <- r.Run(rctx) }()
 		fmt.Fprintln(out, "relay: in-process")
-		return func() error { cancel(); err := <-done; pub.Close(); return err }, nil, nil
+		return func() error { cancel(); err := <-done; stopChecks(); pub.Close(); return err }, nil, nil
 	}
 	logPath := filepath.Join(os.TempDir(), "outbox-demo-relay.log")
 	logFile, err := os.Create(logPath)
@@ -340,6 +428,9 @@ func startRelay(ctx context.Context, o options, dsn string, db *sql.DB, rdb *red
 		"OUTBOX_HTTP_ADDR=127.0.0.1:0",
 		"OUTBOX_LOG_FORMAT=json",
 	)
+	if o.halfMsgs {
+		cmd.Env = append(cmd.Env, "OUTBOX_ROCKETMQ_TRANSACTION_CHECK_GROUPS="+checkGroup)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
@@ -423,6 +514,9 @@ func report(ctx context.Context, db *sql.DB, c *counters, broker *rmqtest.Server
 	fmt.Fprintf(out, "  delivered                %6d rows sent, %d pending, %d dead\n", committed-unsent-dead, unsent, dead)
 	if stored >= 0 {
 		fmt.Fprintf(out, "  stored by the broker     %6d messages (%d duplicates from lost acks)\n", stored, stored-committed)
+	}
+	if c.halfCommitted.Load()+c.leftToRelay.Load() > 0 {
+		fmt.Fprintf(out, "  half messages            %6d committed by the writer's END, %d left to the relay\n", c.halfCommitted.Load(), c.leftToRelay.Load())
 	}
 	fmt.Fprintf(out, "  deliveries to consumer   %6d\n", c.received.Load())
 	fmt.Fprintf(out, "  consumed (applied once)  %6d orders; applied twice: %d; not applied: %d\n", once, twice, never)

@@ -35,6 +35,7 @@ type options struct {
 	rollbackPct int
 	lostAcks    float64
 	timeout     time.Duration
+	halfMsgs    bool
 }
 
 func main() {
@@ -49,6 +50,7 @@ func main() {
 	flag.IntVar(&o.rollbackPct, "rollback-percent", 10, "share of order transactions rolled back on purpose")
 	flag.Float64Var(&o.lostAcks, "lost-acks", 0.02, "share of broker sends whose ack is lost after storing (in-process broker only)")
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Minute, "give up after this long")
+	flag.BoolVar(&o.halfMsgs, "half-messages", false, "write orders on RocketMQ's transactional path (outbox/txmsg: a half before the commit, END_TRANSACTION after), with the relay answering check-backs")
 	flag.Parse()
 	rlog.SetLogLevel("error")
 

@@ -88,7 +88,9 @@ func each(t *testing.T, fault bool, fn func(t *testing.T, b *target)) {
 }
 
 func rmqtestTarget(t *testing.T) *target {
-	srv, err := rmqtest.Start(rmqtest.Options{NoAutoCreateTopics: true, Logf: func(string, ...any) {}})
+	// Transaction check timing as scripts/rocketmq.sh configures the real brokers.
+	srv, err := rmqtest.Start(rmqtest.Options{NoAutoCreateTopics: true, Logf: func(string, ...any) {},
+		TransactionTimeout: time.Second, TransactionCheckInterval: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -143,6 +144,10 @@ type RocketMQ struct {
 	// it as asked (SLAVE_NOT_AVAILABLE and the flush timeouts) as a failed attempt
 	// (rocketmq.require_replication). Defaults to false: stored means sent.
 	RequireReplication bool
+	// TransactionCheckGroups are the producer groups whose transactional check-backs every
+	// relay process answers from the outbox table (rocketmq.transaction_check_groups; see
+	// docs/transactional.md). Defaults to none: no responder runs.
+	TransactionCheckGroups []string
 }
 
 // RocketMQTLS is TLS to RocketMQ. The remoting client (rocketmq-client-go) encrypts but never
@@ -401,6 +406,7 @@ func (c Config) problems() []problem {
 		bad(KeyRocketMQNamespace, "must be 1 to %d letters, digits, '-' or '_' (RocketMQ joins it to topics with '%%'), got %q", maxNamespaceLen, ns)
 	}
 	c.RocketMQ.TLS.problems(bad)
+	out = append(out, c.checkGroupProblems()...)
 
 	// relay
 	positive(bad, KeyRelayPollInterval, c.Relay.PollInterval)
@@ -580,4 +586,48 @@ func (t RocketMQTLS) problems(bad func(key, format string, args ...any)) {
 	case !t.Enable && t.InsecureSkipVerify:
 		bad(KeyRocketMQTLSInsecureSkipVerify, "is set but rocketmq.tls.enable is false: TLS is off")
 	}
+}
+
+// groupName is RocketMQ's rule for group names (Validators.checkGroup): letters, digits,
+// '%', '|', '_' and '-', at most 255 characters.
+var groupName = regexp.MustCompile(`^[%|a-zA-Z0-9_-]{1,255}$`)
+
+// checkGroupProblems checks rocketmq.transaction_check_groups: valid, distinct names, none
+// of them a group the relay sends with (a plain producer of a check group would receive
+// check-backs it cannot answer, and the broker would spend checks on it).
+func (c Config) checkGroupProblems() []problem {
+	var out []problem
+	seen := map[string]bool{}
+	sending := map[string]string{c.RocketMQ.Group: KeyRocketMQGroup}
+	for i, r := range c.Routes {
+		if r.Group != "" {
+			sending[r.Group] = fmt.Sprintf("%s[%d].group", KeyRoutes, i)
+		}
+	}
+	if len(c.RocketMQ.TransactionCheckGroups) > 0 {
+		switch {
+		case c.RocketMQ.AccessKey != "":
+			out = append(out, problem{KeyRocketMQTransactionCheckGroups, "cannot be used with rocketmq.access_key yet: the check responder does not sign its requests"})
+		case c.RocketMQ.TLS.Enable:
+			out = append(out, problem{KeyRocketMQTransactionCheckGroups, "cannot be used with rocketmq.tls.enable yet: the check responder speaks plain TCP"})
+		case c.RocketMQ.Namespace != "":
+			out = append(out, problem{KeyRocketMQTransactionCheckGroups, "cannot be used with rocketmq.namespace yet: halves and check groups through a namespace are untested"})
+		}
+	}
+	if len(c.RocketMQ.TransactionCheckGroups) > 0 && len(c.EffectiveDatabases()) > 1 {
+		out = append(out, problem{KeyRocketMQTransactionCheckGroups, "needs a single database: a half names its table, not its database"})
+	}
+	for i, g := range c.RocketMQ.TransactionCheckGroups {
+		key := fmt.Sprintf("%s[%d]", KeyRocketMQTransactionCheckGroups, i)
+		switch {
+		case !groupName.MatchString(g):
+			out = append(out, problem{key, fmt.Sprintf("must be a RocketMQ group name (letters, digits, %%|_-, at most 255), got %q", g)})
+		case seen[g]:
+			out = append(out, problem{key, fmt.Sprintf("%q is listed twice", g)})
+		case sending[g] != "":
+			out = append(out, problem{key, fmt.Sprintf("%q is also the producer group of %s; a check group must be used only for transactional messages", g, sending[g])})
+		}
+		seen[g] = true
+	}
+	return out
 }

@@ -56,7 +56,7 @@ func TestDefaults(t *testing.T) {
 	want := Config{
 		MySQL:    MySQL{DSN: testDSN, Table: "local_message", Tables: []string{}},
 		Redis:    Redis{Addr: "127.0.0.1:6379", Addrs: []string{}},
-		RocketMQ: RocketMQ{NameServers: []string{"127.0.0.1:9876"}, Group: "outbox-relay", SendTimeout: 3 * time.Second},
+		RocketMQ: RocketMQ{NameServers: []string{"127.0.0.1:9876"}, Group: "outbox-relay", SendTimeout: 3 * time.Second, TransactionCheckGroups: []string{}},
 		Relay: Relay{
 			PollInterval: time.Second, BatchSize: 500, Concurrency: 16, BatchSend: true, Nudge: true,
 			Unrouted: "default", MaxBodyBytes: 4194304, ShutdownTimeout: 15 * time.Second,
@@ -205,6 +205,13 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 		{"rocketmq: {tls: {enable: true, insecure_skip_verify: true, server_name: mq.example}}", "rocketmq.tls.server_name"},
 		{"rocketmq: {tls: {enable: yes please}}", "rocketmq.tls.enable"},
 		{"rocketmq: {tls: {verify: true}}", "rocketmq.tls.verify"},
+		{"rocketmq: {transaction_check_groups: ['bad group']}", "rocketmq.transaction_check_groups[0]"},
+		{"rocketmq: {transaction_check_groups: [tx, tx]}", "rocketmq.transaction_check_groups[1]"},
+		{"rocketmq: {transaction_check_groups: [tx], access_key: a, secret_key: s}", "rocketmq.transaction_check_groups"},
+		{"rocketmq: {transaction_check_groups: [tx], tls: {enable: true, insecure_skip_verify: true}}", "rocketmq.transaction_check_groups"},
+		{"rocketmq: {transaction_check_groups: [tx], namespace: ns1}", "rocketmq.transaction_check_groups"},
+		{"rocketmq: {transaction_check_groups: [outbox-relay]}", "rocketmq.transaction_check_groups[0]"},
+		{"rocketmq: {transaction_check_groups: [ok, routed]}\nroutes: [{topic: a, group: routed}]", "rocketmq.transaction_check_groups[1]"},
 		{"relay: {poll_interval: soon}", "relay.poll_interval"},
 		{"relay: {poll_interval: -1s}", "relay.poll_interval"},
 		{"relay: {batch_size: 0}", "relay.batch_size"},

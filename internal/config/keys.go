@@ -42,6 +42,9 @@ const (
 	KeyRocketMQTLSServerName         = "rocketmq.tls.server_name"
 	// KeyRocketMQRequireReplication makes a send stored without replication a failure.
 	KeyRocketMQRequireReplication = "rocketmq.require_replication"
+	// KeyRocketMQTransactionCheckGroups lists the producer groups whose transactional
+	// check-backs the relay answers from the outbox table.
+	KeyRocketMQTransactionCheckGroups = "rocketmq.transaction_check_groups"
 
 	KeyRelayPollInterval    = "relay.poll_interval"
 	KeyRelayBatchSize       = "relay.batch_size"
@@ -109,6 +112,7 @@ var defaults = []struct {
 	{KeyRocketMQTLSCAFile, ""},
 	{KeyRocketMQTLSServerName, ""},
 	{KeyRocketMQRequireReplication, false},
+	{KeyRocketMQTransactionCheckGroups, []string{}},
 	{KeyRelayPollInterval, time.Second},
 	{KeyRelayBatchSize, 500},
 	{KeyRelayConcurrency, 16},

@@ -47,6 +47,7 @@ func (c Config) Redacted() Config {
 		c.Databases = dbs
 	}
 	c.RocketMQ.NameServers = append([]string(nil), c.RocketMQ.NameServers...)
+	c.RocketMQ.TransactionCheckGroups = slices.Clone(c.RocketMQ.TransactionCheckGroups)
 	c.Routes = append([]Route(nil), c.Routes...)
 	return c
 }
@@ -105,7 +106,7 @@ func (c Config) YAML() ([]byte, error) {
 		Redis: yamlRedis{r.Redis.Addr, r.Redis.Password, r.Redis.DB,
 			nonNil(r.Redis.Addrs), r.Redis.MasterName, r.Redis.SentinelPassword, r.Redis.Username, r.Redis.Cluster},
 		RocketMQ: yamlRocketMQ{nonNil(r.RocketMQ.NameServers), r.RocketMQ.AccessKey, r.RocketMQ.SecretKey,
-			r.RocketMQ.Group, fmtDuration(r.RocketMQ.SendTimeout)},
+			r.RocketMQ.Group, fmtDuration(r.RocketMQ.SendTimeout), nonNil(r.RocketMQ.TransactionCheckGroups)},
 		Relay: yamlRelay{fmtDuration(r.Relay.PollInterval), r.Relay.BatchSize, r.Relay.Concurrency, r.Relay.BatchSend,
 			r.Relay.Nudge, r.Relay.Unrouted, r.Relay.MaxBodyBytes, fmtDuration(r.Relay.ShutdownTimeout),
 			fmtDuration(r.Relay.PurgeRetention), fmtDuration(r.Relay.PurgeInterval)},
@@ -192,6 +193,8 @@ type yamlRocketMQ struct {
 	SecretKey   string   `yaml:"secret_key"`
 	Group       string   `yaml:"group"`
 	SendTimeout string   `yaml:"send_timeout"`
+	// TransactionCheckGroups is rocketmq.transaction_check_groups.
+	TransactionCheckGroups []string `yaml:"transaction_check_groups"`
 }
 
 type yamlRelay struct {

@@ -50,3 +50,19 @@ func TestLiveBrokersRefused(t *testing.T) {
 		t.Fatal("LiveBrokers of a closed port succeeded")
 	}
 }
+
+// TestMasters reads the master of every broker from the name server's fastjson answer.
+func TestMasters(t *testing.T) {
+	c, err := rmqtest.StartCluster(rmqtest.ClusterOptions{Brokers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m, err := remoting.Masters(context.Background(), c.NameServerAddrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m) != 2 || m[c.Broker(0).BrokerName()] != c.Broker(0).BrokerAddr() || m[c.Broker(1).BrokerName()] != c.Broker(1).BrokerAddr() {
+		t.Fatalf("Masters = %v", m)
+	}
+}

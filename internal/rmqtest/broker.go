@@ -75,6 +75,7 @@ type broker struct {
 	offsets  map[offsetKey]int64
 	locks    map[lockKey]lockEntry
 	conns    map[*conn]*connState
+	tx       *txState
 }
 
 // connState is the broker's per-connection state.
@@ -95,6 +96,7 @@ func newBroker(s *Server) *broker {
 		offsets:  map[offsetKey]int64{},
 		locks:    map[lockKey]lockEntry{},
 		conns:    map[*conn]*connState{},
+		tx:       newTxState(),
 	}
 }
 
@@ -126,6 +128,8 @@ func (b *broker) serve(c *conn, req *command) {
 		}()
 	case reqHeartBeat:
 		b.heartbeat(c, req)
+	case reqEndTransaction:
+		b.endTransaction(c, req)
 	case reqUnregisterClient:
 		b.unregister(c, req)
 	case reqGetConsumerListByGroup:
@@ -163,6 +167,7 @@ func (b *broker) serve(c *conn, req *command) {
 func (b *broker) closed(c *conn, byPeer bool) {
 	b.mu.Lock()
 	delete(b.conns, c)
+	b.forgetProducerConnLocked(c)
 	var changed []string
 	if byPeer {
 		// The client hung up (it shut down): forget its registrations at once, as
@@ -329,7 +334,15 @@ func (b *broker) handleSend(c *conn, qs queuedSend) {
 		c.reply(req, newResponse(req, code, remark))
 		return
 	}
+	half := !h.batch && isHalf(recs[0].props)
+	realQueue := recs[0].queueID
+	if half {
+		b.toHalf(recs[0])
+	}
 	s.store.put(recs)
+	if half {
+		b.storedHalf(recs[0])
+	}
 	if s.roll(f.DropAfterStore) {
 		b.dropConn(c)
 		return
@@ -347,8 +360,11 @@ func (b *broker) handleSend(c *conn, qs queuedSend) {
 	}
 	resp := newResponse(req, code, "")
 	resp.Ext["msgId"] = strings.Join(ids, ",")
-	resp.Ext["queueId"] = strconv.Itoa(int(recs[0].queueID))
+	resp.Ext["queueId"] = strconv.Itoa(int(realQueue))
 	resp.Ext["queueOffset"] = strconv.FormatInt(recs[0].queueOffset, 10)
+	if half {
+		resp.Ext["transactionId"] = parseProperties(recs[0].props)[propUniqKey]
+	}
 	resp.Ext[propMsgRegion] = "DefaultRegion"
 	resp.Ext[propTraceSwitch] = "true"
 	c.reply(req, resp)
@@ -360,8 +376,8 @@ func (b *broker) buildRecords(c *conn, req *command, h sendHeader) ([]*record, i
 	if why := checkTopic(h.topic); why != "" {
 		return nil, resSystemError, why
 	}
-	if h.sysFlag&sysFlagTransactionPrepared != 0 {
-		return nil, 16, "rmqtest: transactional (half) messages are not supported" // NO_PERMISSION
+	if !h.batch && isHalf(h.properties) && s.opts.RejectTransactionMessage {
+		return nil, resNoPermission, "the broker sending transaction message is forbidden"
 	}
 	if h.batch && strings.HasPrefix(h.topic, retryTopicPrefix) {
 		return nil, resMessageIllegal, "batch request does not support retry group " + h.topic
@@ -645,6 +661,7 @@ func (b *broker) heartbeat(c *conn, req *command) {
 		c.reply(req, newResponse(req, resSystemError, "bad heartbeat body: "+err.Error()))
 		return
 	}
+	b.registerProducers(c, hb.ClientID, req.Body)
 	now := time.Now()
 	var changed []string
 	for _, cd := range hb.ConsumerDatas {
@@ -680,6 +697,9 @@ func (b *broker) unregister(c *conn, req *command) {
 	group, id := req.Ext["consumerGroup"], req.Ext["clientID"]
 	removed := false
 	b.mu.Lock()
+	if pg := req.Ext["producerGroup"]; pg != "" {
+		b.unregisterProducerLocked(pg, id)
+	}
 	if members := b.groups[group]; members != nil {
 		if _, ok := members[id]; ok {
 			delete(members, id)

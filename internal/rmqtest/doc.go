@@ -26,6 +26,14 @@
 //     max/min offset and search by time, long-polling pulls, ordered-consumption queue
 //     locks, and CONSUMER_SEND_MSG_BACK so ConsumeRetryLater redelivers through
 //     %RETRY%group with reconsume count 1, 2, ... and then %DLQ%group;
+//   - transactional messages as RocketMQ 5.3 handles them: a send with TRAN_MSG=true is a
+//     half, stored invisible in RMQ_SYS_TRANS_HALF_TOPIC; END_TRANSACTION (checked against
+//     the half's PGROUP and offsets, no fence against a second COMMIT) stores the real
+//     message or rolls it back; producer groups registered by HEART_BEAT get
+//     CHECK_TRANSACTION_STATE round robin, each check raising TRANSACTION_CHECK_TIMES and
+//     appending a copy, with the discard to TRANS_CHECK_MAX_TIME_TOPIC after
+//     Options.TransactionCheckMax; rounds run every Options.TransactionCheckInterval or on
+//     TriggerCheck; TxFaults lose ENDs, checks, or op records on a restart;
 //   - unknown request codes get a REQUEST_CODE_NOT_SUPPORTED response (logged once).
 //
 // Its limits, plainly:
@@ -36,7 +44,7 @@
 //     for: a delayed message is visible at once, and a sent-back message is
 //     redelivered after Options.RetryDelay (default: at once), not after 10s, 30s, ...;
 //   - no server-side tag or SQL filtering (the client filters tags itself), no
-//     transactional (half) messages, no request/reply, no message query by key or id,
+//     request/reply, no message query by key or id,
 //     no admin commands but topic creation (SetBrokerPermission and SetMaxMessageSize
 //     stand for updateBrokerConfig);
 //   - a consumer group that never committed an offset starts at offset 0 of every

@@ -47,6 +47,18 @@ type Options struct {
 	// waits before it is stored in %RETRY%group and redelivered. RocketMQ's delay levels
 	// (10s, 30s, 1m, ...) are not honoured. Defaults to 0: redelivery at once.
 	RetryDelay time.Duration
+	// TransactionTimeout is how old a half must be (by its born time) before it is checked
+	// back. Defaults to 6 s, RocketMQ's transactionTimeOut.
+	TransactionTimeout time.Duration
+	// TransactionCheckInterval runs a check round this often. Defaults to 0: no automatic
+	// rounds, only TriggerCheck (RocketMQ's transactionCheckInterval is 30 s).
+	TransactionCheckInterval time.Duration
+	// TransactionCheckMax is the number of checks after which an unresolved half is
+	// discarded to TRANS_CHECK_MAX_TIME_TOPIC. Defaults to 15, RocketMQ's transactionCheckMax.
+	TransactionCheckMax int
+	// RejectTransactionMessage refuses halves with NO_PERMISSION (16), as
+	// rejectTransactionMessage=true does.
+	RejectTransactionMessage bool
 	// RandSource drives fault injection, so that a seeded source gives the same faults
 	// on every run. Defaults to a PCG source seeded from the clock.
 	RandSource rand.Source
@@ -73,6 +85,12 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxMessageSize <= 0 {
 		o.MaxMessageSize = 4 << 20
+	}
+	if o.TransactionTimeout <= 0 {
+		o.TransactionTimeout = defaultTransactionTimeout
+	}
+	if o.TransactionCheckMax <= 0 {
+		o.TransactionCheckMax = defaultTransactionCheckMax
 	}
 	if o.RandSource == nil {
 		now := uint64(time.Now().UnixNano())
@@ -182,6 +200,7 @@ type Server struct {
 	topicFaults map[string]Faults
 	rnd         *rand.Rand
 	unknownSeen map[int16]bool
+	stopChecks  chan struct{}
 	perm        atomic.Int32 // the broker permission: 6, or 4 when read-only
 	maxMsgSize  atomic.Int64
 }
@@ -211,6 +230,11 @@ func Start(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("rmqtest: name server listen: %w", err)
 	}
 	s.nameSrv = ns
+	s.stopChecks = make(chan struct{})
+	if opts.TransactionCheckInterval > 0 {
+		s.broker.wg.Add(1)
+		go s.broker.checkLoop(opts.TransactionCheckInterval, s.stopChecks)
+	}
 	return s, nil
 }
 
@@ -231,6 +255,7 @@ func (s *Server) Close() {
 	bl := s.brokerLn
 	s.brokerLn = nil
 	s.mu.Unlock()
+	close(s.stopChecks)
 	s.nameSrv.close()
 	if bl != nil {
 		s.broker.stop()
@@ -252,6 +277,7 @@ func (s *Server) StopBroker() {
 	if bl != nil {
 		s.broker.stop()
 		bl.close()
+		s.broker.loseRecentOps()
 	}
 }
 

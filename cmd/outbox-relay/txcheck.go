@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/txcheck"
+	"github.com/outbox-relay/outbox-relay/outbox/redisnudge"
+)
+
+// startCheckResponder starts the transactional check responder when
+// rocketmq.transaction_check_groups lists groups (the configuration allows them with one
+// database only), and returns its Stop; without groups it does nothing.
+func startCheckResponder(ctx context.Context, cfg config.Config, d *runDatabase, rdb redis.UniversalClient, reg prometheus.Registerer, log zerolog.Logger) (func(), error) {
+	groups := cfg.RocketMQ.TransactionCheckGroups
+	if len(groups) == 0 {
+		return func() {}, nil
+	}
+	var release func(context.Context, string)
+	if cfg.Relay.Nudge {
+		n := redisnudge.New(rdb).In(d.Label())
+		release = func(ctx context.Context, table string) { _ = n.Nudge(ctx, table) }
+	}
+	r, err := txcheck.New(txcheck.Config{
+		NameServers: cfg.RocketMQ.NameServers, Groups: groups, DB: d.pool, Tables: d.Tables,
+		Database: d.Label(), Release: release, Logger: &log, Registerer: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Start(ctx); err != nil {
+		return nil, err
+	}
+	log.Info().Strs("groups", groups).Msg("answering transactional check-backs")
+	return r.Stop, nil
+}

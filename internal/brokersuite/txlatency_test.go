@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package brokersuite
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	rocketmq "github.com/apache/rocketmq-client-go/v2"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+	"github.com/apache/rocketmq-client-go/v2/producer"
+
+	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
+	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/outbox/txmsg"
+)
+
+// BenchmarkTxmsgCommitToConsume is BenchmarkCommitToConsume for the half-message path
+// (outbox/txmsg): per message a transaction inserts the row and sends the half, commits,
+// and Finish ends the half and marks the row; measured from the commit to the message's
+// arrival at a push consumer, and the writer's own time (Prepare and Finish) beside it. The
+// relay binary runs beside with a check group, as in production. Run it with -benchtime=200x.
+func BenchmarkTxmsgCommitToConsume(b *testing.B) {
+	targets := map[string]func(testing.TB) *target{
+		"rmqtest": func(tb testing.TB) *target {
+			srv, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			tb.Cleanup(srv.Close)
+			return &target{name: "rmqtest", nameServer: srv.NameServerAddr(), brokerAddr: srv.BrokerAddr()}
+		},
+		"rocketmq": func(tb testing.TB) *target {
+			return &target{name: "rocketmq", nameServer: testenv.RocketMQ(tb), brokerAddr: testenv.RocketMQBroker(), real: true}
+		},
+	}
+	for _, name := range []string{"rmqtest", "rocketmq"} {
+		b.Run(name, func(b *testing.B) {
+			t := targets[name](b)
+			e := newEnv(b, t)
+			topic := t.topic(b, "txlatency")
+			in := t.consume(b, topic)
+			group := "outbox_tx_" + testenv.RandomSuffix(8)
+			e.startRelay(b, "OUTBOX_RELAY_POLL_INTERVAL=1s", "OUTBOX_ROCKETMQ_TRANSACTION_CHECK_GROUPS="+group)
+			p, err := rocketmq.NewProducer(producer.WithNsResolver(primitive.NewPassthroughResolver([]string{t.nameServer})),
+				producer.WithGroupName("txw_"+testenv.RandomSuffix(8)), producer.WithInstanceName("txw-"+testenv.RandomSuffix(8)),
+				producer.WithRetry(0))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := p.Start(); err != nil {
+				b.Fatal(err)
+			}
+			defer p.Shutdown()
+			tp, err := txmsg.New(txmsg.Config{Writer: e.writer, Sender: p, NameServers: []string{t.nameServer}, CheckGroup: group})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer tp.Close()
+			ctx := context.Background()
+			send := func(id string) (commitAt time.Time, writer time.Duration) {
+				start := time.Now()
+				tx, err := e.db.BeginTx(ctx, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				h, err := tp.Prepare(ctx, tx, &outbox.Message{MsgID: id, Topic: topic, Body: []byte(`{"orderSn":"SN1"}`)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				prepared := time.Since(start)
+				if err := tx.Commit(); err != nil {
+					b.Fatal(err)
+				}
+				commitAt = time.Now()
+				if err := tp.Finish(ctx, e.db.DB, h, nil); err != nil {
+					b.Fatal(err)
+				}
+				return commitAt, prepared + time.Since(commitAt)
+			}
+			send("warm-up")
+			in.wait(b, 1, 60*time.Second)
+			lat := make([]time.Duration, 0, b.N)
+			own := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				id := fmt.Sprintf("txlat-%06d", i)
+				commitAt, w := send(id)
+				for in.copies(id) == 0 {
+					if time.Since(commitAt) > 30*time.Second {
+						b.Fatalf("%s not consumed within 30s", id)
+					}
+					time.Sleep(200 * time.Microsecond)
+				}
+				lat = append(lat, time.Since(commitAt))
+				own = append(own, w)
+			}
+			b.StopTimer()
+			if n := e.count(b, "status <> 2"); n != 0 {
+				b.Fatalf("%d rows not marked sent", n)
+			}
+			slices.Sort(lat)
+			slices.Sort(own)
+			q := func(d []time.Duration, p float64) float64 {
+				return float64(d[int(p*float64(len(d)-1))].Microseconds()) / 1000
+			}
+			b.ReportMetric(q(lat, 0.5), "p50-ms")
+			b.ReportMetric(q(lat, 0.99), "p99-ms")
+			b.ReportMetric(q(own, 0.5), "writer-p50-ms")
+			if b.N == 1 {
+				return
+			}
+			fmt.Fprintf(os.Stderr, "%s: half-message path, commit to consume over %d messages: p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms; writer's own time (Prepare + Finish) p50 %.1f ms, p99 %.1f ms\n",
+				name, len(lat), q(lat, 0.5), q(lat, 0.95), q(lat, 0.99), q(lat, 1), q(own, 0.5), q(own, 0.99))
+		})
+	}
+}

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package txcheck
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
+	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/schema"
+)
+
+// A half whose row is absent and that no writer of ours sent (an SDK writer answering its
+// own checks) is answered UNKNOWN for SDKPatience-1 checks; then a tombstone takes its
+// msg_id (dead and deleted: never sent, and the writer's own insert can no longer commit)
+// and the answer is ROLLBACK. A half naming a table the relay does not serve, or no
+// msg_id, is answered UNKNOWN and touches nothing.
+func TestAbsentSDKRowFencedAfterPatience(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.MySQL(t)
+	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
+		t.Fatal(err)
+	}
+	d := &decider{db: db.DB, tables: map[string]bool{"local_message": true}, defTable: "local_message",
+		timeout: 2 * time.Second, sdkPatience: 4, now: time.Now}
+	props := map[string]string{outbox.MsgIDProperty: "sdk-1"}
+	for i := 1; i <= 3; i++ {
+		if a, why := d.decide(ctx, Check{Topic: "T", Properties: props, Times: i}); a != Unknown || why != ReasonSDKWait {
+			t.Fatalf("check %d: %s/%s, want unknown/%s", i, a, why, ReasonSDKWait)
+		}
+	}
+	if a, why := d.decide(ctx, Check{Topic: "T", Properties: props, Times: 4}); a != Rollback || why != ReasonFenced {
+		t.Fatalf("check 4: %s/%s, want rollback/%s", a, why, ReasonFenced)
+	}
+	var st, del int
+	if err := db.QueryRowContext(ctx, "SELECT status, is_deleted FROM local_message WHERE msg_id = 'sdk-1'").Scan(&st, &del); err != nil || st != 3 || del != 1 {
+		t.Fatalf("tombstone: status %d is_deleted %d (%v), want 3 and 1", st, del, err)
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO local_message (msg_id, topic, content) VALUES ('sdk-1', 'T', 'late')"); err == nil {
+		t.Fatal("the writer's late insert of a fenced msg_id succeeded")
+	}
+	if a, why := d.decide(ctx, Check{Properties: props, Times: 5}); a != Rollback || why != ReasonDead {
+		t.Fatalf("check after the fence: %s/%s, want rollback/%s", a, why, ReasonDead)
+	}
+	other := map[string]string{outbox.MsgIDProperty: "x", outbox.TableProperty: "other_table"}
+	if a, why := d.decide(ctx, Check{Properties: other, Times: 9}); a != Unknown || why != ReasonUnknownTable {
+		t.Fatalf("half of another table: %s/%s", a, why)
+	}
+	if a, why := d.decide(ctx, Check{Properties: map[string]string{}, Times: 9}); a != Unknown || why != ReasonNoMsgID {
+		t.Fatalf("half without msg_id: %s/%s", a, why)
+	}
+}

@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package txcheck
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the responder's series (documented in docs/transactional.md).
+type metrics struct {
+	answers *prometheus.CounterVec
+	times   *prometheus.HistogramVec
+	brokers prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer, database string) *metrics {
+	constLabels := prometheus.Labels{"database": database}
+	m := &metrics{
+		answers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_relay_transaction_checks_total", Help: "Transactional check-backs answered, by group, answer (commit, rollback, unknown) and reason.",
+			ConstLabels: constLabels,
+		}, []string{"group", "answer", "reason"}),
+		times: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "outbox_relay_transaction_check_times", Help: "TRANSACTION_CHECK_TIMES of the check-backs answered: how many times the broker had checked the half, this one included.",
+			ConstLabels: constLabels, Buckets: []float64{1, 2, 3, 5, 10, 15},
+		}, []string{"group"}),
+		brokers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outbox_relay_transaction_check_brokers", Help: "Master brokers the check groups are registered with now.",
+			ConstLabels: constLabels,
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.answers, m.times, m.brokers)
+	}
+	return m
+}
+
+func (m *metrics) observe(group string, a Answer, reason string, times int) {
+	m.answers.WithLabelValues(group, a.String(), reason).Inc()
+	m.times.WithLabelValues(group).Observe(float64(times))
+}

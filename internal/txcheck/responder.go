@@ -1,0 +1,387 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package txcheck
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/internal/remoting"
+	"github.com/outbox-relay/outbox-relay/schema"
+)
+
+// Config configures a Responder.
+type Config struct {
+	// NameServers are the RocketMQ name servers (host:port) the masters are found through.
+	NameServers []string
+	// Groups are the producer groups whose check-backs are answered. At least one.
+	Groups []string
+	// DB is the database of the outbox tables.
+	DB *sql.DB
+	// Tables are the outbox tables a half may name (OUTBOX_TABLE); a half naming none is
+	// answered from the first. At least one.
+	Tables []string
+	// Database names the database in metrics (server/schema, no credentials). Defaults to empty.
+	Database string
+	// ClientID identifies this process to the brokers. Defaults to host@pid@txcheck.
+	ClientID string
+	// HeartbeatInterval is how often every master is sent the groups again (and the name
+	// servers asked for masters); a broker forgets a producer after 120 s without one.
+	// Defaults to 30 seconds. A lost connection is redialled within a second.
+	HeartbeatInterval time.Duration
+	// QueryTimeout bounds the statements of one answer. Defaults to 2 seconds.
+	QueryTimeout time.Duration
+	// Workers bounds the checks answered at once. Defaults to 8.
+	Workers int
+	// SDKPatience is the number of checks a half whose row is absent, and that names no
+	// writer of ours, is answered UNKNOWN before its msg_id is fenced. Defaults to 4.
+	SDKPatience int
+	// Release, when set, is called after a check pulled a pending row forward, so that
+	// the relay of table wakes now (a nudge). Defaults to nil: the relay's next poll.
+	Release func(ctx context.Context, table string)
+	// Logger receives one line per answer at debug and problems at warn. Defaults to a
+	// disabled logger.
+	Logger *zerolog.Logger
+	// Registerer registers the metrics. Defaults to none (not exported).
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) setDefaults() {
+	if c.ClientID == "" {
+		h, _ := os.Hostname()
+		c.ClientID = fmt.Sprintf("%s@%d@txcheck", h, os.Getpid())
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = 30 * time.Second
+	}
+	if c.QueryTimeout <= 0 {
+		c.QueryTimeout = 2 * time.Second
+	}
+	if c.Workers <= 0 {
+		c.Workers = 8
+	}
+	if c.SDKPatience <= 0 {
+		c.SDKPatience = 4
+	}
+	if c.Logger == nil {
+		l := zerolog.Nop()
+		c.Logger = &l
+	}
+}
+
+// Validate reports the first problem of c, naming the field.
+func (c *Config) Validate() error {
+	switch {
+	case len(c.NameServers) == 0:
+		return errors.New("txcheck: NameServers: at least one is needed")
+	case len(c.Groups) == 0:
+		return errors.New("txcheck: Groups: at least one is needed")
+	case c.DB == nil:
+		return errors.New("txcheck: DB: must be set")
+	case len(c.Tables) == 0:
+		return errors.New("txcheck: Tables: at least one is needed")
+	}
+	for _, t := range c.Tables {
+		if err := schema.ValidateIdent(t); err != nil {
+			return fmt.Errorf("txcheck: Tables: %w", err)
+		}
+	}
+	return nil
+}
+
+// Responder registers the check groups with every master broker and answers their
+// CHECK_TRANSACTION_STATE requests from the outbox tables. Every relay process runs one,
+// leader or not: an answer is a point read by msg_id and needs no lock.
+type Responder struct {
+	cfg     Config
+	dec     *decider
+	metrics *metrics
+	sem     chan struct{}
+
+	mu      sync.Mutex
+	conns   map[string]*remoting.Conn // master address -> connection
+	beatAt  map[string]time.Time
+	cancel  context.CancelFunc
+	done    chan struct{}
+	workers sync.WaitGroup
+}
+
+// New checks cfg and returns a Responder; Start runs it.
+func New(cfg Config) (*Responder, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	tables := map[string]bool{}
+	for _, t := range cfg.Tables {
+		tables[t] = true
+	}
+	r := &Responder{
+		cfg: cfg,
+		dec: &decider{db: cfg.DB, tables: tables, defTable: cfg.Tables[0], timeout: cfg.QueryTimeout,
+			sdkPatience: cfg.SDKPatience, now: time.Now, release: cfg.Release},
+		metrics: newMetrics(cfg.Registerer, cfg.Database),
+		sem:     make(chan struct{}, cfg.Workers),
+		conns:   map[string]*remoting.Conn{},
+		beatAt:  map[string]time.Time{},
+	}
+	return r, nil
+}
+
+// Start registers the groups with the masters the name servers know now (the first
+// heartbeat is sent before Start returns where a master answers) and keeps them
+// registered until Stop. Name servers or brokers that do not answer yet are asked again
+// every second until they do.
+func (r *Responder) Start(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	masters, err := r.masters(ctx)
+	if err != nil {
+		r.cfg.Logger.Warn().Err(err).Msg("transactional checks: no name server answered yet; retrying")
+	}
+	r.mu.Lock()
+	r.cancel, r.done = cancel, make(chan struct{})
+	r.mu.Unlock()
+	r.sync(ctx, masters)
+	go r.loop(ctx, masters)
+	return nil
+}
+
+// Stop closes the connections (the brokers forget the registrations) and waits for the
+// answers in progress. Safe to call twice, or without Start.
+func (r *Responder) Stop() {
+	r.mu.Lock()
+	cancel, done := r.cancel, r.done
+	r.cancel = nil
+	r.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+	r.mu.Lock()
+	for addr, c := range r.conns {
+		_ = c.Close()
+		delete(r.conns, addr)
+	}
+	r.mu.Unlock()
+	r.workers.Wait()
+}
+
+func (r *Responder) loop(ctx context.Context, masters []string) {
+	defer close(r.done)
+	tick := time.Second
+	if r.cfg.HeartbeatInterval < tick {
+		tick = r.cfg.HeartbeatInterval
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	refreshed := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if len(masters) == 0 || time.Since(refreshed) >= r.cfg.HeartbeatInterval {
+			if m, err := r.masters(ctx); err == nil {
+				masters = m
+			} else {
+				r.cfg.Logger.Warn().Err(err).Msg("transactional checks: no name server answered; keeping the masters known")
+			}
+			refreshed = time.Now()
+		}
+		r.sync(ctx, masters)
+	}
+}
+
+// masters returns the union of the masters every name server knows.
+func (r *Responder) masters(ctx context.Context) ([]string, error) {
+	var errs []error
+	seen := map[string]bool{}
+	var out []string
+	for _, ns := range r.cfg.NameServers {
+		m, err := remoting.Masters(ctx, ns)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, a := range m {
+			if !seen[a] {
+				seen[a] = true
+				out = append(out, a)
+			}
+		}
+	}
+	if len(errs) == len(r.cfg.NameServers) {
+		return nil, fmt.Errorf("txcheck: masters: %w", errors.Join(errs...))
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// sync dials the masters without a live connection, heartbeats those due, and closes
+// connections to brokers that are masters no longer.
+func (r *Responder) sync(ctx context.Context, masters []string) {
+	want := map[string]bool{}
+	for _, a := range masters {
+		want[a] = true
+	}
+	r.mu.Lock()
+	for addr, c := range r.conns {
+		if !want[addr] {
+			_ = c.Close()
+			delete(r.conns, addr)
+		}
+	}
+	r.mu.Unlock()
+	live := 0
+	for _, addr := range masters {
+		r.mu.Lock()
+		c := r.conns[addr]
+		due := time.Since(r.beatAt[addr]) >= r.cfg.HeartbeatInterval
+		r.mu.Unlock()
+		if c != nil && isDone(c) {
+			c = nil
+		}
+		if c == nil {
+			dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			nc, err := remoting.Dial(dctx, addr, r.serve)
+			cancel()
+			if err != nil {
+				r.cfg.Logger.Debug().Err(err).Str("broker", addr).Msg("transactional checks: dial")
+				continue
+			}
+			c, due = nc, true
+			r.mu.Lock()
+			r.conns[addr] = c
+			r.mu.Unlock()
+		}
+		if due {
+			if err := r.heartbeat(ctx, c); err != nil {
+				r.cfg.Logger.Warn().Err(err).Str("broker", addr).Msg("transactional checks: heartbeat failed")
+				_ = c.Close()
+				continue
+			}
+			r.mu.Lock()
+			r.beatAt[addr] = time.Now()
+			r.mu.Unlock()
+		}
+		live++
+	}
+	r.metrics.brokers.Set(float64(live))
+}
+
+func isDone(c *remoting.Conn) bool {
+	select {
+	case <-c.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// heartbeat registers the groups with one broker (HEART_BEAT, producer data only).
+func (r *Responder) heartbeat(ctx context.Context, c *remoting.Conn) error {
+	type group struct {
+		GroupName string `json:"groupName"`
+	}
+	body := struct {
+		ClientID  string  `json:"clientID"`
+		Producers []group `json:"producerDataSet"`
+		Consumers []any   `json:"consumerDataSet"`
+	}{ClientID: r.cfg.ClientID, Consumers: []any{}}
+	for _, g := range r.cfg.Groups {
+		body.Producers = append(body.Producers, group{g})
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	resp, err := c.Invoke(ctx, remoting.HeartBeat, nil, b)
+	if err != nil {
+		return err
+	}
+	if resp.Code != 0 {
+		return fmt.Errorf("txcheck: heartbeat to %s: code %d: %s", c.Addr(), resp.Code, resp.Remark)
+	}
+	return nil
+}
+
+// serve handles a request the broker sent: only check-backs are expected.
+func (r *Responder) serve(c *remoting.Conn, req *remoting.Request) {
+	if req.Code != remoting.CheckTransactionState {
+		return
+	}
+	r.mu.Lock()
+	stopped := r.cancel == nil
+	if !stopped {
+		r.workers.Add(1)
+	}
+	r.mu.Unlock()
+	if stopped {
+		return
+	}
+	defer r.workers.Done()
+	r.sem <- struct{}{}
+	defer func() { <-r.sem }()
+	r.answer(c, req)
+}
+
+func (r *Responder) answer(c *remoting.Conn, req *remoting.Request) {
+	log := r.cfg.Logger
+	msg, err := remoting.DecodeMessage(req.Body)
+	if err != nil {
+		log.Warn().Err(err).Str("broker", c.Addr()).Msg("transactional check with an unreadable message")
+		return
+	}
+	times, _ := strconv.Atoi(msg.Properties[checkTimesProperty])
+	chk := Check{Group: msg.Properties["PGROUP"], Topic: msg.Topic, Properties: msg.Properties, Times: times}
+	if !slices.Contains(r.cfg.Groups, chk.Group) {
+		log.Warn().Str("group", chk.Group).Msg("transactional check for a group not configured; ignored")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.QueryTimeout+time.Second)
+	defer cancel()
+	ans, reason := r.dec.decide(ctx, chk)
+	r.metrics.observe(chk.Group, ans, reason, times)
+	log.Debug().Str("group", chk.Group).Str("msg_id", msg.Properties["OUTBOX_MSG_ID"]).Int("check", times).
+		Str("answer", ans.String()).Str("reason", reason).Msg("transactional check")
+	if ans == Unknown {
+		return
+	}
+	uniq := req.Ext["transactionId"]
+	if uniq == "" {
+		uniq = msg.Properties["UNIQ_KEY"]
+	}
+	msgID := req.Ext["msgId"]
+	if msgID == "" {
+		msgID = uniq
+	}
+	ext := map[string]string{
+		"producerGroup":        chk.Group,
+		"tranStateTableOffset": req.Ext["tranStateTableOffset"],
+		"commitLogOffset":      req.Ext["commitLogOffset"],
+		"commitOrRollback":     strconv.Itoa(int(ans)),
+		"fromTransactionCheck": "true",
+		"msgId":                msgID,
+		"transactionId":        uniq,
+		"topic":                msg.Topic,
+		"bname":                req.Ext["bname"],
+	}
+	if err := c.Oneway(ctx, remoting.EndTransaction, ext, nil); err != nil {
+		log.Warn().Err(err).Str("broker", c.Addr()).Msg("transactional check: END_TRANSACTION not sent; the broker checks again")
+	}
+}
