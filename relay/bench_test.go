@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package relay
 
 // Benchmarks of the delivery engine against the real MariaDB and the in-process RocketMQ

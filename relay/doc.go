@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package relay is the delivery engine: it publishes every committed outbox row to RocketMQ
 // at least once, retries failures on a backoff schedule, and parks what cannot be delivered
 // as dead for an operator.
