@@ -10,11 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
-	"github.com/outbox-relay/outbox-relay/internal/tcpproxy"
-	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/schema"
@@ -398,16 +394,7 @@ func TestNewLayoutWaitsForTheOldLayoutsLocks(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.migrate(t, 2)
-	proxy, err := tcpproxy.Start(testenv.RedisAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
-	opts := *b.rdb.Options()
-	opts.Addr = proxy.Addr()
-	opts.ReadTimeout, opts.WriteTimeout = 100*time.Millisecond, 100*time.Millisecond
-	oldRdb := redis.NewClient(&opts)
-	t.Cleanup(func() { oldRdb.Close() })
+	proxy, oldRdb := b.redisThroughProxy(t, 100*time.Millisecond)
 
 	cfg := b.config()
 	cfg.LockTTL = time.Second

@@ -16,6 +16,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/tcpproxy"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/outbox/redisnudge"
@@ -144,3 +145,21 @@ var _ = log.New(io.Discard, "", 0)
 
 // eventually is testenv.Eventually.
 var eventually = testenv.Eventually
+
+// redisThroughProxy returns a client of the bundle's Redis, with its key prefix, that goes
+// through a loopback proxy the test can freeze (Redis unreachable), with read and write
+// timeouts of timeout.
+func (b *bundle) redisThroughProxy(t testing.TB, timeout time.Duration) (*tcpproxy.Proxy, *redis.Client) {
+	t.Helper()
+	proxy, err := tcpproxy.Start(testenv.RedisAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	opts := *b.rdb.Options()
+	opts.Addr = proxy.Addr()
+	opts.ReadTimeout, opts.WriteTimeout = timeout, timeout
+	rdb := redis.NewClient(&opts)
+	t.Cleanup(func() { rdb.Close() })
+	return proxy, rdb
+}

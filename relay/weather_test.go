@@ -11,12 +11,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/outbox-relay/outbox-relay/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
-	"github.com/outbox-relay/outbox-relay/internal/tcpproxy"
-	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
@@ -286,16 +283,7 @@ func TestSlowBrokerIsNotADatabaseStall(t *testing.T) {
 func TestAcknowledgedSendsWrittenBackWhenRedisIsLost(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	proxy, err := tcpproxy.Start(testenv.RedisAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
-	opts := *b.rdb.Options()
-	opts.Addr = proxy.Addr()
-	opts.ReadTimeout, opts.WriteTimeout = 200*time.Millisecond, 200*time.Millisecond
-	rdb := redis.NewClient(&opts)
-	t.Cleanup(func() { rdb.Close() })
+	proxy, rdb := b.redisThroughProxy(t, 200*time.Millisecond)
 
 	cfg := b.config()
 	cfg.LockTTL = time.Second
