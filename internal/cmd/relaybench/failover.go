@@ -59,14 +59,7 @@ func runFailover(ctx context.Context, args []string) error {
 
 	table := "lm_failover"
 	topic := "failover"
-	if err := schema.Migrate(ctx, w.db, table); err != nil {
-		return err
-	}
-	wr, err := outbox.NewWriter(outbox.Config{Table: table, Nudger: redisnudge.New(w.rdb)})
-	if err != nil {
-		return err
-	}
-	a, err := loadgen.NewApp(ctx, w.db, wr, topic, true)
+	wr, a, err := w.nudgingApp(ctx, table, topic)
 	if err != nil {
 		return err
 	}
@@ -220,4 +213,21 @@ func worstLatency(msgs []rmqtest.Message, l *loadgen.Ledger, from, to time.Time)
 		}
 	}
 	return worst
+}
+
+// nudgingApp migrates table and returns a writer of it that nudges the relays, and the
+// order service application writing through it to topic.
+func (w *world) nudgingApp(ctx context.Context, table, topic string) (*outbox.Writer, *loadgen.App, error) {
+	if err := schema.Migrate(ctx, w.db, table); err != nil {
+		return nil, nil, err
+	}
+	wr, err := outbox.NewWriter(outbox.Config{Table: table, Nudger: redisnudge.New(w.rdb)})
+	if err != nil {
+		return nil, nil, err
+	}
+	a, err := loadgen.NewApp(ctx, w.db, wr, topic, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	return wr, a, nil
 }

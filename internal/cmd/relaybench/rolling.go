@@ -19,8 +19,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/loadgen"
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/outbox"
-	"github.com/outbox-relay/outbox-relay/outbox/redisnudge"
-	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 // rollStep is one pod replaced during a rolling update.
@@ -73,14 +71,7 @@ func runRolling(ctx context.Context, args []string) error {
 	defer w.Close()
 
 	table, topic := "lm_rolling", "rolling"
-	if err := schema.Migrate(ctx, w.db, table); err != nil {
-		return err
-	}
-	wr, err := outbox.NewWriter(outbox.Config{Table: table, Nudger: redisnudge.New(w.rdb)})
-	if err != nil {
-		return err
-	}
-	a, err := loadgen.NewApp(ctx, w.db, wr, topic, true)
+	wr, a, err := w.nudgingApp(ctx, table, topic)
 	if err != nil {
 		return err
 	}
