@@ -18,22 +18,9 @@ import (
 // (inserted with the writer, which nudges the relay) to its arrival at a push consumer, one
 // message at a time, with the relay binary running beside. Run it with -benchtime=200x.
 func BenchmarkCommitToConsume(b *testing.B) {
-	targets := map[string]func(testing.TB) *target{
-		"rmqtest": func(tb testing.TB) *target {
-			srv, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
-			if err != nil {
-				tb.Fatal(err)
-			}
-			tb.Cleanup(srv.Close)
-			return &target{name: "rmqtest", nameServer: srv.NameServerAddr(), brokerAddr: srv.BrokerAddr()}
-		},
-		"rocketmq": func(tb testing.TB) *target {
-			return &target{name: "rocketmq", nameServer: testenv.RocketMQ(tb), brokerAddr: testenv.RocketMQBroker(), real: true}
-		},
-	}
 	for _, name := range []string{"rmqtest", "rocketmq"} {
 		b.Run(name, func(b *testing.B) {
-			t := targets[name](b)
+			t := benchTargets[name](b)
 			e := newEnv(b, t)
 			topic := t.topic(b, "latency")
 			in := t.consume(b, topic)
@@ -69,4 +56,20 @@ func BenchmarkCommitToConsume(b *testing.B) {
 				name, len(lat), q(0.5), q(0.95), q(0.99), q(1))
 		})
 	}
+}
+
+// benchTargets are the brokers the latency benchmarks run on, by name: the in-process test
+// broker without faults, and Apache RocketMQ.
+var benchTargets = map[string]func(testing.TB) *target{
+	"rmqtest": func(tb testing.TB) *target {
+		srv, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(srv.Close)
+		return &target{name: "rmqtest", nameServer: srv.NameServerAddr(), brokerAddr: srv.BrokerAddr()}
+	},
+	"rocketmq": func(tb testing.TB) *target {
+		return &target{name: "rocketmq", nameServer: testenv.RocketMQ(tb), brokerAddr: testenv.RocketMQBroker(), real: true}
+	},
 }

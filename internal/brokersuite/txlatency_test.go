@@ -14,7 +14,6 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/producer"
 
-	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/outbox/txmsg"
@@ -26,22 +25,9 @@ import (
 // arrival at a push consumer, and the writer's own time (Prepare and Finish) beside it. The
 // relay binary runs beside with a check group, as in production. Run it with -benchtime=200x.
 func BenchmarkTxmsgCommitToConsume(b *testing.B) {
-	targets := map[string]func(testing.TB) *target{
-		"rmqtest": func(tb testing.TB) *target {
-			srv, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
-			if err != nil {
-				tb.Fatal(err)
-			}
-			tb.Cleanup(srv.Close)
-			return &target{name: "rmqtest", nameServer: srv.NameServerAddr(), brokerAddr: srv.BrokerAddr()}
-		},
-		"rocketmq": func(tb testing.TB) *target {
-			return &target{name: "rocketmq", nameServer: testenv.RocketMQ(tb), brokerAddr: testenv.RocketMQBroker(), real: true}
-		},
-	}
 	for _, name := range []string{"rmqtest", "rocketmq"} {
 		b.Run(name, func(b *testing.B) {
-			t := targets[name](b)
+			t := benchTargets[name](b)
 			e := newEnv(b, t)
 			topic := t.topic(b, "txlatency")
 			in := t.consume(b, topic)
