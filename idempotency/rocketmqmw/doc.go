@@ -7,7 +7,9 @@
 //
 // Each message's identity is the guard's group + topic + tag + keys by default (Config.Key
 // and Config.Identity change it), so a redelivered event is skipped while another event of
-// the same order is applied. See package idempotency on choosing the key.
+// the same order is applied. See package idempotency on choosing the key. The topic is
+// taken without its namespace: a consumer created with consumer.WithNamespace is handed
+// msg.Topic as "namespace%topic", and its identities are those of a consumer without it.
 //
 // What it does in each consumer mode, as rocketmq-client-go v2.1.2 behaves (read in its
 // source and checked in this package's tests with the real client):
