@@ -14,6 +14,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
+	"github.com/outbox-relay/outbox-relay/idempotency"
 	"github.com/outbox-relay/outbox-relay/idempotency/internal/idemtest"
 	"github.com/outbox-relay/outbox-relay/idempotency/rocketmqmw"
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
@@ -91,4 +92,74 @@ func TestOrderlyConsumerAppliesEachEventOnceInOrderPerKey(t *testing.T) {
 			t.Errorf("%s applied %v, want %v", sn, got, steps)
 		}
 	}
+}
+
+// An orderly instance stopped with Close and Shutdown unlocks its queues on the broker, so a
+// new instance of the group takes them over at once: every message sent after the stop is
+// consumed within waitFor's 30 s. Had the queues stayed locked, the new instance would wait
+// for the broker's 60 s lock expiry (BenchmarkOrderlyRebalanceStall measures both cases).
+func TestOrderlyShutdownHandsQueuesOver(t *testing.T) {
+	srv, err := rmqtest.Start(rmqtest.Options{Queues: 4, Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	b := broker{nameSrv: srv.NameServerAddr()}
+	r := setupRedis(t)
+	topic := "orders_" + testenv.RandomSuffix(6)
+	const group = "stock-handover"
+	g := r.Guard(t, idempotency.Config{Group: group})
+	seen := &consumedSet{keys: map[string]bool{}, queues: map[int]bool{}}
+	batch := func(round string) []string {
+		var keys []string
+		var msgs []*primitive.Message
+		for i := range 32 {
+			sn := fmt.Sprintf("%s-%02d", round, i)
+			keys = append(keys, sn)
+			msgs = append(msgs, orderlyEvent(topic, sn, "created"))
+		}
+		send(t, b.nameSrv, msgs...)
+		return keys
+	}
+	newMW := func() *rocketmqmw.Middleware {
+		mw, err := rocketmqmw.New(g, rocketmqmw.Config{Logger: testLogger(t)}, func(_ context.Context, msg *primitive.MessageExt) error {
+			seen.add(orderSn(msg), msg.Queue.QueueId)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mw
+	}
+
+	first := newMW()
+	c, err := consumer.NewPushConsumer(
+		consumer.WithNsResolver(primitive.NewPassthroughResolver([]string{b.nameSrv})),
+		consumer.WithInstance(clientName(t)),
+		consumer.WithGroupName(group),
+		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset),
+		consumer.WithConsumerOrder(true),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Subscribe(topic, consumer.MessageSelector{}, first.Consume); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	warm := batch("warm")
+	waitFor(t, "the first instance consumes every queue", func() bool { return seen.all(warm) })
+	if n := seen.queueCount(); n < 2 {
+		t.Fatalf("messages reached %d queue(s), want several", n)
+	}
+	first.Close()
+	if err := c.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+
+	consume(t, b, group, topic, newMW(), nil, consumer.WithConsumerOrder(true))
+	after := batch("after")
+	waitFor(t, "the second instance consumes what was sent after the first stopped", func() bool { return seen.all(after) })
 }
