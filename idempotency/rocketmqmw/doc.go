@@ -47,7 +47,7 @@
 //
 // So stop instances with Middleware.Close and then the push consumer's Shutdown (on
 // SIGTERM, within the pod's termination grace period): its queues move in seconds. An
-// instance killed without Shutdown keeps its locks until they expire, like one that gives
+// instance killed without Shutdown keeps its locks until they expire (not measured), like one that gives
 // queues up. Each instance that joins costs the queues it takes about a minute; a rolling
 // restart pays it once per pod. The middleware cannot shorten it (it never sees a
 // rebalance). Concurrent consumers take no locks and do not stall.
