@@ -81,12 +81,12 @@ func onEachBroker(t *testing.T, test func(t *testing.T, b broker)) {
 var clientSeq atomic.Int64
 
 // clientName is unique per client: the library shares connections by client id.
-func clientName(t *testing.T) string {
+func clientName(t testing.TB) string {
 	return fmt.Sprintf("%s-%d-%d", strings.ReplaceAll(t.Name(), "/", "_"), os.Getpid(), clientSeq.Add(1))
 }
 
 // send publishes msgs in order to one queue chosen by their sharding key.
-func send(t *testing.T, nameSrv string, msgs ...*primitive.Message) {
+func send(t testing.TB, nameSrv string, msgs ...*primitive.Message) {
 	t.Helper()
 	p, err := producer.NewDefaultProducer(
 		producer.WithNsResolver(primitive.NewPassthroughResolver([]string{nameSrv})),

@@ -101,10 +101,24 @@ type IdentityFunc func(msg *primitive.MessageExt, key string) string
 // TopicTagIdentity is the default identity: topic, tag and key, as "topic:tag:key" (a ':'
 // or '\' in the tag is escaped with '\'; topics cannot contain ':'). So a redelivery of
 // "orders/paid SN-7001" is a duplicate, but "orders/paid SN-7001" after "orders/created
-// SN-7001" is another event and is applied.
+// SN-7001" is another event and is applied. The topic is taken without its namespace (see
+// TopicWithoutNamespace), so consumers with and without the client's namespace option, or
+// subscribed to "namespace%topic" by name, dedupe one event under one identity.
 func TopicTagIdentity(msg *primitive.MessageExt, key string) string {
 	tag := strings.NewReplacer(`\`, `\\`, ":", `\:`).Replace(msg.GetTags())
-	return msg.Topic + ":" + tag + ":" + key
+	return TopicWithoutNamespace(msg.Topic) + ":" + tag + ":" + key
+}
+
+// TopicWithoutNamespace returns topic without a RocketMQ namespace: what follows its last '%'.
+// A consumer created with consumer.WithNamespace("ns") is handed messages whose Topic is
+// "ns%orders" (rocketmq-client-go does not strip it), as is one subscribed to "ns%orders";
+// both are "orders" here. Plain topic names cannot contain '%' other than as that separator,
+// so a topic without a namespace is returned unchanged.
+func TopicWithoutNamespace(topic string) string {
+	if i := strings.LastIndexByte(topic, '%'); i >= 0 {
+		return topic[i+1:]
+	}
+	return topic
 }
 
 // KeyIdentity uses the key alone: at most one effect per key in the group, whatever the

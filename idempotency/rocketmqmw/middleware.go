@@ -113,7 +113,8 @@ type Config struct {
 	// doubles up to a minute. Defaults to DefaultBroadcastRetry (1s).
 	BroadcastRetry time.Duration
 	// Registerer, when set, receives outbox_consumer_duplicates_total{group, topic, tag,
-	// same_body}: the deliveries skipped as duplicates, by the parts of their identity, and
+	// same_body}: the deliveries skipped as duplicates, by the parts of their identity (the
+	// topic without its namespace), and
 	// whether the body was that of the first delivery ("true", "false": a distinct event
 	// shares the identity, "unknown": the store keeps no fingerprint, as SQLGuard's).
 	// Middlewares may share a Registerer. Defaults to nil: no metric.
@@ -244,7 +245,7 @@ func (m *Middleware) duplicate(ctx context.Context, msg *primitive.MessageExt, i
 		same = strconv.FormatBool(res.FirstFingerprint == fingerprint(msg.Body))
 	}
 	if m.dups != nil {
-		m.dups.WithLabelValues(m.group, msg.Topic, msg.GetTags(), same).Inc()
+		m.dups.WithLabelValues(m.group, TopicWithoutNamespace(msg.Topic), msg.GetTags(), same).Inc()
 	}
 	if same == "false" {
 		m.cfg.Logger.WarnContext(ctx, "message skipped as a duplicate, but its body differs from the first delivery's: "+
