@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package seed002 reproduces the relay of seed 002 (the "local message table" article the
-// project grew from, seeds/002), as a baseline that benchmarks run beside outbox-relay in the
+// project grew from), as a baseline that benchmarks run beside outbox-relay in the
 // same run, against the same database and broker. It is not a product: it keeps the seed's
 // behaviour, including its costs and its flaws, on purpose.
 //
