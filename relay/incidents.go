@@ -28,11 +28,10 @@ const (
 type incidents struct {
 	log zerolog.Logger
 
-	mu          sync.Mutex
-	recent      map[string][]time.Time // broker -> transient failures within incidentWindow
-	failing     map[string]*brokerState
-	lastSuccess time.Time
-	goodTopics  map[string]time.Time // topic -> last acknowledged send
+	mu         sync.Mutex
+	recent     map[string][]time.Time // broker -> transient failures within incidentWindow
+	failing    map[string]*brokerState
+	goodTopics map[string]time.Time // topic -> last acknowledged send
 
 	missing       map[string]time.Time    // topic -> first seen without a route
 	misconfigured map[string]*brokerState // topic -> refused for the relay's configuration
@@ -64,7 +63,6 @@ func (in *incidents) success(topic string) {
 	now := time.Now()
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	in.lastSuccess = now
 	delete(in.missing, topic)
 	if st, ok := in.misconfigured[topic]; ok {
 		delete(in.misconfigured, topic)

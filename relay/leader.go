@@ -92,15 +92,11 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		var freed <-chan time.Time // when the holder's lock expires, if before the next tick
 		if waitingForLayout {
-			if r.gate == nil {
-				r.metrics.SetLockWait(r.Health().LockWait)
-			}
+			r.exportLockWait(r.Health().LockWait)
 		} else if err == nil {
 			r.setValidity(start)
 			r.waitingSince.Store(0)
-			if r.gate == nil {
-				r.metrics.SetLockWait(0)
-			}
+			r.exportLockWait(0)
 			cause := r.lead(ctx, mutex, nudges)
 			r.startWaiting()
 			nextWaitLog = 3 * r.cfg.LockTTL
@@ -123,9 +119,7 @@ func (r *Relay) Run(ctx context.Context) error {
 					Msg("standby: still waiting for the table's lock, held by another relay; if no other relay serves this table, another process is using the same lock key (lock.key)")
 				nextWaitLog = 2 * nextWaitLog
 			}
-			if r.gate == nil {
-				r.metrics.SetLockWait(r.Health().LockWait)
-			}
+			r.exportLockWait(r.Health().LockWait)
 			freed = r.lockExpiry(ctx)
 		}
 		if ctx.Err() != nil {
@@ -489,4 +483,12 @@ func (r *Relay) sampleBacklog(ctx context.Context) {
 		return
 	}
 	r.metrics.SetDeadRows(deadRows)
+}
+
+// exportLockWait sets the lock-wait gauge of a relay of its own; a group's partitions leave
+// it to the group, which samples the table's wait once (Group.sampleBacklogEvery).
+func (r *Relay) exportLockWait(d time.Duration) {
+	if r.gate == nil {
+		r.metrics.SetLockWait(d)
+	}
 }

@@ -379,9 +379,12 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, bl
 	seenKey := map[string]bool{}
 	var maxOrderedID int64
 	routes := map[routeKey]routed{}
-	inPage := make(map[int64]bool, len(rows))
-	for i := range rows {
-		inPage[rows[i].id] = true
+	var inPage map[int64]bool // the page's ids, needed only when keys are blocked
+	if len(blocked) > 0 {
+		inPage = make(map[int64]bool, len(rows))
+		for i := range rows {
+			inPage[rows[i].id] = true
+		}
 	}
 	for i := range rows {
 		msg, route, err := r.prepare(&rows[i], routes)
