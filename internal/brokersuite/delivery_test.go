@@ -124,35 +124,47 @@ func TestOrderedBySharding(t *testing.T) {
 	each(t, false, func(t *testing.T, b *target) {
 		e := newEnv(t, b)
 		topic := b.topic(t, "ordered")
-		const keys, per = 8, 25
-		var msgs []outbox.Message
-		for i := range keys * per {
-			k := fmt.Sprintf("order-%d", i%keys)
-			msgs = append(msgs, outbox.Message{MsgID: fmt.Sprintf("o-%04d", i), Topic: topic, ShardingKey: k, Keys: []string{k},
-				Body: []byte(fmt.Sprintf(`{"seq":%d}`, i/keys))})
-		}
+		msgs := orderedRows("o", topic, 8, 25)
 		e.insert(t, msgs...)
 		in := b.consume(t, topic)
 		e.startRelay(t, `OUTBOX_ROUTES=[{"topic":"`+topic+`","ordered":true}]`)
-		got := in.wait(t, len(msgs), 90*time.Second)
-		byKey := map[string][]*primitive.MessageExt{}
-		for _, m := range got {
-			byKey[m.GetKeys()] = append(byKey[m.GetKeys()], m)
-		}
-		for k, ms := range byKey {
-			slices.SortFunc(ms, func(a, b *primitive.MessageExt) int { return int(a.QueueOffset - b.QueueOffset) })
-			for i, m := range ms {
-				if m.Queue.QueueId != ms[0].Queue.QueueId {
-					t.Errorf("%s: messages in queues %d and %d", k, ms[0].Queue.QueueId, m.Queue.QueueId)
-					break
-				}
-				if want := fmt.Sprintf(`{"seq":%d}`, i); string(m.Body) != want {
-					t.Errorf("%s: message %d in queue order is %s, want %s", k, i, m.Body, want)
-					break
-				}
+		checkKeysInQueueOrder(t, in.wait(t, len(msgs), 90*time.Second))
+	})
+}
+
+// orderedRows returns keys × per rows of topic, ids prefix-NNNN, the events of each key
+// (order-K, also the message key) numbered {"seq":n} in row order.
+func orderedRows(prefix, topic string, keys, per int) []outbox.Message {
+	var msgs []outbox.Message
+	for i := range keys * per {
+		k := fmt.Sprintf("order-%d", i%keys)
+		msgs = append(msgs, outbox.Message{MsgID: fmt.Sprintf("%s-%04d", prefix, i), Topic: topic, ShardingKey: k, Keys: []string{k},
+			Body: []byte(fmt.Sprintf(`{"seq":%d}`, i/keys))})
+	}
+	return msgs
+}
+
+// checkKeysInQueueOrder checks that the messages of each key (orderedRows) are in one queue,
+// in row order.
+func checkKeysInQueueOrder(t *testing.T, got map[string]*primitive.MessageExt) {
+	t.Helper()
+	byKey := map[string][]*primitive.MessageExt{}
+	for _, m := range got {
+		byKey[m.GetKeys()] = append(byKey[m.GetKeys()], m)
+	}
+	for k, ms := range byKey {
+		slices.SortFunc(ms, func(a, b *primitive.MessageExt) int { return int(a.QueueOffset - b.QueueOffset) })
+		for i, m := range ms {
+			if m.Queue.QueueId != ms[0].Queue.QueueId {
+				t.Errorf("%s: messages in queues %d and %d", k, ms[0].Queue.QueueId, m.Queue.QueueId)
+				break
+			}
+			if want := fmt.Sprintf(`{"seq":%d}`, i); string(m.Body) != want {
+				t.Errorf("%s: message %d in queue order is %s, want %s", k, i, m.Body, want)
+				break
 			}
 		}
-	})
+	}
 }
 
 // TestDelayLevel: a route's delay level reaches the broker. RocketMQ holds the message for

@@ -16,7 +16,6 @@ import (
 	"math/big"
 	"net"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -180,37 +179,17 @@ func TestProxyFIFOMessageGroups(t *testing.T) {
 	b := proxyTarget(t)
 	e := newEnv(t, b)
 	topic := b.fifoTopic(t, "fifo")
-	const keys, per = 6, 20
-	var msgs []outbox.Message
-	for i := range keys * per {
-		k := fmt.Sprintf("order-%d", i%keys)
-		msgs = append(msgs, outbox.Message{MsgID: fmt.Sprintf("f-%04d", i), Topic: topic, ShardingKey: k, Keys: []string{k},
-			Body: []byte(fmt.Sprintf(`{"seq":%d}`, i/keys))})
-	}
+	msgs := orderedRows("f", topic, 6, 20)
 	e.insert(t, msgs...)
 	in := b.consume(t, topic)
 	e.startRelay(t, `OUTBOX_ROUTES=[{"topic":"`+topic+`","ordered":true}]`)
 	got := in.wait(t, len(msgs), 90*time.Second)
-	byKey := map[string][]*primitive.MessageExt{}
 	for _, m := range got {
-		byKey[m.GetKeys()] = append(byKey[m.GetKeys()], m)
 		if g := m.GetProperty("__SHARDINGKEY"); g != m.GetKeys() {
 			t.Errorf("%s: message group %q, want %q", m.GetProperty(outbox.MsgIDProperty), g, m.GetKeys())
 		}
 	}
-	for k, ms := range byKey {
-		slices.SortFunc(ms, func(a, b *primitive.MessageExt) int { return int(a.QueueOffset - b.QueueOffset) })
-		for i, m := range ms {
-			if m.Queue.QueueId != ms[0].Queue.QueueId {
-				t.Errorf("%s: messages in queues %d and %d", k, ms[0].Queue.QueueId, m.Queue.QueueId)
-				break
-			}
-			if want := fmt.Sprintf(`{"seq":%d}`, i); string(m.Body) != want {
-				t.Errorf("%s: message %d in queue order is %s, want %s", k, i, m.Body, want)
-				break
-			}
-		}
-	}
+	checkKeysInQueueOrder(t, got)
 	testenv.Eventually(t, 30*time.Second, "every row marked sent", func() bool {
 		return e.count(t, "status = 2") == len(msgs)
 	})
