@@ -298,20 +298,43 @@ start_proxy() {
 		  "enablePrintJstack": false
 		}
 	EOF
-	: >"$home/out.log.prev" && [ -f "$home/out.log" ] && mv "$home/out.log" "$home/out.log.prev"
-	JLIB=$LIBD java_main proxy "-Xms128m -Xmx320m -XX:MaxDirectMemorySize=256m" \
-		org.apache.rocketmq.proxy.ProxyStartup -pc "$home/rmq-proxy.json" -pm cluster
-	local i
-	for ((i = 0; i < 480; i++)); do
-		if tcp_open 127.0.0.1 "$PROXY_PORT" && tcp_open 127.0.0.1 "$PROXY_GRPC_PORT"; then
-			log "proxy (cluster mode) 127.0.0.1:$PROXY_PORT remoting, 127.0.0.1:$PROXY_GRPC_PORT gRPC started (pid $(cat "$home/pid"))"
-			return 0
-		fi
-		alive "$home/pid" || break
-		sleep 0.25
+	# The proxy creates its system topic on every broker of ProxiedCluster as it starts, and
+	# exits when the name server does not yet route the cluster: a broker prints "boot
+	# success" before its registration is certain to have landed (on a loaded machine the
+	# first one can time out and the next comes 30 s later). Wait for the route first; if
+	# the proxy still exits on it, start it again (three attempts in all).
+	wait_cluster_route ProxiedCluster
+	local attempt i
+	for attempt in 1 2 3; do
+		: >"$home/out.log.prev" && [ -f "$home/out.log" ] && mv "$home/out.log" "$home/out.log.prev"
+		JLIB=$LIBD java_main proxy "-Xms128m -Xmx320m -XX:MaxDirectMemorySize=256m" \
+			org.apache.rocketmq.proxy.ProxyStartup -pc "$home/rmq-proxy.json" -pm cluster
+		for ((i = 0; i < 480; i++)); do
+			if tcp_open 127.0.0.1 "$PROXY_PORT" && tcp_open 127.0.0.1 "$PROXY_GRPC_PORT"; then
+				log "proxy (cluster mode) 127.0.0.1:$PROXY_PORT remoting, 127.0.0.1:$PROXY_GRPC_PORT gRPC started (pid $(cat "$home/pid"))"
+				return 0
+			fi
+			alive "$home/pid" || break
+			sleep 0.25
+		done
+		alive "$home/pid" && break # up but not listening after 2 minutes: not a start race
+		grep -q 'create system broadcast topic' "$home/out.log" 2>/dev/null || break
+		log "the proxy exited before the name server routed ProxiedCluster (attempt $attempt); waiting for the route"
+		wait_cluster_route ProxiedCluster
 	done
 	tail -30 "$home/out.log" >&2 || true
 	die "the proxy did not start (log: $home/out.log)"
+}
+
+# wait_cluster_route CLUSTER: waits (up to 90 s) until the deployments' name server has the
+# route of the topic named after CLUSTER, which its brokers register and the proxy needs.
+wait_cluster_route() {
+	local deadline=$((SECONDS + 90))
+	while ((SECONDS < deadline)); do
+		deploy_admin topicRoute -t "$1" >/dev/null 2>&1 && return 0
+		sleep 1
+	done
+	die "the name server $D_NS_ADDR has no route for cluster $1 after 90 s (broker logs: $DIR/broker-*/out.log)"
 }
 
 # deploy_acl_users creates broker-acl's users and grants, once per store.
