@@ -16,6 +16,11 @@ const (
 	StatusSent Status = 2
 	// StatusDead is a row that ran out of retries or can never be sent; an operator decides.
 	StatusDead Status = 3
+	// StatusHanded is a row committed together with a transactional half whose writer could
+	// not learn whether its END_TRANSACTION landed (an SDK's one-way END): the broker delivers
+	// it, the relay never sends it on its own. A check-back answers COMMIT for it, and a half
+	// the broker discards makes it pending again (docs/transactional.md).
+	StatusHanded Status = 4
 )
 
 func (s Status) String() string {
@@ -28,6 +33,8 @@ func (s Status) String() string {
 		return "sent"
 	case StatusDead:
 		return "dead"
+	case StatusHanded:
+		return "handed"
 	}
 	return "unknown"
 }

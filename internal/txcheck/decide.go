@@ -6,6 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -59,6 +60,7 @@ const (
 	ReasonSDKWait       = "no_row_sdk_wait"  // another writer's row is absent: wait a few checks
 	ReasonFenced        = "no_row_fenced"    // ... then a tombstone row fences the msg_id
 	ReasonUnknownStatus = "unknown_status"   // a status this version does not know
+	ReasonHanded        = "handed_commit"    // status 4: the broker delivers; the writer's END never landed
 )
 
 // Check is one check-back as the broker sent it.
@@ -90,11 +92,8 @@ func (d *decider) decide(ctx context.Context, c Check) (Answer, string) {
 	if id == "" {
 		return Unknown, ReasonNoMsgID
 	}
-	table := c.Properties[tableProperty]
-	if table == "" {
-		table = d.defTable
-	}
-	if !d.tables[table] {
+	table, ok := d.table(c.Properties)
+	if !ok {
 		return Unknown, ReasonUnknownTable
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
@@ -113,6 +112,11 @@ func (d *decider) decide(ctx context.Context, c Check) (Answer, string) {
 		return Rollback, ReasonDead
 	case st == int(outbox.StatusSent):
 		return Rollback, ReasonSent
+	case st == int(outbox.StatusHanded):
+		// A handed row's only delivery is the broker's COMMIT (the relay never sends it):
+		// committed and not yet answered, so its writer's END was lost. The responder marks
+		// it sent once the broker acknowledges the COMMIT (markCommitted).
+		return Commit, ReasonHanded
 	case st == int(outbox.StatusPending) || st == int(outbox.StatusFailed):
 		// The relay owns the row: the half is rolled back and the row sent now, so the
 		// message goes out once, by the relay, whatever becomes of a late END.
@@ -126,6 +130,33 @@ func (d *decider) decide(ctx context.Context, c Check) (Answer, string) {
 		return Rollback, ReasonRelayDelivers
 	}
 	return Unknown, ReasonUnknownStatus
+}
+
+// table returns the outbox table a half names (the default when it names none), and
+// whether this relay serves it.
+func (d *decider) table(props map[string]string) (string, bool) {
+	table := props[tableProperty]
+	if table == "" {
+		table = d.defTable
+	}
+	return table, d.tables[table]
+}
+
+// markCommitted records that the broker acknowledged a check's COMMIT of a handed row: the
+// row becomes sent, so that a later check of the same half (a broker that lost its
+// "resolved" record) is answered ROLLBACK, not with a second copy.
+func (d *decider) markCommitted(ctx context.Context, props map[string]string) error {
+	table, ok := d.table(props)
+	if !ok {
+		return fmt.Errorf("txcheck: table %q not served", props[tableProperty])
+	}
+	q := "UPDATE " + schema.QuoteIdent(table) + " SET status = 2, sent_time = ? WHERE msg_id = ? AND status = 4"
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	if _, err := d.db.ExecContext(ctx, q, d.now().UnixMilli(), props[outbox.MsgIDProperty]); err != nil {
+		return fmt.Errorf("txcheck: mark %s sent: %w", props[outbox.MsgIDProperty], err)
+	}
+	return nil
 }
 
 // probe reads the row with a locking read that does not wait: a writer's transaction

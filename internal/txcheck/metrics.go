@@ -6,9 +6,10 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // metrics are the responder's series (documented in docs/transactional.md).
 type metrics struct {
-	answers *prometheus.CounterVec
-	times   *prometheus.HistogramVec
-	brokers prometheus.Gauge
+	answers   *prometheus.CounterVec
+	times     *prometheus.HistogramVec
+	brokers   prometheus.Gauge
+	recovered *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, database string) *metrics {
@@ -26,9 +27,13 @@ func newMetrics(reg prometheus.Registerer, database string) *metrics {
 			Name: "outbox_relay_transaction_check_brokers", Help: "Master brokers the check groups are registered with now.",
 			ConstLabels: constLabels,
 		}),
+		recovered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_relay_transaction_halves_recovered_total", Help: "Handed rows made pending again because the broker discarded their half (TRANS_CHECK_MAX_TIME_TOPIC): the relay sends them.",
+			ConstLabels: constLabels,
+		}, []string{"group"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.answers, m.times, m.brokers)
+		reg.MustRegister(m.answers, m.times, m.brokers, m.recovered)
 	}
 	return m
 }

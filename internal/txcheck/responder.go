@@ -47,6 +47,10 @@ type Config struct {
 	// SDKPatience is the number of checks a half whose row is absent, and that names no
 	// writer of ours, is answered UNKNOWN before its msg_id is fenced. Defaults to 4.
 	SDKPatience int
+	// DiscardGroup is the consumer group under which the halves the brokers discarded
+	// (TRANS_CHECK_MAX_TIME_TOPIC) are read; brokers without autoCreateSubscriptionGroup
+	// need it created. Defaults to outbox-relay-txrecover.
+	DiscardGroup string
 	// Release, when set, is called after a check pulled a pending row forward, so that
 	// the relay of table wakes now (a nudge). Defaults to nil: the relay's next poll.
 	Release func(ctx context.Context, table string)
@@ -73,6 +77,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.SDKPatience <= 0 {
 		c.SDKPatience = 4
+	}
+	if c.DiscardGroup == "" {
+		c.DiscardGroup = "outbox-relay-txrecover"
 	}
 	if c.Logger == nil {
 		l := zerolog.Nop()
@@ -109,12 +116,14 @@ type Responder struct {
 	metrics *metrics
 	sem     chan struct{}
 
-	mu      sync.Mutex
-	conns   map[string]*remoting.Conn // master address -> connection
-	beatAt  map[string]time.Time
-	cancel  context.CancelFunc
-	done    chan struct{}
-	workers sync.WaitGroup
+	mu     sync.Mutex
+	conns  map[string]*remoting.Conn // master address -> connection
+	beatAt map[string]time.Time
+	// discardAt is, per master, the offset of TRANS_CHECK_MAX_TIME_TOPIC read up to.
+	discardAt map[string]int64
+	cancel    context.CancelFunc
+	done      chan struct{}
+	workers   sync.WaitGroup
 }
 
 // New checks cfg and returns a Responder; Start runs it.
@@ -131,10 +140,11 @@ func New(cfg Config) (*Responder, error) {
 		cfg: cfg,
 		dec: &decider{db: cfg.DB, tables: tables, defTable: cfg.Tables[0], timeout: cfg.QueryTimeout,
 			sdkPatience: cfg.SDKPatience, now: time.Now, release: cfg.Release},
-		metrics: newMetrics(cfg.Registerer, cfg.Database),
-		sem:     make(chan struct{}, cfg.Workers),
-		conns:   map[string]*remoting.Conn{},
-		beatAt:  map[string]time.Time{},
+		metrics:   newMetrics(cfg.Registerer, cfg.Database),
+		sem:       make(chan struct{}, cfg.Workers),
+		conns:     map[string]*remoting.Conn{},
+		beatAt:    map[string]time.Time{},
+		discardAt: map[string]int64{},
 	}
 	return r, nil
 }
@@ -180,6 +190,7 @@ func (r *Responder) Stop() {
 
 func (r *Responder) loop(ctx context.Context, masters []string) {
 	defer close(r.done)
+	r.recoverDiscarded(ctx)
 	tick := time.Second
 	if r.cfg.HeartbeatInterval < tick {
 		tick = r.cfg.HeartbeatInterval
@@ -200,6 +211,9 @@ func (r *Responder) loop(ctx context.Context, masters []string) {
 				r.cfg.Logger.Warn().Err(err).Msg("transactional checks: no name server answered; keeping the masters known")
 			}
 			refreshed = time.Now()
+			r.sync(ctx, masters)
+			r.recoverDiscarded(ctx)
+			continue
 		}
 		r.sync(ctx, masters)
 	}
@@ -381,7 +395,25 @@ func (r *Responder) answer(c *remoting.Conn, req *remoting.Request) {
 		"topic":                msg.Topic,
 		"bname":                req.Ext["bname"],
 	}
-	if err := c.Oneway(ctx, remoting.EndTransaction, ext, nil); err != nil {
-		log.Warn().Err(err).Str("broker", c.Addr()).Msg("transactional check: END_TRANSACTION not sent; the broker checks again")
+	if ans == Rollback {
+		if err := c.Oneway(ctx, remoting.EndTransaction, ext, nil); err != nil {
+			log.Warn().Err(err).Str("broker", c.Addr()).Msg("transactional check: END_TRANSACTION not sent; the broker checks again")
+		}
+		return
+	}
+	// A COMMIT is sent synchronously: the row is marked sent only once the broker stored
+	// the message. Unanswered or refused, the row stays handed and the next check commits.
+	resp, err := c.Invoke(ctx, remoting.EndTransaction, ext, nil)
+	switch {
+	case err != nil:
+		log.Warn().Err(err).Str("broker", c.Addr()).Msg("transactional check: COMMIT unanswered; the broker checks again")
+		return
+	case resp.Code != 0:
+		log.Warn().Int("code", int(resp.Code)).Str("remark", resp.Remark).Str("broker", c.Addr()).Msg("transactional check: COMMIT refused; the broker checks again")
+		return
+	}
+	if err := r.dec.markCommitted(ctx, msg.Properties); err != nil {
+		// The message is stored; a later check of this half would commit a second copy.
+		log.Warn().Err(err).Msg("transactional check: COMMIT stored but the row not marked sent")
 	}
 }

@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package txcheck_test
+
+import (
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
+	"github.com/outbox-relay/outbox-relay/internal/txcheck"
+	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/outbox/txmsg"
+)
+
+// prepareHanded is what an SDK writer of the handed mode does (the Java recipe of
+// docs/sql-recipes.md): the row inserted with status 4 in the business transaction, then
+// the half sent while the transaction holds the row.
+func (w *world) prepareHanded(body string) (*sql.Tx, *txmsg.Half) {
+	w.t.Helper()
+	tx, h := w.prepare(body)
+	if _, err := tx.ExecContext(w.ctx, "UPDATE "+table+" SET status = 4 WHERE msg_id = ?", h.MsgID()); err != nil {
+		w.t.Fatal(err)
+	}
+	return tx, h
+}
+
+func (w *world) recovered() int {
+	w.t.Helper()
+	mfs, err := w.reg.Gather()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	n := 0
+	for _, mf := range mfs {
+		if mf.GetName() == "outbox_relay_transaction_halves_recovered_total" {
+			for _, m := range mf.GetMetric() {
+				n += int(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return n
+}
+
+// Handed mode, normal path: the writer's END COMMIT lands; the message is in the topic once
+// and the relay, running all along, never sends the row (it stays handed).
+func TestHandedRowDeliveredByTheBrokerOnly(t *testing.T) {
+	w := setup(t, rmqtest.Options{}, time.Hour)
+	w.startRelay()
+	w.startResponder()
+	tx, h := w.prepareHanded("handed-normal")
+	w.commit(tx)
+	if err := w.tp.Finish(w.ctx, w.db.DB, h, nil); err != nil { // an END that lands
+		t.Fatal(err)
+	}
+	if n := w.delivered(h.MsgID()); n != 1 {
+		t.Fatalf("delivered %d times, want once", n)
+	}
+	// The relay polls every 50 ms: give it many passes, then check it sent nothing.
+	if _, err := w.db.ExecContext(w.ctx, "INSERT INTO "+table+" (msg_id, topic, content) VALUES ('plain-after', ?, 'x')", topic); err != nil {
+		t.Fatal(err)
+	}
+	w.waitDeliveredOnce("plain-after") // the relay sends a pending row of its own ...
+	if st := w.status(h.MsgID()); st != int(outbox.StatusHanded) {
+		t.Fatalf("handed row status %d, want 4", st)
+	}
+	if n := w.delivered(h.MsgID()); n != 1 { // ... and not the handed one
+		t.Fatalf("handed row delivered %d times, want once (the relay sent it)", n)
+	}
+}
+
+// Handed mode, the writer dies between its commit and its END: the check finds the row
+// handed and answers COMMIT; the broker stores the message once and the row is marked sent,
+// so a re-check after a broker restart that lost the "resolved" record is answered ROLLBACK
+// and stores no second copy. A check while the transaction is open is answered UNKNOWN.
+func TestHandedRowCommittedByTheCheck(t *testing.T) {
+	w := setup(t, rmqtest.Options{}, time.Hour)
+	w.startRelay()
+	w.startResponder()
+	tx, h := w.prepareHanded("handed-killed")
+	w.broker.TriggerCheck()
+	testenv.Eventually(t, 5*time.Second, "an UNKNOWN answer while open", func() bool { return w.answers("unknown", txcheck.ReasonOpen) == 1 })
+	w.commit(tx) // ... and the writer dies: no END
+	w.broker.TriggerCheck()
+	testenv.Eventually(t, 5*time.Second, "the row marked sent after the COMMIT", func() bool { return w.status(h.MsgID()) == int(outbox.StatusSent) })
+	if hs := w.half(h.MsgID()); hs.Resolution != rmqtest.Committed || hs.Commits != 1 || w.delivered(h.MsgID()) != 1 {
+		t.Fatalf("half %+v, %d copies; want committed once, one copy", hs, w.delivered(h.MsgID()))
+	}
+	if w.answers("commit", txcheck.ReasonHanded) != 1 {
+		t.Fatal("the check was not answered commit/handed_commit")
+	}
+	w.broker.SetTxFaults(rmqtest.TxFaults{LoseOpsOnStop: true})
+	w.broker.StopBroker()
+	if err := w.broker.StartBroker(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, "the responder registered again", func() bool { return len(w.broker.Producers(checkGroup)) == 1 })
+	if w.half(h.MsgID()).Resolution != rmqtest.Pending {
+		t.Skip("the restart kept the op record: nothing to re-check")
+	}
+	w.broker.TriggerCheck()
+	testenv.Eventually(t, 5*time.Second, "the re-check answered", func() bool { return w.answers("rollback", txcheck.ReasonSent) == 1 })
+	if n := w.delivered(h.MsgID()); n != 1 {
+		t.Fatalf("%d copies after the re-check, want 1", n)
+	}
+}
+
+// A check's COMMIT the broker refuses leaves the row handed (not marked sent), and the next
+// check commits it: the row is marked sent only on the broker's acknowledgement.
+func TestHandedCommitRefusedLeavesTheRowHanded(t *testing.T) {
+	w := setup(t, rmqtest.Options{}, time.Hour)
+	w.startResponder()
+	tx, h := w.prepareHanded("handed-refused")
+	w.commit(tx)
+	w.broker.SetTxFaults(rmqtest.TxFaults{EndTransactionErrorRate: 1})
+	w.broker.TriggerCheck()
+	testenv.Eventually(t, 5*time.Second, "a COMMIT answer", func() bool { return w.answers("commit", txcheck.ReasonHanded) == 1 })
+	if st := w.status(h.MsgID()); st != int(outbox.StatusHanded) || w.delivered(h.MsgID()) != 0 {
+		t.Fatalf("row status %d, %d copies after a refused COMMIT; want 4 and none", st, w.delivered(h.MsgID()))
+	}
+	w.broker.SetTxFaults(rmqtest.TxFaults{})
+	w.broker.TriggerCheck()
+	testenv.Eventually(t, 5*time.Second, "the row marked sent", func() bool { return w.status(h.MsgID()) == int(outbox.StatusSent) })
+	if n := w.delivered(h.MsgID()); n != 1 {
+		t.Fatalf("%d copies, want 1", n)
+	}
+}
+
+// Handed mode, relay down for the whole check window: the checks reach nobody and the broker
+// discards the halves into TRANS_CHECK_MAX_TIME_TOPIC. When the relay is back, its responder
+// reads them: the handed row becomes pending and the relay sends it once; a rolled-back
+// transaction's half and a confirmed writer's row (the relay's already) are left alone.
+func TestDiscardedHandedHalfRecovered(t *testing.T) {
+	w := setup(t, rmqtest.Options{TransactionCheckMax: 3}, time.Hour)
+	tx, handed := w.prepareHanded("handed-discarded")
+	w.commit(tx) // the writer dies, its END never sent
+	tx, rolled := w.prepareHanded("handed-rolled-back")
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	tx, confirmed := w.prepare("confirmed-discarded")
+	w.commit(tx)
+	for i := 0; i < 4; i++ {
+		w.broker.TriggerCheck()
+	}
+	for _, h := range []*txmsg.Half{handed, rolled, confirmed} {
+		if hs := w.half(h.MsgID()); hs.Resolution != rmqtest.Discarded {
+			t.Fatalf("half %+v, want discarded", hs)
+		}
+	}
+	w.startResponder()
+	w.startRelay()
+	w.waitDeliveredOnce(handed.MsgID())
+	if w.recovered() != 1 {
+		t.Fatalf("%d halves recovered, want 1 (the handed row's)", w.recovered())
+	}
+	if w.delivered(rolled.MsgID()) != 0 {
+		t.Fatal("the rolled-back transaction's message was delivered")
+	}
+	if st := w.status(confirmed.MsgID()); st != int(outbox.StatusPending) {
+		t.Fatalf("the confirmed writer's row has status %d, want 0 (the relay's after Grace)", st)
+	}
+}
