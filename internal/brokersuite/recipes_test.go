@@ -136,13 +136,14 @@ func TestSQLRecipes(t *testing.T) {
 
 // TestSQLRecipesDocIsTheCode: each code block of docs/sql-recipes.md for Java, Python and Node
 // is the recipe region of the program TestSQLRecipes (or, for the consumers,
-// TestConsumerRecipesShareSQLGuardsTable) runs, so the doc cannot drift.
+// TestConsumerRecipesShareSQLGuardsTable, and for transactional messages,
+// TestJavaTransactionalRecipe) runs, so the doc cannot drift.
 func TestSQLRecipesDocIsTheCode(t *testing.T) {
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "sql-recipes.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range append(slices.Clone(recipes), consumerRecipes...) {
+	for _, r := range append(append(slices.Clone(recipes), consumerRecipes...), txRecipes...) {
 		src, err := os.ReadFile(filepath.Join(recipesDir, r.lang, r.file))
 		if err != nil {
 			t.Fatal(err)

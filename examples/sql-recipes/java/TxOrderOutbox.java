@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: Apache-2.0
+// TxOrderOutbox writes orders on RocketMQ transactional messages from Java with the official
+// client's TransactionMQProducer, in outbox-relay's "handed" mode: the outbox row is inserted
+// with status 4 (the broker delivers it; the relay never sends it on its own) and the relay
+// answers the broker's check-backs when every instance of the service is down
+// (docs/transactional.md; docs/sql-recipes.md shows the part between the recipe markers). The
+// test in internal/brokersuite runs it against Apache RocketMQ, halting the JVM between a
+// commit and its END_TRANSACTION.
+//
+// Run: java -cp 'lib/*' TxOrderOutbox.java   (settings from RECIPE_* environment variables;
+// RECIPE_ORDERS lists order:mode pairs, mode commit, rollback or halt)
+
+import java.math.BigDecimal;
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.util.UUID;
+import java.util.concurrent.Callable;
+
+import org.apache.rocketmq.client.exception.MQClientException;
+import org.apache.rocketmq.client.producer.LocalTransactionState;
+import org.apache.rocketmq.client.producer.SendStatus;
+import org.apache.rocketmq.client.producer.TransactionListener;
+import org.apache.rocketmq.client.producer.TransactionMQProducer;
+import org.apache.rocketmq.client.producer.TransactionSendResult;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageExt;
+
+public class TxOrderOutbox {
+    // recipe:start
+    /** The producer: its group is one of the relay's rocketmq.transaction_check_groups. */
+    static TransactionMQProducer newProducer(String checkGroup, String nameServer,
+                                             Callable<Connection> checkConnections) throws MQClientException {
+        TransactionMQProducer producer = new TransactionMQProducer(checkGroup);
+        producer.setNamesrvAddr(nameServer);
+        producer.setRetryTimesWhenSendFailed(0); // a retried half leaves an orphan the check would commit
+        producer.setTransactionListener(new OutboxListener(checkConnections));
+        producer.start();
+        return producer;
+    }
+
+    /** The business transaction after the half: the rest of it, then the commit. */
+    static final class LocalTx {
+        final Connection conn;
+        final Runnable restOfTransaction;
+        RuntimeException failure;
+
+        LocalTx(Connection conn, Runnable restOfTransaction) {
+            this.conn = conn;
+            this.restOfTransaction = restOfTransaction;
+        }
+
+        LocalTransactionState run() {
+            try {
+                restOfTransaction.run(); // may throw: then neither row exists
+                conn.commit();
+                return LocalTransactionState.COMMIT_MESSAGE;
+            } catch (RuntimeException e) {
+                failure = e;
+            } catch (SQLException e) {
+                failure = new IllegalStateException(e);
+                if (e.getSQLState() == null || !e.getSQLState().startsWith("40")) {
+                    return LocalTransactionState.UNKNOW; // the commit's outcome is unknown: the check decides
+                }
+            }
+            try {
+                conn.rollback();
+            } catch (SQLException ignored) {
+                // the connection is gone: so is the transaction
+            }
+            return LocalTransactionState.ROLLBACK_MESSAGE;
+        }
+    }
+
+    static final class OutboxListener implements TransactionListener {
+        final Callable<Connection> checkConnections;
+
+        OutboxListener(Callable<Connection> checkConnections) {
+            this.checkConnections = checkConnections;
+        }
+
+        @Override
+        public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
+            return ((LocalTx) arg).run();
+        }
+
+        /** A check-back: the decision table of docs/sql-recipes.md for handed rows. */
+        @Override
+        public LocalTransactionState checkLocalTransaction(MessageExt msg) {
+            try (Connection c = checkConnections.call();
+                 PreparedStatement probe = c.prepareStatement(
+                     "SELECT status, is_deleted FROM local_message WHERE msg_id = ? FOR UPDATE NOWAIT")) {
+                c.setAutoCommit(true); // the probe's lock lasts for the statement only
+                probe.setString(1, msg.getUserProperty("OUTBOX_MSG_ID"));
+                try (ResultSet row = probe.executeQuery()) {
+                    if (row.next() && row.getInt(1) == 4 && row.getInt(2) == 0) {
+                        return LocalTransactionState.COMMIT_MESSAGE; // committed, handed: deliver
+                    }
+                    // No row and no lock: rolled back (the row precedes the half). Status 2:
+                    // delivered already; 0 or 1: the relay's; 3 or deleted: the operator's.
+                    return LocalTransactionState.ROLLBACK_MESSAGE;
+                }
+            } catch (Exception e) {
+                return LocalTransactionState.UNKNOW; // a lock conflict: the writer's transaction is open
+            }
+        }
+    }
+
+    static void createOrder(TransactionMQProducer producer, Connection conn, String topic, String orderNo,
+                            BigDecimal amount, Runnable restOfTransaction) throws SQLException {
+        String msgId = UUID.randomUUID().toString();
+        String body = "{\"orderNo\":\"" + orderNo + "\",\"amount\":\"" + amount + "\"}";
+        conn.setAutoCommit(false);
+        try (PreparedStatement order = conn.prepareStatement(
+                 "INSERT INTO orders (order_no, amount) VALUES (?, ?)");
+             PreparedStatement outbox = conn.prepareStatement(
+                 "INSERT INTO local_message (msg_id, topic, tag, content, msg_keys, status) VALUES (?, ?, ?, ?, ?, 4)")) {
+            order.setString(1, orderNo);
+            order.setBigDecimal(2, amount);
+            order.executeUpdate();
+            // The row before the half, status 4 (handed): until the commit the transaction
+            // holds its lock, which is how a check tells an open transaction from a rolled-back one.
+            outbox.setString(1, msgId);
+            outbox.setString(2, topic);
+            outbox.setString(3, "created");
+            outbox.setString(4, body);
+            outbox.setString(5, orderNo);
+            outbox.executeUpdate();
+        } catch (SQLException | RuntimeException e) {
+            conn.rollback();
+            throw e;
+        }
+        Message msg = new Message(topic, "created", orderNo, body.getBytes(StandardCharsets.UTF_8));
+        msg.putUserProperty("OUTBOX_MSG_ID", msgId);
+        msg.putUserProperty("OUTBOX_TABLE", "local_message");
+        msg.putUserProperty("OUTBOX_TX", "h"); // our rows precede their halves
+        LocalTx tx = new LocalTx(conn, restOfTransaction);
+        TransactionSendResult sent = null;
+        try {
+            sent = producer.sendMessageInTransaction(msg, tx); // the half, then tx.run(), then END (one-way)
+        } catch (MQClientException e) {
+            // no half: handled below
+        }
+        if (sent == null || sent.getSendStatus() != SendStatus.SEND_OK) {
+            // The half was not stored (or not safely): the row becomes the relay's, status 0.
+            try (PreparedStatement relay = conn.prepareStatement("UPDATE local_message SET status = 0 WHERE msg_id = ?")) {
+                relay.setString(1, msgId);
+                relay.executeUpdate();
+            }
+            tx.run();
+        }
+        if (tx.failure != null) {
+            throw tx.failure;
+        }
+    }
+    // recipe:end
+
+    public static void main(String[] args) throws Exception {
+        var env = System.getenv();
+        String url = "jdbc:mariadb://" + env.get("RECIPE_MYSQL_HOST") + ":" + env.get("RECIPE_MYSQL_PORT") + "/"
+            + env.get("RECIPE_MYSQL_DATABASE");
+        String user = env.get("RECIPE_MYSQL_USER"), password = env.get("RECIPE_MYSQL_PASSWORD");
+        TransactionMQProducer producer = newProducer(env.get("RECIPE_GROUP"), env.get("RECIPE_NAMESRV"),
+            () -> DriverManager.getConnection(url, user, password));
+        // The test's fault: halt the JVM right after the commit, before the client sends END.
+        TransactionListener recipe = producer.getTransactionListener();
+        String[] halting = {null};
+        producer.setTransactionListener(new TransactionListener() {
+            @Override
+            public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
+                LocalTransactionState s = recipe.executeLocalTransaction(msg, arg);
+                if (msg.getKeys().equals(halting[0]) && s == LocalTransactionState.COMMIT_MESSAGE) {
+                    System.out.println("halting after the commit of " + msg.getKeys());
+                    System.out.flush();
+                    Runtime.getRuntime().halt(3);
+                }
+                return s;
+            }
+
+            @Override
+            public LocalTransactionState checkLocalTransaction(MessageExt msg) {
+                return recipe.checkLocalTransaction(msg);
+            }
+        });
+        try (Connection conn = DriverManager.getConnection(url, user, password)) {
+            for (String item : env.get("RECIPE_ORDERS").split(",")) {
+                String orderNo = item.split(":")[0], mode = item.split(":")[1];
+                halting[0] = mode.equals("halt") ? orderNo : null;
+                try {
+                    createOrder(producer, conn, env.get("RECIPE_TOPIC"), orderNo, new BigDecimal("7.50"), () -> {
+                        if (mode.equals("rollback")) throw new IllegalStateException("payment declined for " + orderNo);
+                    });
+                    System.out.println("committed " + orderNo);
+                } catch (IllegalStateException e) {
+                    System.out.println("rolled back " + orderNo);
+                }
+            }
+        }
+        producer.shutdown();
+        System.out.println("done");
+    }
+}

@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package brokersuite
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/outbox-relay/outbox-relay/internal/remoting"
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
+	"github.com/outbox-relay/outbox-relay/outbox"
+)
+
+// txRecipes are docs/sql-recipes.md's transactional-message programs.
+var txRecipes = []recipe{
+	{lang: "java", file: "TxOrderOutbox.java", heading: "## Transactional messages in Java (TransactionMQProducer)",
+		command: func(deps string) ([]string, []string, string) {
+			return []string{"java", "-cp", filepath.Join(deps, "java", "*"), "TxOrderOutbox.java"}, nil, filepath.Join(deps, "java", ".complete")
+		}},
+}
+
+// runTxRecipe runs the Java transactional recipe over orders ("order:mode", mode commit,
+// rollback or halt) and returns its output; a halted run exits with status 3.
+func (w *consumerWorld) runTxRecipe(t *testing.T, group string, halts bool, orders ...string) string {
+	t.Helper()
+	r := txRecipes[0]
+	argv, _, installed := r.command(w.deps)
+	if _, err := os.Stat(installed); err != nil {
+		missing(t, "java recipe dependencies (make sql-recipes-deps)", err)
+	}
+	if _, err := exec.LookPath(argv[0]); err != nil {
+		missing(t, argv[0], err)
+	}
+	cfg, err := mysql.ParseDSN(w.cdb.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := strings.Cut(cfg.Addr, ":")
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = filepath.Join(recipesDir, r.lang)
+	cmd.Env = append(os.Environ(),
+		"RECIPE_MYSQL_HOST="+host, "RECIPE_MYSQL_PORT="+port, "RECIPE_MYSQL_USER="+cfg.User,
+		"RECIPE_MYSQL_PASSWORD="+cfg.Passwd, "RECIPE_MYSQL_DATABASE="+cfg.DBName, "RECIPE_TOPIC="+w.topic,
+		"RECIPE_GROUP="+group, "RECIPE_NAMESRV="+w.b.nameServer, "RECIPE_ORDERS="+strings.Join(orders, ","))
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case halts && errors.As(err, &exit) && exit.ExitCode() == 3:
+	case halts:
+		t.Fatalf("the Java writer did not halt (exit status 3): %v\n%s", err, out)
+	case err != nil:
+		t.Fatalf("the Java writer: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
+// msgID returns the msg_id of the outbox row of an order ("" when there is none).
+func (w *consumerWorld) msgID(t *testing.T, orderNo string) string {
+	t.Helper()
+	ids := w.e.strings(t, "SELECT msg_id FROM local_message WHERE msg_keys = '"+orderNo+"'")
+	if len(ids) == 0 {
+		return ""
+	}
+	return ids[0]
+}
+
+// discarded reports whether the broker has written a half carrying msgID to
+// TRANS_CHECK_MAX_TIME_TOPIC.
+func discarded(t *testing.T, broker, msgID string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := remoting.Dial(ctx, broker, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for off := int64(0); ; {
+		p, err := c.Pull(ctx, "suite_discards", "TRANS_CHECK_MAX_TIME_TOPIC", 0, off, 32)
+		if errors.Is(err, remoting.ErrTopicNotExist) {
+			return false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Messages) == 0 {
+			return false
+		}
+		for _, m := range p.Messages {
+			if m.Properties[outbox.MsgIDProperty] == msgID {
+				return true
+			}
+			off = m.QueueOffset + 1
+		}
+	}
+}
+
+// The Java recipe of docs/sql-recipes.md (the official client's TransactionMQProducer, handed
+// rows of status 4) against Apache RocketMQ 5.3.3, with the relay answering check-backs and
+// a Go consumer applying events through the idempotency package:
+//   - committed and ended: delivered once, by the broker; the relay never sends the row;
+//   - rolled back after the half: nothing delivered, no row;
+//   - the JVM halted between its commit and its END_TRANSACTION: the relay's check answer
+//     (COMMIT) delivers it, the row is marked sent, the consumer applies it once;
+//   - the same with the relay down for the broker's whole check window (15 checks): the half
+//     is discarded, and the relay, once back, reads TRANS_CHECK_MAX_TIME_TOPIC and sends the
+//     row itself; applied once.
+func TestJavaTransactionalRecipe(t *testing.T) {
+	w := newConsumerWorld(t)
+	if _, err := w.cdb.Exec("CREATE TABLE orders (order_no varchar(32) PRIMARY KEY, amount decimal(10,2) NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	group := "outbox_tx_java_" + testenv.RandomSuffix(8)
+	relayEnv := []string{"OUTBOX_ROCKETMQ_TRANSACTION_CHECK_GROUPS=" + group, "OUTBOX_LOG_LEVEL=debug"}
+	relay := w.e.startRelay(t, relayEnv...)
+	testenv.Eventually(t, 30*time.Second, "the relay answering check-backs", func() bool {
+		return strings.Contains(relay.Out.String(), "answering transactional check-backs")
+	})
+	in := w.b.consume(t, w.topic)
+	var received atomic.Int64
+	stop := w.startGo(t, &received)
+	defer stop()
+	appliedOnce := func(orderNo string) {
+		t.Helper()
+		id := w.identity(event{"created", orderNo})
+		testenv.Eventually(t, checkBudget, orderNo+" applied", func() bool { return len(w.applied(t)[id]) > 0 })
+		if n := len(w.applied(t)[id]); n != 1 {
+			t.Fatalf("%s applied %d times, want once", orderNo, n)
+		}
+	}
+
+	out := w.runTxRecipe(t, group, true, "tx-ok:commit", "tx-rb:rollback", "tx-killed:halt")
+	for _, line := range []string{"committed tx-ok", "rolled back tx-rb", "halting after the commit of tx-killed"} {
+		if !strings.Contains(out, line+"\n") {
+			t.Fatalf("the Java writer did not print %q:\n%s", line, out)
+		}
+	}
+	ok, killed := w.msgID(t, "tx-ok"), w.msgID(t, "tx-killed")
+	if ok == "" || killed == "" || w.msgID(t, "tx-rb") != "" {
+		t.Fatalf("outbox rows: tx-ok %q, tx-killed %q, tx-rb %q; want the committed two only", ok, killed, w.msgID(t, "tx-rb"))
+	}
+
+	// The halted writer's message: the relay's check answer commits it.
+	appliedOnce("tx-killed")
+	testenv.Eventually(t, 10*time.Second, "the halted writer's row marked sent by the responder", func() bool {
+		return w.e.count(t, "msg_id = ? AND status = 2", killed) == 1
+	})
+	if !answered(relay.Out.String(), killed, "handed_commit") {
+		t.Fatalf("the halted writer's message was not committed by the relay's check answer\n%s", tail(relay.Out.String(), 3000))
+	}
+	// The ended one: delivered by the broker, the row left handed (the relay never sent it).
+	appliedOnce("tx-ok")
+	if n := w.e.count(t, "msg_id = ? AND status = 4 AND sent_time = 0", ok); n != 1 {
+		t.Fatal("the ended message's row is not handed any more: the relay or a check touched it")
+	}
+	if answered(relay.Out.String(), ok, "handed_commit") {
+		t.Fatal("the ended message was committed by a check too")
+	}
+
+	// The relay down for the whole check window: the half is discarded, then recovered.
+	relay.Kill9(t)
+	w.runTxRecipe(t, group, true, "tx-discarded:halt")
+	lost := w.msgID(t, "tx-discarded")
+	testenv.Eventually(t, 2*checkBudget, "the broker to discard the half after its last check", func() bool {
+		return discarded(t, w.b.brokerAddr, lost)
+	})
+	if n := w.e.count(t, "msg_id = ? AND status = 4", lost); n != 1 {
+		t.Fatal("the discarded half's row is not handed")
+	}
+	relay = w.e.startRelay(t, relayEnv...)
+	appliedOnce("tx-discarded")
+	testenv.Eventually(t, 10*time.Second, "the recovered row sent by the relay", func() bool {
+		return w.e.count(t, "msg_id = ? AND status = 2", lost) == 1
+	})
+	if !strings.Contains(relay.Out.String(), "the broker discarded a handed row's half") {
+		t.Fatalf("the row was not recovered from TRANS_CHECK_MAX_TIME_TOPIC\n%s", tail(relay.Out.String(), 3000))
+	}
+
+	// Every copy consumed once: nothing sent twice, the rolled-back order never.
+	testenv.Eventually(t, 30*time.Second, "the Go consumer to handle the three messages", func() bool { return received.Load() >= 3 })
+	in.wait(t, 3, 30*time.Second)
+	for order, id := range map[string]string{"tx-ok": ok, "tx-killed": killed, "tx-discarded": lost} {
+		if n := in.copies(id); n != 1 {
+			t.Errorf("%s reached the topic %d times, want once", order, n)
+		}
+	}
+	in.mu.Lock()
+	all := in.all
+	in.mu.Unlock()
+	if n := len(w.applied(t)[w.identity(event{"created", "tx-rb"})]); n != 0 || all != 3 {
+		t.Errorf("the rolled-back order applied %d times; %d messages consumed, want 3", n, all)
+	}
+}
