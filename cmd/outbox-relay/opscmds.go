@@ -97,6 +97,9 @@ locks with relay.partitions > 1.`,
 					fmt.Fprintf(tw, "  partition %d/%d\t%s\n", p, len(r.Partitions), lockText(l))
 				}
 				fmt.Fprintf(tw, "  pending\t%d\n  failed\t%d\n  sent\t%d\n  dead\t%d\n", r.Pending, r.Failed, r.Sent, r.Dead)
+				if r.Handed > 0 {
+					fmt.Fprintf(tw, "  handed\t%d\n", r.Handed)
+				}
 				if r.Deleted > 0 {
 					fmt.Fprintf(tw, "  deleted, never sent\t%d\n", r.Deleted)
 				}

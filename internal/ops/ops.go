@@ -47,6 +47,9 @@ type StatusReport struct {
 	Failed  int64 `json:"failed"`
 	Sent    int64 `json:"sent"`
 	Dead    int64 `json:"dead"`
+	// Handed counts the rows of status 4, written by transactional SDK writers and delivered
+	// by the broker (docs/transactional.md); the relay sends one only if its half is discarded.
+	Handed int64 `json:"handed"`
 	// Deleted counts the unsent rows (pending, failed or dead) marked is_deleted = 1.
 	Deleted int64 `json:"deleted"`
 	// Due counts the rows the relay should be sending now (pending or failed, next_retry_time
@@ -101,6 +104,8 @@ func Status(ctx context.Context, db *sql.DB, table string, now time.Time) (Statu
 			r.Sent = n
 		case outbox.StatusDead:
 			r.Dead = n
+		case outbox.StatusHanded:
+			r.Handed = n
 		}
 	}
 	if err := closeRows(rows); err != nil {
@@ -488,8 +493,8 @@ type PurgeResult struct {
 	Cutoff string `json:"cutoff"`
 }
 
-// Purge deletes sent rows older than opts.OlderThan in batches of opts.BatchSize, each its
-// own short statement, until none is left or ctx ends. Pending, failed and dead rows are never
+// Purge deletes sent and handed rows older than opts.OlderThan in batches of opts.BatchSize,
+// each its own short statement, until none is left or ctx ends. Pending, failed and dead rows are never
 // touched, and the horizon is fixed at the start, so Purge ends even while the relay keeps
 // sending. It is safe to run alongside a relay.
 func Purge(ctx context.Context, db *sql.DB, table string, opts PurgeOptions) (PurgeResult, error) {
@@ -511,22 +516,29 @@ func Purge(ctx context.Context, db *sql.DB, table string, opts PurgeOptions) (Pu
 	sentCutoff := time.Now().Add(-opts.OlderThan).UnixMilli()
 	if opts.DryRun {
 		q, _ := query(sqlPurgeCount, table)
-		if err := db.QueryRowContext(ctx, q, res.Cutoff, sentCutoff).Scan(&res.Deleted); err != nil {
-			return res, fmt.Errorf("purge %s (dry run): %w", table, err)
+		for _, st := range purgedStatuses {
+			var n int64
+			if err := db.QueryRowContext(ctx, q, st, res.Cutoff, sentCutoff).Scan(&n); err != nil {
+				return res, fmt.Errorf("purge %s (dry run): %w", table, err)
+			}
+			res.Deleted += n
 		}
 		return res, nil
 	}
 	sel, _ := query(sqlPurgeSelect, table)
 	del, _ := query(sqlPurgeDelete, table)
-	for {
-		n, selected, err := purgeBatch(ctx, db, sel, del, res.Cutoff, sentCutoff, opts.BatchSize)
+	for i := 0; i < len(purgedStatuses); {
+		n, selected, err := purgeBatch(ctx, db, sel, del, purgedStatuses[i], res.Cutoff, sentCutoff, opts.BatchSize)
 		if err != nil {
 			return res, fmt.Errorf("purge %s: %w", table, err)
 		}
 		res.Deleted += n
-		res.Batches++
+		if i == 0 || selected > 0 { // the handed rows' walk counts only when it finds some
+			res.Batches++
+		}
 		if selected < opts.BatchSize {
-			return res, nil
+			i++
+			continue
 		}
 		if opts.Pause > 0 {
 			select {
@@ -536,7 +548,12 @@ func Purge(ctx context.Context, db *sql.DB, table string, opts PurgeOptions) (Pu
 			}
 		}
 	}
+	return res, nil
 }
+
+// purgedStatuses are the statuses Purge deletes, in order: sent rows, then handed rows
+// (delivered by the broker; docs/transactional.md).
+var purgedStatuses = []int{int(outbox.StatusSent), int(outbox.StatusHanded)}
 
 // purgeRetries bounds the attempts of one purge batch that keeps losing lock conflicts.
 const purgeRetries = 5
@@ -548,7 +565,7 @@ const purgeRetries = 5
 // breaks deadlocks by rolling one side back) is retried, as InnoDB asks.
 // purgeBatch returns the rows it deleted and the rows it selected; a row the relay or another
 // purge changed between the two is left alone, and a short selection ends the purge.
-func purgeBatch(ctx context.Context, db *sql.DB, sel, del string, cutoff string, sentCutoff int64, batch int) (deleted int64, selected int, err error) {
+func purgeBatch(ctx context.Context, db *sql.DB, sel, del string, status int, cutoff string, sentCutoff int64, batch int) (deleted int64, selected int, err error) {
 	for attempt := 1; ; attempt++ {
 		n, err := func() (int64, error) {
 			tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
@@ -556,7 +573,7 @@ func purgeBatch(ctx context.Context, db *sql.DB, sel, del string, cutoff string,
 				return 0, err
 			}
 			defer tx.Rollback()
-			rows, err := tx.QueryContext(ctx, sel, cutoff, sentCutoff, batch)
+			rows, err := tx.QueryContext(ctx, sel, status, cutoff, sentCutoff, batch)
 			if err != nil {
 				return 0, err
 			}
@@ -576,7 +593,7 @@ func purgeBatch(ctx context.Context, db *sql.DB, sel, del string, cutoff string,
 			if len(ids) == 0 {
 				return 0, tx.Commit()
 			}
-			args := append(ids, cutoff, sentCutoff)
+			args := append(ids, status, cutoff, sentCutoff)
 			r, err := tx.ExecContext(ctx, strings.ReplaceAll(del, "{IDS}", placeholders(len(ids))), args...)
 			if err != nil {
 				return 0, err

@@ -101,12 +101,13 @@ func TestStatus(t *testing.T) {
 		row{topic: "stock", status: 0, deleted: true, createAge: 99999}, // never due
 		row{topic: "orders", status: 2}, row{topic: "orders", status: 2}, row{topic: "stock", status: 2},
 		row{topic: "stock", status: 3}, row{topic: "orders", status: 3},
+		row{topic: "orders", status: 4}, // handed: the broker delivers it, never due
 	)
 	r, err := Status(b.ctx, b.db, table, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Pending != 2 || r.Failed != 2 || r.Sent != 3 || r.Dead != 2 || r.Deleted != 1 { // the deleted row is not pending
+	if r.Pending != 2 || r.Failed != 2 || r.Sent != 3 || r.Dead != 2 || r.Handed != 1 || r.Deleted != 1 { // the deleted row is not pending
 		t.Fatalf("counts = %+v", r)
 	}
 	if r.Due != 3 {
@@ -128,8 +129,8 @@ func TestStatus(t *testing.T) {
 	if err := b.db.QueryRow("SELECT COUNT(*) FROM " + table).Scan(&total); err != nil {
 		t.Fatal(err)
 	}
-	if r.Pending+r.Failed+r.Sent+r.Dead+r.Deleted != total {
-		t.Fatalf("status counts add up to %d, table has %d", r.Pending+r.Failed+r.Sent+r.Dead+r.Deleted, total)
+	if r.Pending+r.Failed+r.Sent+r.Dead+r.Handed+r.Deleted != total {
+		t.Fatalf("status counts add up to %d, table has %d", r.Pending+r.Failed+r.Sent+r.Dead+r.Handed+r.Deleted, total)
 	}
 }
 
@@ -309,29 +310,31 @@ func TestPurgeRemovesOnlyOldSentRows(t *testing.T) {
 		row{msgID: "old-pending", status: 0, updAge: 30 * day},
 		row{msgID: "old-failed", status: 1, updAge: 30 * day},
 		row{msgID: "old-dead", status: 3, updAge: 30 * day},
+		row{msgID: "old-handed", status: 4, updAge: 8 * day}, // delivered by the broker
+		row{msgID: "new-handed", status: 4, updAge: 3600},
 	)
 	b.insert(t, rows...)
 
 	dry, err := Purge(b.ctx, b.db, table, PurgeOptions{OlderThan: 7 * 24 * time.Hour, DryRun: true})
-	if err != nil || dry.Deleted != 8 || !dry.DryRun {
+	if err != nil || dry.Deleted != 9 || !dry.DryRun {
 		t.Fatalf("dry run: %+v %v", dry, err)
 	}
-	if len(b.snapshot(t)) != 13 {
+	if len(b.snapshot(t)) != 15 {
 		t.Fatal("dry run deleted rows")
 	}
 	res, err := Purge(b.ctx, b.db, table, PurgeOptions{OlderThan: 7 * 24 * time.Hour, BatchSize: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Deleted != 8 || res.Batches != 3 {
-		t.Fatalf("purge: %+v, want 8 rows in 3 batches", res)
+	if res.Deleted != 9 || res.Batches != 4 {
+		t.Fatalf("purge: %+v, want 9 rows in 4 batches (3 of sent rows, 1 of handed ones)", res)
 	}
 	left := []string{}
 	for id := range b.snapshot(t) {
 		left = append(left, id)
 	}
 	sort.Strings(left)
-	want := []string{"new-sent", "old-dead", "old-failed", "old-pending", "old-update-new-sent"}
+	want := []string{"new-handed", "new-sent", "old-dead", "old-failed", "old-pending", "old-update-new-sent"}
 	if !reflect.DeepEqual(left, want) {
 		t.Fatalf("left %v, want %v", left, want)
 	}

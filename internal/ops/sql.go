@@ -50,20 +50,22 @@ const (
 	// comparison with update_time (a DATETIME in the server's zone) is zone-correct.
 	sqlCutoff = "SELECT DATE_FORMAT(NOW() - INTERVAL ? SECOND, '%Y-%m-%d %H:%i:%s')"
 
-	// sqlPurgeCount counts what a purge would delete (dry run).
-	sqlPurgeCount = "SELECT COUNT(*) FROM {T} WHERE status = 2 AND update_time < ? AND sent_time < ?"
+	// sqlPurgeCount counts what a purge would delete of one status (dry run). The purge deletes
+	// sent rows (2) and handed ones (4, delivered by the broker: docs/transactional.md), one
+	// status at a time so that each walk is one range of the (status, update_time) index.
+	sqlPurgeCount = "SELECT COUNT(*) FROM {T} WHERE status = ? AND update_time < ? AND sent_time < ?"
 
 	// sqlPurgeSelect finds one small batch of old sent rows, walking the (status, update_time)
 	// index with a plain consistent read; small batches keep each transaction, its locks and
 	// its replication event short.
-	sqlPurgeSelect = "SELECT id FROM {T} WHERE status = 2 AND update_time < ? AND sent_time < ?" +
+	sqlPurgeSelect = "SELECT id FROM {T} WHERE status = ? AND update_time < ? AND sent_time < ?" +
 		" ORDER BY update_time, id LIMIT ?"
 
 	// sqlPurgeDelete deletes the batch by primary key, guarded by the same condition. A DELETE
 	// that scans for its rows locks every row it examines and, unlike an UPDATE, waits for
 	// rows an application transaction holds uncommitted; by primary key it touches only the
 	// rows it names.
-	sqlPurgeDelete = "DELETE {T} FROM {T} FORCE INDEX (PRIMARY) WHERE id IN ({IDS}) AND status = 2 AND update_time < ? AND sent_time < ?"
+	sqlPurgeDelete = "DELETE {T} FROM {T} FORCE INDEX (PRIMARY) WHERE id IN ({IDS}) AND status = ? AND update_time < ? AND sent_time < ?"
 
 	// sqlExplainPurge shows the purge's plan; tests check it uses idx_status_update.
 	sqlExplainPurge = "EXPLAIN SELECT id FROM {T} WHERE status = 2 AND update_time < ? AND sent_time < ?" +

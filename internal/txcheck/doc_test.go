@@ -23,6 +23,7 @@ func TestTransactionalDocMatches(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := newMetrics(reg, "db")
 	m.observe("g", Rollback, ReasonSent, 1)
+	m.recovered.WithLabelValues("g").Inc()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +50,7 @@ func TestTransactionalDocMatches(t *testing.T) {
 		}
 	}
 	for _, r := range []string{ReasonNoMsgID, ReasonUnknownTable, ReasonOpen, ReasonDatabase, ReasonRelayDelivers,
-		ReasonSent, ReasonDead, ReasonRolledBack, ReasonSDKWait, ReasonFenced, ReasonUnknownStatus} {
+		ReasonSent, ReasonDead, ReasonRolledBack, ReasonSDKWait, ReasonFenced, ReasonUnknownStatus, ReasonHanded} {
 		if !strings.Contains(doc, "| `"+r+"` |") {
 			t.Errorf("docs/transactional.md's decision table has no row for reason %s", r)
 		}
