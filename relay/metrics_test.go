@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/outbox-relay/outbox-relay/internal/txcheck"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
@@ -326,6 +327,7 @@ type fakeRelay struct {
 	instance string
 	reg      *prometheus.Registry
 	tm       *relay.TableMetrics
+	tx       *txcheck.Metrics // the check responder's (rocketmq.transaction_check_groups)
 	down     bool
 }
 
@@ -335,6 +337,7 @@ func (r *fakeRelay) start() {
 	m := relay.NewMetricsWith(r.reg, relay.MetricsOptions{Routes: testRoutes})
 	m.SetBuildInfo("v1.0.0", "abc123")
 	r.tm = m.Table(testDatabase, testTable)
+	r.tx = txcheck.NewMetrics(r.reg, testDatabase)
 	r.down = false
 }
 
@@ -664,6 +667,29 @@ func TestAlertsFireOnTheRelaysMetrics(t *testing.T) {
 	s.quiet(20, "OutboxRelayNoLeader")
 	add(s)
 
+	// With a check group, relay a answers check-backs: first at their first check; then halves
+	// of an open writer transaction are answered at their 7th check and later, for ten minutes.
+	// Relay b's series of the group appear only then, already past 5: its first answers.
+	s = newScenario(t, "transactional halves checked repeatedly", "a", "b")
+	a, b = s.relays["a"], s.relays["b"]
+	s.run(50, func(m int) {
+		a.tm.SetLeader(true)
+		a.tx.Observe("outbox-tx", txcheck.Rollback, txcheck.ReasonRelayDelivers, 1)
+		if m >= 10 && m < 20 {
+			a.tx.Observe("outbox-tx", txcheck.Unknown, txcheck.ReasonOpen, m-3)
+		}
+		if m == 35 {
+			b.tx.Observe("outbox-tx", txcheck.Unknown, txcheck.ReasonOpen, 8)
+		}
+	})
+	txLabels := map[string]string{"database": testDatabase, "group": "outbox-tx"}
+	s.quiet(9, "OutboxRelayTransactionHalvesRechecked")
+	s.fires(12, "OutboxRelayTransactionHalvesRechecked", txLabels)
+	s.quiet(33, "OutboxRelayTransactionHalvesRechecked")
+	s.fires(36, "OutboxRelayTransactionHalvesRechecked", txLabels)
+	s.quiet(48, "OutboxRelayTransactionHalvesRechecked")
+	add(s)
+
 	// The standby dies, then the leader: each is down, the table has nobody, then nothing
 	// exports any relay series at all.
 	s = newScenario(t, "relays go down", "a", "b")
@@ -709,7 +735,10 @@ func realSeries(t *testing.T) map[string]map[string]bool {
 	tm.InitPartitions(2) // the series of a partitioned table (relay.partitions > 1)
 	tm.Published("orders", "created", 1)
 	tm.ObservePublish(time.Millisecond)
-	tm.SetMisconfigured("payments", true) // a series exists only while a topic is refused
+	tm.SetMisconfigured("payments", true)       // a series exists only while a topic is refused
+	tx := txcheck.NewMetrics(reg, testDatabase) // the check responder's, with check groups
+	tx.Observe("outbox-tx", txcheck.Rollback, txcheck.ReasonSent, 1)
+	tx.Recovered("outbox-tx")
 	out := map[string]map[string]bool{}
 	for sel := range samples(t, scrape(t, reg)) {
 		name, labels, _ := strings.Cut(sel, "{")

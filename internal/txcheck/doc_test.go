@@ -21,9 +21,9 @@ func TestTransactionalDocMatches(t *testing.T) {
 	}
 	doc := string(b)
 	reg := prometheus.NewRegistry()
-	m := newMetrics(reg, "db")
-	m.observe("g", Rollback, ReasonSent, 1)
-	m.recovered.WithLabelValues("g").Inc()
+	m := NewMetrics(reg, "db")
+	m.Observe("g", Rollback, ReasonSent, 1)
+	m.Recovered("g")
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

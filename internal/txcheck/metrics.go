@@ -4,17 +4,20 @@ package txcheck
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// metrics are the responder's series (documented in docs/transactional.md).
-type metrics struct {
+// Metrics are the responder's series (documented in docs/transactional.md). A Responder
+// registers its own; NewMetrics also serves the tests of the alerts built on them.
+type Metrics struct {
 	answers   *prometheus.CounterVec
 	times     *prometheus.HistogramVec
 	brokers   prometheus.Gauge
 	recovered *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer, database string) *metrics {
+// NewMetrics creates the series, labelled with database, and registers them with reg when
+// it is not nil.
+func NewMetrics(reg prometheus.Registerer, database string) *Metrics {
 	constLabels := prometheus.Labels{"database": database}
-	m := &metrics{
+	m := &Metrics{
 		answers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outbox_relay_transaction_checks_total", Help: "Transactional check-backs answered, by group, answer (commit, rollback, unknown) and reason.",
 			ConstLabels: constLabels,
@@ -38,7 +41,11 @@ func newMetrics(reg prometheus.Registerer, database string) *metrics {
 	return m
 }
 
-func (m *metrics) observe(group string, a Answer, reason string, times int) {
+// Observe counts one check answered for group, with its TRANSACTION_CHECK_TIMES.
+func (m *Metrics) Observe(group string, a Answer, reason string, times int) {
 	m.answers.WithLabelValues(group, a.String(), reason).Inc()
 	m.times.WithLabelValues(group).Observe(float64(times))
 }
+
+// Recovered counts one handed row of group made pending because its half was discarded.
+func (m *Metrics) Recovered(group string) { m.recovered.WithLabelValues(group).Inc() }

@@ -93,7 +93,7 @@ func (r *Responder) requeueDiscarded(ctx context.Context, m *remoting.Message) b
 		return false
 	}
 	if n, _ := res.RowsAffected(); n == 1 {
-		r.metrics.recovered.WithLabelValues(group).Inc()
+		r.metrics.Recovered(group)
 		r.cfg.Logger.Warn().Str("group", group).Str("msg_id", id).Str("table", table).
 			Msg("transactional checks: the broker discarded a handed row's half; the relay sends the row")
 		if r.dec.release != nil {

@@ -113,7 +113,7 @@ func (c *Config) Validate() error {
 type Responder struct {
 	cfg     Config
 	dec     *decider
-	metrics *metrics
+	metrics *Metrics
 	sem     chan struct{}
 
 	mu     sync.Mutex
@@ -140,7 +140,7 @@ func New(cfg Config) (*Responder, error) {
 		cfg: cfg,
 		dec: &decider{db: cfg.DB, tables: tables, defTable: cfg.Tables[0], timeout: cfg.QueryTimeout,
 			sdkPatience: cfg.SDKPatience, now: time.Now, release: cfg.Release},
-		metrics:   newMetrics(cfg.Registerer, cfg.Database),
+		metrics:   NewMetrics(cfg.Registerer, cfg.Database),
 		sem:       make(chan struct{}, cfg.Workers),
 		conns:     map[string]*remoting.Conn{},
 		beatAt:    map[string]time.Time{},
@@ -370,7 +370,7 @@ func (r *Responder) answer(c *remoting.Conn, req *remoting.Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.QueryTimeout+time.Second)
 	defer cancel()
 	ans, reason := r.dec.decide(ctx, chk)
-	r.metrics.observe(chk.Group, ans, reason, times)
+	r.metrics.Observe(chk.Group, ans, reason, times)
 	log.Debug().Str("group", chk.Group).Str("msg_id", msg.Properties["OUTBOX_MSG_ID"]).Int("check", times).
 		Str("answer", ans.String()).Str("reason", reason).Msg("transactional check")
 	if ans == Unknown {
