@@ -61,7 +61,11 @@ const (
 	ReasonFenced        = "no_row_fenced"    // ... then a tombstone row fences the msg_id
 	ReasonUnknownStatus = "unknown_status"   // a status this version does not know
 	ReasonHanded        = "handed_commit"    // status 4: the broker delivers; the writer's END never landed
+	ReasonHandedNoRow   = "no_row_handed"    // a handed half's row is absent: left to the writer or the discard
 )
+
+// handedWriter is the OUTBOX_TX value of writers of handed rows (docs/sql-recipes.md).
+const handedWriter = "h"
 
 // Check is one check-back as the broker sent it.
 type Check struct {
@@ -104,6 +108,11 @@ func (d *decider) decide(ctx context.Context, c Check) (Answer, string) {
 		return Unknown, ReasonOpen
 	case err != nil:
 		return Unknown, ReasonDatabase
+	case !found && c.Properties[writerProperty] == handedWriter:
+		// Most likely rolled back, but a ROLLBACK is never needed here (the broker discards
+		// the half after its last check, losing nothing) and would lose the message if this
+		// relay serves another database than the writer's (a check group shared by mistake).
+		return Unknown, ReasonHandedNoRow
 	case !found && c.Properties[writerProperty] != "":
 		return Rollback, ReasonRolledBack
 	case !found:

@@ -50,7 +50,7 @@ func TestTransactionalDocMatches(t *testing.T) {
 		}
 	}
 	for _, r := range []string{ReasonNoMsgID, ReasonUnknownTable, ReasonOpen, ReasonDatabase, ReasonRelayDelivers,
-		ReasonSent, ReasonDead, ReasonRolledBack, ReasonSDKWait, ReasonFenced, ReasonUnknownStatus, ReasonHanded} {
+		ReasonSent, ReasonDead, ReasonRolledBack, ReasonSDKWait, ReasonFenced, ReasonUnknownStatus, ReasonHanded, ReasonHandedNoRow} {
 		if !strings.Contains(doc, "| `"+r+"` |") {
 			t.Errorf("docs/transactional.md's decision table has no row for reason %s", r)
 		}

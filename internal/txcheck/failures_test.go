@@ -51,6 +51,8 @@ type world struct {
 	prefix string
 	broker *rmqtest.Server
 	tp     *txmsg.Producer
+	sender txmsg.Sender    // tp's producer
+	handed *txmsg.Producer // handedWriter's
 	reg    *prometheus.Registry
 	resp   *txcheck.Responder
 }
@@ -96,7 +98,7 @@ func setup(t *testing.T, opts rmqtest.Options, grace time.Duration) *world {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tp.Close() })
-	return &world{t: t, ctx: ctx, db: db, rdb: rdb, prefix: prefix, broker: broker, tp: tp, reg: prometheus.NewRegistry()}
+	return &world{t: t, ctx: ctx, db: db, rdb: rdb, prefix: prefix, broker: broker, tp: tp, sender: p, reg: prometheus.NewRegistry()}
 }
 
 // startResponder starts a check responder and waits until the broker has it registered.

@@ -3,9 +3,12 @@
 package txcheck_test
 
 import (
+	"context"
 	"database/sql"
 	"testing"
 	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/primitive"
 
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
@@ -14,16 +17,88 @@ import (
 	"github.com/outbox-relay/outbox-relay/outbox/txmsg"
 )
 
+// A check of a handed half whose row is absent (its transaction rolled back and the writer's
+// END ROLLBACK lost) is answered UNKNOWN, never ROLLBACK: a relay of another database sharing
+// the check group by mistake would otherwise roll back a half whose row it cannot see. The
+// broker discards the half after its last check; nothing is delivered or recovered.
+func TestHandedRowAbsentLeftToTheDiscard(t *testing.T) {
+	w := setup(t, rmqtest.Options{TransactionCheckMax: 2}, time.Hour)
+	w.startRelay()
+	w.startResponder()
+	tx, h := w.prepareHanded("handed-absent")
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 2; i++ {
+		w.broker.TriggerCheck()
+		testenv.Eventually(t, 5*time.Second, "an UNKNOWN answer", func() bool { return w.answers("unknown", txcheck.ReasonHandedNoRow) == i })
+	}
+	w.broker.TriggerCheck()
+	if hs := w.half(h.MsgID()); hs.Resolution != rmqtest.Discarded {
+		t.Fatalf("half %+v, want discarded", hs)
+	}
+	// The discarded half is read at the responder's next sweep (every 200 ms here): a row
+	// committed meanwhile under another msg_id is delivered, the absent one never.
+	if _, err := w.db.ExecContext(w.ctx, "INSERT INTO "+table+" (msg_id, topic, content) VALUES ('plain-after', ?, 'x')", topic); err != nil {
+		t.Fatal(err)
+	}
+	w.waitDeliveredOnce("plain-after")
+	if w.delivered(h.MsgID()) != 0 || w.recovered() != 0 || w.answers("rollback", txcheck.ReasonRolledBack) != 0 {
+		t.Fatalf("%d copies, %d recovered, %d rollbacks; want none", w.delivered(h.MsgID()), w.recovered(), w.answers("rollback", txcheck.ReasonRolledBack))
+	}
+}
+
 // prepareHanded is what an SDK writer of the handed mode does (the Java recipe of
 // docs/sql-recipes.md): the row inserted with status 4 in the business transaction, then
 // the half sent while the transaction holds the row.
 func (w *world) prepareHanded(body string) (*sql.Tx, *txmsg.Half) {
 	w.t.Helper()
-	tx, h := w.prepare(body)
+	tx, err := w.db.BeginTx(w.ctx, nil)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	h, err := w.handedWriter().Prepare(w.ctx, tx, &outbox.Message{Topic: topic, Body: []byte(body), Keys: []string{"order-" + body}})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if h.Relayed() {
+		w.t.Fatal("the half was not sent")
+	}
 	if _, err := tx.ExecContext(w.ctx, "UPDATE "+table+" SET status = 4 WHERE msg_id = ?", h.MsgID()); err != nil {
 		w.t.Fatal(err)
 	}
 	return tx, h
+}
+
+// handedSender marks the halves it sends as an SDK writer of handed rows does (OUTBOX_TX=h).
+type handedSender struct{ txmsg.Sender }
+
+func (s handedSender) SendSync(ctx context.Context, msgs ...*primitive.Message) (*primitive.SendResult, error) {
+	for _, m := range msgs {
+		m.WithProperty(outbox.WriterProperty, "h")
+	}
+	return s.Sender.SendSync(ctx, msgs...)
+}
+
+// handedWriter is a txmsg producer whose halves are marked as a handed-row writer's; with
+// its rows set to status 4 in the transaction and Finish standing for the SDK's END, it
+// writes what the Java recipe writes.
+func (w *world) handedWriter() *txmsg.Producer {
+	w.t.Helper()
+	if w.handed == nil {
+		wr, err := outbox.NewWriter(outbox.Config{})
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		tp, err := txmsg.New(txmsg.Config{Writer: wr, Sender: handedSender{w.sender}, NameServers: []string{w.broker.NameServerAddr()},
+			CheckGroup: checkGroup, Grace: time.Hour, EndTimeout: 500 * time.Millisecond})
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		w.t.Cleanup(func() { _ = tp.Close() })
+		w.handed = tp
+	}
+	return w.handed
 }
 
 func (w *world) recovered() int {
@@ -51,7 +126,7 @@ func TestHandedRowDeliveredByTheBrokerOnly(t *testing.T) {
 	w.startResponder()
 	tx, h := w.prepareHanded("handed-normal")
 	w.commit(tx)
-	if err := w.tp.Finish(w.ctx, w.db.DB, h, nil); err != nil { // an END that lands
+	if err := w.handedWriter().Finish(w.ctx, w.db.DB, h, nil); err != nil { // an END that lands
 		t.Fatal(err)
 	}
 	if n := w.delivered(h.MsgID()); n != 1 {

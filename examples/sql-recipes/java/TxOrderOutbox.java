@@ -136,7 +136,7 @@ public class TxOrderOutbox {
         Message msg = new Message(topic, "created", orderNo, body.getBytes(StandardCharsets.UTF_8));
         msg.putUserProperty("OUTBOX_MSG_ID", msgId);
         msg.putUserProperty("OUTBOX_TABLE", "local_message");
-        msg.putUserProperty("OUTBOX_TX", "h"); // our rows precede their halves
+        msg.putUserProperty("OUTBOX_TX", "h"); // a handed row, inserted before its half
         LocalTx tx = new LocalTx(conn, restOfTransaction);
         TransactionSendResult sent = null;
         try {
