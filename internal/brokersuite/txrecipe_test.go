@@ -77,12 +77,12 @@ func (w *consumerWorld) msgID(t *testing.T, orderNo string) string {
 }
 
 // discarded reports whether the broker has written a half carrying msgID to
-// TRANS_CHECK_MAX_TIME_TOPIC.
-func discarded(t *testing.T, broker, msgID string) bool {
+// TRANS_CHECK_MAX_TIME_TOPIC (opts: WithCredentials for a broker with ACL).
+func discarded(t *testing.T, broker, msgID string, opts ...remoting.Option) bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := remoting.Dial(ctx, broker, nil)
+	c, err := remoting.Dial(ctx, broker, nil, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,12 +111,12 @@ func discarded(t *testing.T, broker, msgID string) bool {
 // it, from its configuration (GET_BROKER_CONFIG): transactionTimeOut, then transactionCheckMax
 // check rounds and the discarding one, each round starting transactionCheckInterval after the
 // previous one's work ended (counted as long again, for a loaded machine), and a round more.
-func checkWindow(t *testing.T, addr string) time.Duration {
+func checkWindow(t *testing.T, addr string, opts ...remoting.Option) time.Duration {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	const getBrokerConfig = 26
-	r, err := remoting.Call(ctx, addr, getBrokerConfig, nil, nil)
+	r, err := remoting.Call(ctx, addr, getBrokerConfig, nil, nil, opts...)
 	if err != nil || r.Code != 0 {
 		t.Fatalf("broker configuration of %s: %v %+v", addr, err, r)
 	}

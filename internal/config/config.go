@@ -606,8 +606,6 @@ func (c Config) checkGroupProblems() []problem {
 	}
 	if len(c.RocketMQ.TransactionCheckGroups) > 0 {
 		switch {
-		case c.RocketMQ.AccessKey != "":
-			out = append(out, problem{KeyRocketMQTransactionCheckGroups, "cannot be used with rocketmq.access_key yet: the check responder does not sign its requests"})
 		case c.RocketMQ.TLS.Enable:
 			out = append(out, problem{KeyRocketMQTransactionCheckGroups, "cannot be used with rocketmq.tls.enable yet: the check responder speaks plain TCP"})
 		case c.RocketMQ.Namespace != "":

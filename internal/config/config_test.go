@@ -207,7 +207,6 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 		{"rocketmq: {tls: {verify: true}}", "rocketmq.tls.verify"},
 		{"rocketmq: {transaction_check_groups: ['bad group']}", "rocketmq.transaction_check_groups[0]"},
 		{"rocketmq: {transaction_check_groups: [tx, tx]}", "rocketmq.transaction_check_groups[1]"},
-		{"rocketmq: {transaction_check_groups: [tx], access_key: a, secret_key: s}", "rocketmq.transaction_check_groups"},
 		{"rocketmq: {transaction_check_groups: [tx], tls: {enable: true, insecure_skip_verify: true}}", "rocketmq.transaction_check_groups"},
 		{"rocketmq: {transaction_check_groups: [tx], namespace: ns1}", "rocketmq.transaction_check_groups"},
 		{"rocketmq: {transaction_check_groups: [outbox-relay]}", "rocketmq.transaction_check_groups[0]"},
@@ -263,6 +262,18 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 				t.Fatalf("Load(%q) = %q, want it to name %s", tt.yaml, err, tt.key)
 			}
 		})
+	}
+}
+
+// Check groups are accepted with ACL credentials: the responder signs its requests.
+func TestCheckGroupsWithACLCredentials(t *testing.T) {
+	t.Parallel()
+	c, err := load(t, "rocketmq: {transaction_check_groups: [tx], access_key: ak, secret_key: sk}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RocketMQ.AccessKey != "ak" || len(c.RocketMQ.TransactionCheckGroups) != 1 {
+		t.Fatalf("rocketmq = %+v", c.RocketMQ)
 	}
 }
 

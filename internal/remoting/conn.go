@@ -44,6 +44,7 @@ var ErrClosed = errors.New("remoting: connection closed")
 // concurrent use.
 type Conn struct {
 	addr    string
+	creds   Credentials
 	nc      net.Conn
 	handle  func(*Conn, *Request)
 	wmu     sync.Mutex
@@ -55,14 +56,22 @@ type Conn struct {
 }
 
 // Dial connects to addr. handle, when not nil, receives every request the broker sends, one
-// goroutine each, so it must bound its own work.
-func Dial(ctx context.Context, addr string, handle func(*Conn, *Request)) (*Conn, error) {
+// goroutine each, so it must bound its own work. WithCredentials signs the requests the
+// connection sends; WithTLS is not supported here yet.
+func Dial(ctx context.Context, addr string, handle func(*Conn, *Request), opts ...Option) (*Conn, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.tls {
+		return nil, errors.New("remoting: Dial: TLS is not supported")
+	}
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("remoting: dial %s: %w", addr, err)
 	}
-	c := &Conn{addr: addr, nc: nc, handle: handle, pending: map[int32]chan *Response{}, done: make(chan struct{})}
+	c := &Conn{addr: addr, creds: o.creds, nc: nc, handle: handle, pending: map[int32]chan *Response{}, done: make(chan struct{})}
 	go c.readLoop()
 	return c, nil
 }
@@ -155,7 +164,7 @@ func (c *Conn) Invoke(ctx context.Context, code int16, ext map[string]string, bo
 		delete(c.pending, id)
 		c.mu.Unlock()
 	}()
-	if err := c.write(ctx, header{Code: code, Language: "GO", Version: 399, Opaque: id, ExtFields: ext}, body); err != nil {
+	if err := c.write(ctx, header{Code: code, Language: "GO", Version: 399, Opaque: id, ExtFields: c.creds.sign(ext, body)}, body); err != nil {
 		return nil, err
 	}
 	select {
@@ -170,5 +179,5 @@ func (c *Conn) Invoke(ctx context.Context, code int16, ext map[string]string, bo
 
 // Oneway sends a request the broker does not answer.
 func (c *Conn) Oneway(ctx context.Context, code int16, ext map[string]string, body []byte) error {
-	return c.write(ctx, header{Code: code, Language: "GO", Version: 399, Opaque: opaque.Add(1), Flag: flagOneway, ExtFields: ext}, body)
+	return c.write(ctx, header{Code: code, Language: "GO", Version: 399, Opaque: opaque.Add(1), Flag: flagOneway, ExtFields: c.creds.sign(ext, body)}, body)
 }

@@ -42,7 +42,10 @@ var ErrNotSupported = errors.New("request not supported by the server")
 // Option changes how Call connects.
 type Option func(*options)
 
-type options struct{ tls bool }
+type options struct {
+	tls   bool
+	creds Credentials
+}
 
 // WithTLS connects with TLS, as rocketmq-client-go does with its TLS option: encrypted, the
 // server's certificate not verified (the requests carry no secret).
@@ -127,7 +130,7 @@ func Call(ctx context.Context, addr string, code int16, ext map[string]string, b
 	defer stop()
 
 	id := opaque.Add(1)
-	frame, err := encode(header{Code: code, Language: "GO", Version: 399, Opaque: id, ExtFields: ext}, body)
+	frame, err := encode(header{Code: code, Language: "GO", Version: 399, Opaque: id, ExtFields: o.creds.sign(ext, body)}, body)
 	if err != nil {
 		return nil, err
 	}

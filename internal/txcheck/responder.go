@@ -32,6 +32,9 @@ type Config struct {
 	// Tables are the outbox tables a half may name (OUTBOX_TABLE); a half naming none is
 	// answered from the first. At least one.
 	Tables []string
+	// AccessKey and SecretKey sign the requests sent to brokers with ACL (HEART_BEAT,
+	// END_TRANSACTION, the pulls of discarded halves). Default to empty: unsigned.
+	AccessKey, SecretKey string
 	// Database names the database in metrics (server/schema, no credentials). Defaults to empty.
 	Database string
 	// ClientID identifies this process to the brokers. Defaults to host@pid@txcheck.
@@ -270,7 +273,7 @@ func (r *Responder) sync(ctx context.Context, masters []string) {
 		}
 		if c == nil {
 			dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			nc, err := remoting.Dial(dctx, addr, r.serve)
+			nc, err := remoting.Dial(dctx, addr, r.serve, remoting.WithCredentials(remoting.Credentials{AccessKey: r.cfg.AccessKey, SecretKey: r.cfg.SecretKey}))
 			cancel()
 			if err != nil {
 				r.cfg.Logger.Debug().Err(err).Str("broker", addr).Msg("transactional checks: dial")

@@ -58,6 +58,9 @@ type Config struct {
 	Grace time.Duration
 	// EndTimeout bounds END_TRANSACTION. Defaults to 3 seconds.
 	EndTimeout time.Duration
+	// AccessKey and SecretKey sign END_TRANSACTION for a broker with ACL (give the Sender
+	// the same credentials). Default to empty: unsigned.
+	AccessKey, SecretKey string
 	// SendTimeout bounds the half's send, which runs inside the business transaction: a
 	// half whose answer is lost holds the transaction open this long before the row is
 	// handed to the relay. Defaults to 3 seconds (the client's own timeout).
@@ -137,7 +140,7 @@ func (p *Producer) endInvoke(ctx context.Context, addr string, ext map[string]st
 	c := p.conns[addr]
 	p.mu.Unlock()
 	if c == nil || isDone(c) {
-		nc, err := remoting.Dial(ctx, addr, nil)
+		nc, err := remoting.Dial(ctx, addr, nil, remoting.WithCredentials(remoting.Credentials{AccessKey: p.cfg.AccessKey, SecretKey: p.cfg.SecretKey}))
 		if err != nil {
 			return nil, err
 		}
