@@ -56,6 +56,7 @@ func (s handedSender) SendSync(ctx context.Context, msgs ...*primitive.Message) 
 // discarded while the relay was down is read back from TRANS_CHECK_MAX_TIME_TOPIC (a signed
 // PULL) and sent by the relay. Each message is consumed once.
 func TestTransactionalCheckBacksWithACL(t *testing.T) {
+	t.Parallel()
 	b := aclTarget(t)
 	user := aclUser(t, b)
 	e := newEnv(t, b)

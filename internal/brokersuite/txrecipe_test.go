@@ -146,6 +146,7 @@ func checkWindow(t *testing.T, addr string, opts ...remoting.Option) time.Durati
 //     is discarded, and the relay, once back, reads TRANS_CHECK_MAX_TIME_TOPIC and sends the
 //     row itself; applied once.
 func TestJavaTransactionalRecipe(t *testing.T) {
+	t.Parallel()
 	w := newConsumerWorld(t)
 	if _, err := w.cdb.Exec("CREATE TABLE orders (order_no varchar(32) PRIMARY KEY, amount decimal(10,2) NOT NULL)"); err != nil {
 		t.Fatal(err)
