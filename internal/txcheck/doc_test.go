@@ -3,7 +3,9 @@
 package txcheck
 
 import (
+	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -53,6 +55,41 @@ func TestTransactionalDocMatches(t *testing.T) {
 		ReasonSent, ReasonDead, ReasonRolledBack, ReasonSDKWait, ReasonFenced, ReasonUnknownStatus, ReasonHanded, ReasonHandedNoRow} {
 		if !strings.Contains(doc, "| `"+r+"` |") {
 			t.Errorf("docs/transactional.md's decision table has no row for reason %s", r)
+		}
+	}
+}
+
+// Every test docs/transactional.md names (its failure tables) exists in the repository.
+func TestTransactionalDocTestsExist(t *testing.T) {
+	b, err := os.ReadFile("../../docs/transactional.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defined := map[string]bool{}
+	fn := regexp.MustCompile(`(?m)^func (Test\w+)\(`)
+	err = filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range fn.FindAllStringSubmatch(string(src), -1) {
+			defined[m[1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := regexp.MustCompile("`(Test\\w+)`").FindAllStringSubmatch(string(b), -1)
+	if len(named) == 0 {
+		t.Fatal("docs/transactional.md names no test")
+	}
+	for _, m := range named {
+		if !defined[m[1]] {
+			t.Errorf("docs/transactional.md names %s, which no test file defines", m[1])
 		}
 	}
 }
