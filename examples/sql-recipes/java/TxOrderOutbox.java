@@ -47,6 +47,7 @@ public class TxOrderOutbox {
         final Connection conn;
         final Runnable restOfTransaction;
         RuntimeException failure;
+        boolean ended; // committed, rolled back, or its commit's outcome unknown
 
         LocalTx(Connection conn, Runnable restOfTransaction) {
             this.conn = conn;
@@ -57,12 +58,14 @@ public class TxOrderOutbox {
             try {
                 restOfTransaction.run(); // may throw: then neither row exists
                 conn.commit();
+                ended = true;
                 return LocalTransactionState.COMMIT_MESSAGE;
             } catch (RuntimeException e) {
                 failure = e;
             } catch (SQLException e) {
                 failure = new IllegalStateException(e);
                 if (e.getSQLState() == null || !e.getSQLState().startsWith("40")) {
+                    ended = true;
                     return LocalTransactionState.UNKNOW; // the commit's outcome is unknown: the check decides
                 }
             }
@@ -71,6 +74,7 @@ public class TxOrderOutbox {
             } catch (SQLException ignored) {
                 // the connection is gone: so is the transaction
             }
+            ended = true;
             return LocalTransactionState.ROLLBACK_MESSAGE;
         }
     }
@@ -151,6 +155,10 @@ public class TxOrderOutbox {
                 relay.executeUpdate();
             }
             tx.run();
+        }
+        if (!tx.ended) { // an Error escaped the rest of the transaction: end it here
+            conn.rollback();
+            throw new IllegalStateException("order " + orderNo + ": the local transaction did not end");
         }
         if (tx.failure != null) {
             throw tx.failure;
