@@ -145,8 +145,10 @@ func checkWindow(t *testing.T, addr string, opts ...remoting.Option) time.Durati
 //   - the same with the relay down for the broker's whole check window (15 checks): the half
 //     is discarded, and the relay, once back, reads TRANS_CHECK_MAX_TIME_TOPIC and sends the
 //     row itself; applied once.
+//
+// Not parallel: the normal path holds only if the JVM ends its half within the broker's
+// transactionTimeOut (1 s here), which a machine busy with the parallel tests may not.
 func TestJavaTransactionalRecipe(t *testing.T) {
-	t.Parallel()
 	w := newConsumerWorld(t)
 	if _, err := w.cdb.Exec("CREATE TABLE orders (order_no varchar(32) PRIMARY KEY, amount decimal(10,2) NOT NULL)"); err != nil {
 		t.Fatal(err)
