@@ -30,8 +30,9 @@ const (
 	// TableProperty names the outbox table of a transactional half's row (outbox/txmsg), so
 	// that the relay answering the half's check-backs reads the right table.
 	TableProperty = "OUTBOX_TABLE"
-	// WriterProperty marks a half sent by outbox/txmsg, which inserts the row before it
-	// sends the half: a check that finds no row and no open transaction may roll it back.
+	// WriterProperty marks a half whose row was inserted before it was sent: "c" by
+	// outbox/txmsg (a check that finds no row and no open transaction may roll it back), "h"
+	// by a writer of handed rows (status 4; docs/transactional.md).
 	WriterProperty = "OUTBOX_TX"
 )
 

@@ -2,7 +2,9 @@
 
 // Package remoting is a small client of RocketMQ's remoting protocol for the few requests
 // the relay makes itself, beside rocketmq-client-go: asking the name servers which brokers
-// are alive, so that a topic without a route can be told from a cluster without brokers.
+// are alive, so that a topic without a route can be told from a cluster without brokers, and
+// the transactional-message requests (HEART_BEAT, END_TRANSACTION, check-backs, the pull of
+// discarded halves), signed for brokers with ACL (WithCredentials).
 //
 // A frame is an int32 length, an int32 header length whose top byte names the header's
 // codec (0: JSON), the header and the body. Only JSON headers are written and read; every
