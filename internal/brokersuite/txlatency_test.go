@@ -106,3 +106,83 @@ func BenchmarkTxmsgCommitToConsume(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPlainSendCommitToConsume is the comparison the outbox exists to beat: the service
+// commits its business row, then sends the message itself with a synchronous send (nothing
+// covers a crash or a failed send between the two). Measured from the commit to the message's
+// arrival at a push consumer, and the writer's own time (the send) beside it, so that
+// docs/performance.md can put the three paths side by side. Run it with -benchtime=200x.
+func BenchmarkPlainSendCommitToConsume(b *testing.B) {
+	for _, name := range []string{"rmqtest", "rocketmq"} {
+		b.Run(name, func(b *testing.B) {
+			t := benchTargets[name](b)
+			e := newEnv(b, t)
+			topic := t.topic(b, "plainlatency")
+			in := t.consume(b, topic)
+			if _, err := e.db.Exec("CREATE TABLE IF NOT EXISTS plain_orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, order_sn VARCHAR(64) NOT NULL)"); err != nil {
+				b.Fatal(err)
+			}
+			p, err := rocketmq.NewProducer(producer.WithNsResolver(primitive.NewPassthroughResolver([]string{t.nameServer})),
+				producer.WithGroupName("plain_"+testenv.RandomSuffix(8)), producer.WithInstanceName("plain-"+testenv.RandomSuffix(8)),
+				producer.WithRetry(0))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := p.Start(); err != nil {
+				b.Fatal(err)
+			}
+			defer p.Shutdown()
+			ctx := context.Background()
+			send := func(id string) (commitAt time.Time, writer time.Duration) {
+				tx, err := e.db.BeginTx(ctx, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := tx.ExecContext(ctx, "INSERT INTO plain_orders (order_sn) VALUES (?)", id); err != nil {
+					b.Fatal(err)
+				}
+				if err := tx.Commit(); err != nil {
+					b.Fatal(err)
+				}
+				commitAt = time.Now()
+				m := primitive.NewMessage(topic, []byte(`{"orderSn":"SN1"}`))
+				m.WithProperty(outbox.MsgIDProperty, id)
+				if _, err := p.SendSync(ctx, m); err != nil {
+					b.Fatal(err)
+				}
+				return commitAt, time.Since(commitAt)
+			}
+			send("warm-up")
+			in.wait(b, 1, 60*time.Second)
+			lat := make([]time.Duration, 0, b.N)
+			own := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				id := fmt.Sprintf("plain-%06d", i)
+				commitAt, w := send(id)
+				for in.copies(id) == 0 {
+					if time.Since(commitAt) > 30*time.Second {
+						b.Fatalf("%s not consumed within 30s", id)
+					}
+					time.Sleep(200 * time.Microsecond)
+				}
+				lat = append(lat, time.Since(commitAt))
+				own = append(own, w)
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			slices.Sort(own)
+			q := func(d []time.Duration, p float64) float64 {
+				return float64(d[int(p*float64(len(d)-1))].Microseconds()) / 1000
+			}
+			b.ReportMetric(q(lat, 0.5), "p50-ms")
+			b.ReportMetric(q(lat, 0.99), "p99-ms")
+			b.ReportMetric(q(own, 0.5), "writer-p50-ms")
+			if b.N == 1 {
+				return
+			}
+			fmt.Fprintf(os.Stderr, "%s: plain send after commit, commit to consume over %d messages: p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, max %.1f ms; writer's own time (the send) p50 %.1f ms, p99 %.1f ms\n",
+				name, len(lat), q(lat, 0.5), q(lat, 0.95), q(lat, 0.99), q(lat, 1), q(own, 0.5), q(own, 0.99))
+		})
+	}
+}
