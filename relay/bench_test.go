@@ -14,7 +14,7 @@ package relay
 //	OUTBOX_BENCH_HISTORY       sent rows under BenchmarkScanTick's due rows (default 1000000)
 //	OUTBOX_BENCH_LATENCY_MSGS  rows written by BenchmarkCommitToAck (default 300)
 //
-// BenchmarkDrainMemory also reads:
+// BenchmarkDrainMemory (and BenchmarkCeilings, the layout) also read:
 //
 //	OUTBOX_BENCH_LAYOUT=previous  the table keeps the (status, update_time) index of the
 //	                              contract before issue 21 (benchLayout)
@@ -321,6 +321,7 @@ func BenchmarkCeilings(b *testing.B) {
 	for _, n := range []int{envInt(b, "OUTBOX_BENCH_ROWS", 100000), envInt(b, "OUTBOX_BENCH_BIG_ROWS", 1000000)} {
 		b.Run(fmt.Sprintf("rows=%d", n), func(b *testing.B) {
 			db := benchDB(b)
+			b.Logf("layout %s", benchLayout(b, db.DB))
 			r := benchRelay(b, db.DB, nopPublisher{}, Config{})
 			ctx := context.Background()
 			var readTime, updateTime time.Duration
@@ -364,6 +365,85 @@ func BenchmarkCeilings(b *testing.B) {
 			b.ReportMetric(float64(n*b.N)/readTime.Seconds(), "read-rows/s")
 			b.ReportMetric(float64(n*b.N)/updateTime.Seconds(), "update-rows/s")
 		})
+	}
+}
+
+// BenchmarkWriteBackByLayout measures the relay's write-back (store.markSent, 1,000 ids a
+// statement) on the same rows in four index layouts at once: the contract's; the previous
+// contract's (with (status, update_time)); without the ordered check's (sharding_key,
+// status, id); and without any index holding status (the ceiling no index layout can pass).
+// Each layout has its own table of OUTBOX_BENCH_ROWS pending rows with 200-byte bodies and
+// random sharding keys (order streams); the statements go round-robin over the tables, one
+// statement each in turn, so that the load of a shared machine falls on every layout alike.
+// It reports rows/s per layout and each against the previous contract.
+func BenchmarkWriteBackByLayout(b *testing.B) {
+	db := benchDB(b)
+	n := envInt(b, "OUTBOX_BENCH_ROWS", 100000)
+	layouts := []struct{ name, alter string }{
+		{"previous", "ADD INDEX idx_status_update (status, update_time)"},
+		{"contract", ""},
+		{"no-ordered-index", "DROP INDEX idx_sharding_status"},
+		{"no-status-index", "DROP INDEX idx_sharding_status, DROP INDEX idx_status_retry"},
+	}
+	ctx := context.Background()
+	stores := make([]*store, len(layouts))
+	for i, l := range layouts {
+		name := "wb_" + strings.ReplaceAll(l.name, "-", "_")
+		if err := schema.Migrate(ctx, db.DB, name); err != nil {
+			b.Fatal(err)
+		}
+		if l.alter != "" {
+			if _, err := db.Exec("ALTER TABLE " + name + " " + l.alter); err != nil {
+				b.Fatal(err)
+			}
+		}
+		stores[i] = &store{db: db.DB, table: schema.QuoteIdent(name), name: name, timeout: time.Minute}
+	}
+	took := make([]time.Duration, len(layouts))
+	for iter := 0; iter < b.N; iter++ {
+		b.StopTimer()
+		for _, st := range stores {
+			if _, err := db.Exec("TRUNCATE TABLE " + st.table); err != nil {
+				b.Fatal(err)
+			}
+			for done := 0; done < n; done += 10000 {
+				if _, err := db.Exec(fmt.Sprintf("INSERT INTO %s (msg_id, topic, content, sharding_key)"+
+					" SELECT CONCAT('m', seq), 'Bench', REPEAT('x', 200), CONCAT('order-', FLOOR(RAND() * 1000000)) FROM seq_%d_to_%d",
+					st.table, done+1, min(done+10000, n))); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		ids := make([][]int64, len(stores))
+		for i, st := range stores {
+			rows, err := db.Query("SELECT id FROM " + st.table + " ORDER BY id")
+			if err != nil {
+				b.Fatal(err)
+			}
+			for rows.Next() {
+				var id int64
+				rows.Scan(&id)
+				ids[i] = append(ids[i], id)
+			}
+			rows.Close()
+		}
+		b.StartTimer()
+		for start := 0; start < n; start += maxIDsPerStatement {
+			for i, st := range stores {
+				chunk := ids[i][start:min(start+maxIDsPerStatement, n)]
+				t0 := time.Now()
+				changed, err := st.markSent(ctx, 0, chunk, time.Now().UnixMilli())
+				took[i] += time.Since(t0)
+				if err != nil || changed != int64(len(chunk)) {
+					b.Fatalf("%s: marked %d of %d rows sent: %v", layouts[i].name, changed, len(chunk), err)
+				}
+			}
+		}
+	}
+	for i, l := range layouts {
+		rate := float64(n*b.N) / took[i].Seconds()
+		b.ReportMetric(rate, l.name+"-rows/s")
+		b.ReportMetric(took[0].Seconds()/took[i].Seconds(), l.name+"-x")
 	}
 }
 
