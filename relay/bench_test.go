@@ -13,6 +13,13 @@ package relay
 //	OUTBOX_BENCH_BIG_ROWS      large backlog of BenchmarkDrainMemory (default 1000000)
 //	OUTBOX_BENCH_HISTORY       sent rows under BenchmarkScanTick's due rows (default 1000000)
 //	OUTBOX_BENCH_LATENCY_MSGS  rows written by BenchmarkCommitToAck (default 300)
+//
+// BenchmarkDrainMemory (and BenchmarkCeilings, the layout) also read:
+//
+//	OUTBOX_BENCH_LAYOUT=previous  the table keeps the (status, update_time) index of the
+//	                              contract before issue 21 (benchLayout)
+//	OUTBOX_BENCH_BUSY=1           busy writers commit into the drained table throughout
+//	                              (benchBusyWriters)
 
 import (
 	"bufio"
@@ -34,6 +41,7 @@ import (
 
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 
+	"github.com/outbox-relay/outbox-relay/internal/loadgen"
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -141,7 +149,8 @@ func drainAll(b *testing.B, r *Relay, n int) time.Duration {
 	if err != nil {
 		b.Fatalf("DrainOnce: %v (%+v)", err, st)
 	}
-	if st.Sent != n {
+	// Busy writers' rows (benchBusyWriters) may be sent in the same drain.
+	if st.Sent < n || (st.Sent > n && os.Getenv("OUTBOX_BENCH_BUSY") != "1") {
 		b.Fatalf("DrainOnce sent %d of %d rows: %+v", st.Sent, n, st)
 	}
 	return took
@@ -312,6 +321,7 @@ func BenchmarkCeilings(b *testing.B) {
 	for _, n := range []int{envInt(b, "OUTBOX_BENCH_ROWS", 100000), envInt(b, "OUTBOX_BENCH_BIG_ROWS", 1000000)} {
 		b.Run(fmt.Sprintf("rows=%d", n), func(b *testing.B) {
 			db := benchDB(b)
+			b.Logf("layout %s", benchLayout(b, db.DB))
 			r := benchRelay(b, db.DB, nopPublisher{}, Config{})
 			ctx := context.Background()
 			var readTime, updateTime time.Duration
@@ -358,6 +368,141 @@ func BenchmarkCeilings(b *testing.B) {
 	}
 }
 
+// BenchmarkWriteBackByLayout measures the relay's write-back (store.markSent, 1,000 ids a
+// statement) on the same rows in four index layouts at once: the contract's; the previous
+// contract's (with (status, update_time)); without the ordered check's (sharding_key,
+// status, id); and without any index holding status (the ceiling no index layout can pass).
+// Each layout has its own table of OUTBOX_BENCH_ROWS pending rows with 200-byte bodies and
+// random sharding keys (order streams); the statements go round-robin over the tables, one
+// statement each in turn, so that the load of a shared machine falls on every layout alike.
+// It reports rows/s per layout and each against the previous contract.
+func BenchmarkWriteBackByLayout(b *testing.B) {
+	db := benchDB(b)
+	n := envInt(b, "OUTBOX_BENCH_ROWS", 100000)
+	layouts := []struct{ name, alter string }{
+		{"previous", "ADD INDEX idx_status_update (status, update_time)"},
+		{"contract", ""},
+		{"no-ordered-index", "DROP INDEX idx_sharding_status"},
+		{"no-status-index", "DROP INDEX idx_sharding_status, DROP INDEX idx_status_retry"},
+	}
+	ctx := context.Background()
+	stores := make([]*store, len(layouts))
+	for i, l := range layouts {
+		name := "wb_" + strings.ReplaceAll(l.name, "-", "_")
+		if err := schema.Migrate(ctx, db.DB, name); err != nil {
+			b.Fatal(err)
+		}
+		if l.alter != "" {
+			if _, err := db.Exec("ALTER TABLE " + name + " " + l.alter); err != nil {
+				b.Fatal(err)
+			}
+		}
+		stores[i] = &store{db: db.DB, table: schema.QuoteIdent(name), name: name, timeout: time.Minute}
+	}
+	took := make([]time.Duration, len(layouts))
+	for iter := 0; iter < b.N; iter++ {
+		b.StopTimer()
+		for _, st := range stores {
+			if _, err := db.Exec("TRUNCATE TABLE " + st.table); err != nil {
+				b.Fatal(err)
+			}
+			for done := 0; done < n; done += 10000 {
+				if _, err := db.Exec(fmt.Sprintf("INSERT INTO %s (msg_id, topic, content, sharding_key)"+
+					" SELECT CONCAT('m', seq), 'Bench', REPEAT('x', 200), CONCAT('order-', FLOOR(RAND() * 1000000)) FROM seq_%d_to_%d",
+					st.table, done+1, min(done+10000, n))); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		ids := make([][]int64, len(stores))
+		for i, st := range stores {
+			rows, err := db.Query("SELECT id FROM " + st.table + " ORDER BY id")
+			if err != nil {
+				b.Fatal(err)
+			}
+			for rows.Next() {
+				var id int64
+				rows.Scan(&id)
+				ids[i] = append(ids[i], id)
+			}
+			rows.Close()
+		}
+		b.StartTimer()
+		for start := 0; start < n; start += maxIDsPerStatement {
+			for i, st := range stores {
+				chunk := ids[i][start:min(start+maxIDsPerStatement, n)]
+				t0 := time.Now()
+				changed, err := st.markSent(ctx, 0, chunk, time.Now().UnixMilli())
+				took[i] += time.Since(t0)
+				if err != nil || changed != int64(len(chunk)) {
+					b.Fatalf("%s: marked %d of %d rows sent: %v", layouts[i].name, changed, len(chunk), err)
+				}
+			}
+		}
+	}
+	for i, l := range layouts {
+		rate := float64(n*b.N) / took[i].Seconds()
+		b.ReportMetric(rate, l.name+"-rows/s")
+		b.ReportMetric(took[0].Seconds()/took[i].Seconds(), l.name+"-x")
+	}
+}
+
+// benchLayout gives the table the index layout OUTBOX_BENCH_LAYOUT names: "previous" adds
+// back the (status, update_time) index the contract had before issue 21 (every write-back
+// then moves a row's entries in three status-bearing indexes instead of two), for a
+// before/after comparison in one run; unset, the contract's layout.
+func benchLayout(b *testing.B, db *sql.DB) string {
+	b.Helper()
+	switch v := os.Getenv("OUTBOX_BENCH_LAYOUT"); v {
+	case "", "contract":
+		return "contract"
+	case "previous":
+		if _, err := db.Exec("ALTER TABLE " + benchTable + " ADD INDEX idx_status_update (status, update_time)"); err != nil {
+			b.Fatal(err)
+		}
+		return v
+	default:
+		b.Fatalf("OUTBOX_BENCH_LAYOUT=%q: want previous or contract", v)
+		return ""
+	}
+}
+
+// benchBusyWriters runs, when OUTBOX_BENCH_BUSY=1, the application's writers into the
+// benchmark's table (internal/loadgen: 8 writers, 200 transactions/s, a quarter held open up
+// to 50 ms after their inserts, a fifth rolled back) until the returned func is called; else
+// it does nothing.
+func benchBusyWriters(b *testing.B, db *sql.DB, suffix string) (stop func()) {
+	b.Helper()
+	if os.Getenv("OUTBOX_BENCH_BUSY") != "1" {
+		return func() {}
+	}
+	w, err := outbox.NewWriter(outbox.Config{Table: benchTable})
+	if err != nil {
+		b.Fatal(err)
+	}
+	app, err := loadgen.NewApp(context.Background(), db, w, "orders", false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- app.Write(ctx, loadgen.Mix{Writers: 8, Rate: 200, HoldShare: 0.25, HoldMax: 50 * time.Millisecond, RollbackShare: 0.2},
+			loadgen.NewLedger(), suffix)
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil && ctx.Err() == nil {
+				b.Error(err)
+			}
+		})
+	}
+	b.Cleanup(stop)
+	return stop
+}
+
 // BenchmarkDrainMemory drains OUTBOX_BENCH_ROWS and OUTBOX_BENCH_BIG_ROWS due rows (default
 // 100k and 1M) with the default configuration and reports the process's peak RSS and peak
 // live heap during the drain: the scan streams pages, so both must stay flat whatever the
@@ -369,11 +514,13 @@ func BenchmarkDrainMemory(b *testing.B) {
 	for _, n := range []int{envInt(b, "OUTBOX_BENCH_ROWS", 100000), envInt(b, "OUTBOX_BENCH_BIG_ROWS", 1000000)} {
 		b.Run(fmt.Sprintf("rows=%d", n), func(b *testing.B) {
 			db := benchDB(b)
+			b.Logf("layout %s, busy writers %v", benchLayout(b, db.DB), os.Getenv("OUTBOX_BENCH_BUSY") == "1")
 			r := benchRelay(b, db.DB, benchPublisher(b, nameServer), Config{})
 			var total time.Duration
 			var peakRSS, peakHeap, baseRSS uint64
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
+				stopWriters := benchBusyWriters(b, db.DB, fmt.Sprintf("-%d", i))
 				fillRows(b, db.DB, fmt.Sprintf("m%d-", i), n, 0)
 				qstart := time.Now()
 				if _, _, err := r.store.backlog(context.Background(), time.Now()); err != nil {
@@ -389,7 +536,12 @@ func BenchmarkDrainMemory(b *testing.B) {
 				b.StartTimer()
 				total += drainAll(b, r, n)
 				b.StopTimer()
+				stopWriters()
 				stop()
+				var left int
+				if err := db.QueryRow("SELECT COUNT(*) FROM "+benchTable+" WHERE msg_id LIKE ? AND status <> 2", fmt.Sprintf("m%d-%%", i)).Scan(&left); err != nil || left != 0 {
+					b.Fatalf("%d rows of the backlog left unsent (%v)", left, err)
+				}
 				reportQuarters(b, stopRates())
 				reportServerWork(b, before, serverStatus(b, db.DB), n)
 			}

@@ -231,15 +231,17 @@ func (s *store) exec(ctx context.Context, q string, args ...any) (int64, error) 
 }
 
 // markSent sets the acknowledged rows, which had retryCount failures when they were read,
-// sent. Rows changed meanwhile (by another relay, or an operator) are left alone: the guard
+// sent, at nowMs: sent_time and next_retry_time both (a settled row's next_retry_time is
+// when it was settled, so that the purge and the dashboard find old and recent sent rows on
+// the (status, next_retry_time) index the row moves in anyway; see schema.obsoleteIndexes). Rows changed meanwhile (by another relay, or an operator) are left alone: the guard
 // on retry_count keeps a newer failure or requeue. The number changed is returned.
 func (s *store) markSent(ctx context.Context, retryCount int, ids []int64, nowMs int64) (int64, error) {
 	var total int64
 	for start := 0; start < len(ids); start += maxIDsPerStatement {
 		chunk := ids[start:min(start+maxIDsPerStatement, len(ids))]
-		args := append([]any{nowMs}, int64Args(chunk)...)
+		args := append([]any{nowMs, nowMs}, int64Args(chunk)...)
 		args = append(args, retryCount)
-		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET status = 2, sent_time = ?
+		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET status = 2, sent_time = ?, next_retry_time = ?
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND retry_count = ?`, args...)
 		total += n
 		if err != nil {
@@ -263,12 +265,13 @@ func (s *store) markRetry(ctx context.Context, retryCount int, fails []failure, 
 	for start := 0; start < len(fails); start += maxIDsPerStatement {
 		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
 		reasonSQL, reasonArgs := s.reasonCase(chunk)
-		args := []any{retryCount + 1, retryCount + 1, nextMs}
+		args := []any{retryCount + 1, retryCount + 1, retryCount + 1, nextMs}
 		args = append(args, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
 		args = append(args, retryCount)
 		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET retry_count = ?,
-			status = CASE WHEN ? > max_retry_count THEN 3 ELSE 1 END, next_retry_time = ?, fail_reason = `+reasonSQL+`
+			status = CASE WHEN ? > max_retry_count THEN 3 ELSE 1 END,
+			next_retry_time = CASE WHEN ? > max_retry_count THEN `+settledNowSQL+` ELSE ? END, fail_reason = `+reasonSQL+`
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND retry_count = ?`, args...)
 		total += n
 		if err != nil {
@@ -357,6 +360,10 @@ func (s *store) markRetryPerRow(ctx context.Context, retryCount int, fails []fai
 	return total, nil
 }
 
+// settledNowSQL is the database's clock in epoch ms: the next_retry_time of a row going dead
+// (a settled row's next_retry_time is when it was settled; see markSent).
+const settledNowSQL = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
+
 // markDead parks rows that can never be sent, with their reasons.
 func (s *store) markDead(ctx context.Context, fails []failure) (int64, error) {
 	var total int64
@@ -364,7 +371,7 @@ func (s *store) markDead(ctx context.Context, fails []failure) (int64, error) {
 		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
 		reasonSQL, args := s.reasonCase(chunk)
 		args = append(args, failureIDs(chunk)...)
-		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET status = 3, fail_reason = `+reasonSQL+`
+		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET status = 3, next_retry_time = `+settledNowSQL+`, fail_reason = `+reasonSQL+`
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1)`, args...)
 		total += n
 		if err != nil {

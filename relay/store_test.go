@@ -132,3 +132,62 @@ func TestPageStaysWithinItsByteBudget(t *testing.T) {
 		t.Fatalf("the oversized row: %q, %v; want dead saying it is over the limit", reason, err)
 	}
 }
+
+// TestOrderedCheckIgnoresTheKeysHistory guards why the ordered check's index carries status
+// (docs/decisions.md, "Indexes (issue 21)"): reading a key's unsent rows examines those rows
+// only, not the key's sent history, with the table's statistics young and current.
+func TestOrderedCheckIgnoresTheKeysHistory(t *testing.T) {
+	t.Parallel()
+	db := testenv.MySQL(t)
+	ctx := context.Background()
+	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
+		t.Fatal(err)
+	}
+	// 5,000 sent rows of one order, then its 3 unsent ones, other keys' rows around them, and a
+	// backlog of 10,000 unsent rows of other keys (so that the status index alone is no help).
+	if _, err := db.Exec(`INSERT INTO local_message (msg_id, topic, content, status, sharding_key)
+		SELECT CONCAT('h', seq), 'orders', 'x', 2, IF(seq % 2 = 0, 'order-1', CONCAT('order-', seq)) FROM seq_1_to_10000`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO local_message (msg_id, topic, content, sharding_key)
+		SELECT CONCAT('u', seq), 'orders', 'x', 'order-1' FROM seq_1_to_3`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO local_message (msg_id, topic, content, sharding_key)
+		SELECT CONCAT('b', seq), 'orders', 'x', CONCAT('other-', seq) FROM seq_1_to_10000`); err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1) // session counters below belong to the one connection
+	r, err := New(db.DB, nil, nopPublisher{}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, stats := range []string{"young", "current"} {
+		if stats == "current" {
+			if _, err := db.Exec("ANALYZE TABLE local_message"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := db.Exec("FLUSH STATUS"); err != nil {
+			t.Fatal(err)
+		}
+		unsent, err := r.store.unsentUpTo(ctx, []string{"order-1"}, 1<<62, func(string, string) bool { return true })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ids := unsent[orderKey{"orders", "order-1"}]; len(ids) != 3 {
+			t.Fatalf("unsent ids of order-1: %v, want 3", ids)
+		}
+		var name string
+		var next, key int
+		if err := db.QueryRow("SHOW SESSION STATUS LIKE 'Handler_read_next'").Scan(&name, &next); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.QueryRow("SHOW SESSION STATUS LIKE 'Handler_read_key'").Scan(&name, &key); err != nil {
+			t.Fatal(err)
+		}
+		if examined := next + key; examined > 20 {
+			t.Errorf("statistics %s: reading 3 unsent rows of a key examined %d index entries: it walks the key's 5,000 sent rows", stats, examined)
+		}
+	}
+}

@@ -24,7 +24,7 @@ const (
 	// GivenUpReason is the fail_reason migrate writes on the rows it parks.
 	GivenUpReason = "given up by the previous relay (retry_count > max_retry_count, left at status 1): " +
 		"parked dead by outbox-relay migrate; requeue to send"
-	sqlParkGivenUp = "UPDATE {T} SET status = 3, fail_reason = '" + GivenUpReason + "' WHERE " + givenUpWhere
+	sqlParkGivenUp = "UPDATE {T} SET status = 3, next_retry_time = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED), fail_reason = '" + GivenUpReason + "' WHERE " + givenUpWhere
 )
 
 // GivenUpRow is a row the previous relay gave up on (see GivenUp).

@@ -7,10 +7,10 @@ CREATE TABLE IF NOT EXISTS {{TABLE}} (
   `topic` varchar(200) NOT NULL,
   `tag` varchar(200) NOT NULL DEFAULT '',
   `content` mediumtext NOT NULL COMMENT 'message body, sent as-is',
-  `status` tinyint NOT NULL DEFAULT 0 COMMENT '0 pending, 1 failed-will-retry, 2 sent, 3 dead',
+  `status` tinyint NOT NULL DEFAULT 0 COMMENT '0 pending, 1 failed-will-retry, 2 sent, 3 dead, 4 handed (the broker delivers)',
   `fail_reason` varchar(1000) DEFAULT NULL,
   `retry_count` int NOT NULL DEFAULT 0 COMMENT 'failed attempts so far',
-  `next_retry_time` bigint NOT NULL DEFAULT 0 COMMENT 'epoch ms before which the row is not attempted',
+  `next_retry_time` bigint NOT NULL DEFAULT 0 COMMENT 'epoch ms: unsent, not attempted before; sent or dead, when settled',
   `max_retry_count` int NOT NULL DEFAULT 3 COMMENT 'retries allowed after the first attempt',
   `msg_keys` varchar(512) NOT NULL DEFAULT '' COMMENT 'RocketMQ keys separated by spaces; empty: msg_id',
   `sharding_key` varchar(128) NOT NULL DEFAULT '' COMMENT 'queue choice and, on ordered routes, order',
@@ -20,6 +20,5 @@ CREATE TABLE IF NOT EXISTS {{TABLE}} (
   UNIQUE KEY `uk_msg_id` (`msg_id`),
   KEY `idx_status_retry` (`status`, `next_retry_time`),
   KEY `idx_topic_tag` (`topic`, `tag`),
-  KEY `idx_status_update` (`status`, `update_time`),
   KEY `idx_sharding_status` (`sharding_key`, `status`, `id`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COMMENT='outbox-relay local message table'

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/mysqlerr"
 )
@@ -40,7 +41,8 @@ type Step struct {
 
 // Plan returns the statements that bring table to the contract, in order, without running
 // them: nothing when the table is up to date, a CREATE TABLE when it is missing, else one
-// online ALTER adding the missing columns and indexes (the table is rebuilt once) and, when
+// online ALTER adding the missing columns and indexes and dropping the obsolete ones (the
+// table is rebuilt at most once) and, when
 // id is not AUTO_INCREMENT, one blocking ALTER: changing a column's definition copies the
 // table on MySQL and MariaDB, and writes wait for the copy. A column of an incompatible
 // type is an error; it is never altered.
@@ -74,6 +76,8 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 			autoInc = true
 		case "narrow column":
 			widen = append(widen, p.Object)
+		case "obsolete index":
+			online = append(online, "DROP INDEX "+QuoteIdent(p.Object))
 		case "missing index":
 			ix := indexByName(p.Object)
 			kind := "INDEX"
@@ -169,7 +173,7 @@ func Apply(ctx context.Context, db *sql.DB, table string, steps []Step, allowBlo
 				return fmt.Errorf("table %s: %w: %s", table, ErrNotOnline, st.Blocking)
 			}
 		}
-		_, err := db.ExecContext(ctx, st.SQL)
+		err := execDDL(ctx, db, st.SQL, st.Online)
 		if n := mysqlerr.Number(err); st.Online && (n == errAlterNotSupported || n == errAlterNotSupportedReason) {
 			if !allowBlocking {
 				return fmt.Errorf("table %s: %w on this server (%v)", table, ErrNotOnline, err)
@@ -181,6 +185,51 @@ func Apply(ctx context.Context, db *sql.DB, table string, steps []Step, allowBlo
 		}
 	}
 	return nil
+}
+
+// ddlLockWait bounds how long an online step waits for the table's metadata lock at a time.
+// An ALTER needs that lock, exclusively, for a moment at its start and at its end, and waits
+// for it behind every open transaction that touched the table; while it waits, every new
+// statement on the table queues behind it: one application transaction left open would
+// stop all writers for as long as the ALTER waits (lock_wait_timeout, a year by default).
+// Bounded, the step gives up after ddlLockWait and tries again after a pause that grows to
+// ddlLockPauseMax, during which the writers go on; it gives up for good after
+// ddlLockAttempts.
+const (
+	ddlLockWait     = 1 // second
+	ddlLockPauseMax = 5 * time.Second
+	ddlLockAttempts = 60
+)
+
+// execDDL runs one DDL statement; an online one on a connection of its own whose metadata
+// lock waits are bounded by ddlLockWait, tried again while the lock is not granted.
+func execDDL(ctx context.Context, db *sql.DB, stmt string, online bool) error {
+	if !online {
+		_, err := db.ExecContext(ctx, stmt)
+		return err
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION lock_wait_timeout = %d", ddlLockWait)); err != nil {
+		return fmt.Errorf("bound the metadata lock wait: %w", err)
+	}
+	for attempt := 1; ; attempt++ {
+		_, err = conn.ExecContext(ctx, stmt)
+		if mysqlerr.Number(err) != mysqlerr.LockWaitTimeout {
+			return err
+		}
+		if attempt == ddlLockAttempts {
+			return fmt.Errorf("a transaction kept the table open through %d attempts of %d s (see information_schema.innodb_trx): %w", attempt, ddlLockWait, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(min(time.Duration(attempt)*time.Second, ddlLockPauseMax)):
+		}
+	}
 }
 
 func hasRows(ctx context.Context, db *sql.DB, table string) (bool, error) {

@@ -80,14 +80,24 @@ var indexes = []index{
 	{"uk_msg_id", true, []string{"msg_id"}},
 	{"idx_status_retry", false, []string{"status", "next_retry_time"}},
 	{"idx_topic_tag", false, []string{"topic", "tag"}},
-	{"idx_status_update", false, []string{"status", "update_time"}},
 	{"idx_sharding_status", false, []string{"sharding_key", "status", "id"}},
+}
+
+// obsoleteIndexes are indexes earlier versions of the contract created and the relay no longer
+// uses: each costs every write-back an index entry moved. Check reports one found under its
+// own name and columns (a non-fatal "obsolete index"), and Plan drops it online. An index of
+// the same columns under another name is the user's and is left alone.
+var obsoleteIndexes = []index{
+	// (status, update_time) served the purge and the dashboard's activity; both read the
+	// (status, next_retry_time) index now, where a settled row's next_retry_time is the time
+	// it was settled (docs/decisions.md, issue 21).
+	{"idx_status_update", false, []string{"status", "update_time"}},
 }
 
 // Problem is one way a table differs from the contract.
 type Problem struct {
 	// Kind is "missing table", "missing column", "wrong type", "not auto_increment",
-	// "missing index", "not unique" or "narrow column".
+	// "missing index", "not unique", "narrow column" or "obsolete index".
 	Kind string
 	// Object names the column or index concerned; empty for a missing table.
 	Object string
@@ -97,8 +107,9 @@ type Problem struct {
 
 // Fatal reports whether the relay cannot run on the table: every problem but a narrow
 // column, which only limits what writers can insert (longer values are refused with error
-// 1406, or cut silently when the server's sql_mode is not strict).
-func (p Problem) Fatal() bool { return p.Kind != "narrow column" }
+// 1406, or cut silently when the server's sql_mode is not strict), and an obsolete index,
+// which only slows the write-back down.
+func (p Problem) Fatal() bool { return p.Kind != "narrow column" && p.Kind != "obsolete index" }
 
 func (p Problem) String() string {
 	s := p.Kind
@@ -157,9 +168,14 @@ func check(ctx context.Context, db *sql.DB, table string, partitions int) ([]Pro
 			problems = append(problems, Problem{Kind: "narrow column", Object: c.name, Want: widthOf(c), Got: got.columnType + widthNote(got.dataType, got.maxLen.Int64)})
 		}
 	}
-	have, err := readIndexes(ctx, db, table)
+	have, named, err := readIndexes(ctx, db, table)
 	if err != nil {
 		return nil, partitionState{}, err
+	}
+	for _, ix := range obsoleteIndexes {
+		if key := strings.Join(ix.columns, ","); named[ix.name] == key {
+			problems = append(problems, Problem{Kind: "obsolete index", Object: ix.name, Want: "no index", Got: "(" + key + ")"})
+		}
 	}
 	for _, ix := range indexes {
 		key := strings.Join(ix.columns, ",")
@@ -244,13 +260,13 @@ func readColumns(ctx context.Context, db *sql.DB, table string) (map[string]colu
 }
 
 // readIndexes returns the table's indexes keyed by their comma-joined column list, with
-// whether each is unique.
-func readIndexes(ctx context.Context, db *sql.DB, table string) (map[string]bool, error) {
+// whether each is unique, and each index's column list by its name.
+func readIndexes(ctx context.Context, db *sql.DB, table string) (map[string]bool, map[string]string, error) {
 	rows, err := db.QueryContext(ctx, `SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME
 		FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?
 		ORDER BY INDEX_NAME, SEQ_IN_INDEX`, table)
 	if err != nil {
-		return nil, fmt.Errorf("read indexes of %s: %w", table, err)
+		return nil, nil, fmt.Errorf("read indexes of %s: %w", table, err)
 	}
 	defer rows.Close()
 	cols := map[string][]string{}
@@ -260,7 +276,7 @@ func readIndexes(ctx context.Context, db *sql.DB, table string) (map[string]bool
 		var name, col string
 		var nonUnique int
 		if err := rows.Scan(&name, &nonUnique, &col); err != nil {
-			return nil, fmt.Errorf("read indexes of %s: %w", table, err)
+			return nil, nil, fmt.Errorf("read indexes of %s: %w", table, err)
 		}
 		if _, seen := cols[name]; !seen {
 			order = append(order, name)
@@ -269,14 +285,16 @@ func readIndexes(ctx context.Context, db *sql.DB, table string) (map[string]bool
 		uniq[name] = nonUnique == 0
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read indexes of %s: %w", table, err)
+		return nil, nil, fmt.Errorf("read indexes of %s: %w", table, err)
 	}
 	out := map[string]bool{}
+	named := map[string]string{}
 	for _, name := range order {
 		key := strings.Join(cols[name], ",")
 		out[key] = out[key] || uniq[name]
+		named[name] = key
 	}
-	return out, nil
+	return out, named, nil
 }
 
 // FailReasonWidth returns the characters table's fail_reason column holds (0 when it has
@@ -313,4 +331,22 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// ScanIndex returns the name of table's (status, next_retry_time) index, the index of the
+// relay's scan, of the purge and of the dashboard's activity, found by its columns as Check
+// finds it (an adopted table may name it otherwise); "" when the table has none.
+func ScanIndex(ctx context.Context, db *sql.DB, table string) (string, error) {
+	var name string
+	err := db.QueryRowContext(ctx, `SELECT INDEX_NAME FROM information_schema.STATISTICS
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?
+		GROUP BY INDEX_NAME HAVING GROUP_CONCAT(LOWER(COLUMN_NAME) ORDER BY SEQ_IN_INDEX) = 'status,next_retry_time'
+		ORDER BY INDEX_NAME LIMIT 1`, table).Scan(&name)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("find the scan index of %s: %w", table, err)
+	}
+	return name, nil
 }

@@ -105,8 +105,11 @@ func (d *runDatabase) check(ctx context.Context, partitions int, log zerolog.Log
 				fatal = append(fatal, p)
 				continue
 			}
-			log.Warn().Str("table", table).Str("problem", p.String()).
-				Msg("column narrower than the contract: longer values fail to insert (or are cut without strict sql_mode); `outbox-relay migrate` widens it")
+			msg := "column narrower than the contract: longer values fail to insert (or are cut without strict sql_mode); `outbox-relay migrate` widens it"
+			if p.Kind == "obsolete index" {
+				msg = "index the relay no longer uses: every write-back still moves the row's entry in it; `outbox-relay migrate` drops it online"
+			}
+			log.Warn().Str("table", table).Str("problem", p.String()).Msg(msg)
 		}
 		if len(fatal) > 0 {
 			return fmt.Errorf("table %s is not ready (run `outbox-relay migrate`): %v", table, fatal)

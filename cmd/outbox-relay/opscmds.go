@@ -547,7 +547,7 @@ func (a *app) newPurgeCmd() *cobra.Command {
 		Short: "Delete sent rows older than a retention, in small batches",
 		Long: `Delete the sent rows (status 2) last updated and sent longer ago than --older-than
 (default: relay.purge_retention), in batches of --delete-batch-size rows, each its own short
-statement walking the (status, update_time) index. Pending, failed and dead rows are never
+statement walking the sent rows of the (status, next_retry_time) index. Pending, failed and dead rows are never
 touched, and it is safe while the relay runs. --dry-run only counts. With a databases list it
 purges every database's tables, or those of --database.
 

@@ -175,9 +175,10 @@ func TestBrowser(t *testing.T) {
 			}
 			// Spread over the last hour, busier lately, so the activity has a shape.
 			age := int(3500 * math.Pow(float64(i)/float64(n), 1.3))
-			fmt.Fprintf(&sb, "('%s-sent-%d', 'orders', '{}', 2, NOW() - INTERVAL %d SECOND)", tb, i, age)
+			fmt.Fprintf(&sb, "('%s-sent-%d', 'orders', '{}', 2, NOW() - INTERVAL %d SECOND, (UNIX_TIMESTAMP(NOW()) - %d) * 1000)", tb, i, age, age)
 		}
-		mustExec("INSERT INTO `" + tb + "` (msg_id, topic, content, status, update_time) VALUES " + sb.String())
+		// A sent row's next_retry_time is when it was sent, as the relay writes it.
+		mustExec("INSERT INTO `" + tb + "` (msg_id, topic, content, status, update_time, next_retry_time) VALUES " + sb.String())
 	}
 	seedSent(table, 1234)
 	seedSent(otherTable, 321)
@@ -190,8 +191,8 @@ func TestBrowser(t *testing.T) {
 	hostileBody := `<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">`
 	hostileReason := `<img src=x onerror="window.__pwned=3">`
 	dead := func(msgID, body, reason string, age int) {
-		mustExec("INSERT INTO `"+table+"` (msg_id, topic, tag, content, status, retry_count, fail_reason, create_time, update_time)"+
-			" VALUES (?, 'orders', 'paid', ?, 3, 4, ?, NOW() - INTERVAL ? SECOND, NOW() - INTERVAL ? SECOND)", msgID, body, reason, age+600, age)
+		mustExec("INSERT INTO `"+table+"` (msg_id, topic, tag, content, status, retry_count, fail_reason, create_time, update_time, next_retry_time)"+
+			" VALUES (?, 'orders', 'paid', ?, 3, 4, ?, NOW() - INTERVAL ? SECOND, NOW() - INTERVAL ? SECOND, (UNIX_TIMESTAMP(NOW()) - ?) * 1000)", msgID, body, reason, age+600, age, age)
 	}
 	dead("hostile-1", hostileBody, hostileReason, 900)
 	dead("order-1001", `{"order":1001}`, "send: connection refused", 1500)

@@ -59,14 +59,16 @@ func setup(t *testing.T, token string) *bundle {
 	return b
 }
 
-// seed inserts n rows of status st in table tb; ageSec sets their update_time in the past.
+// seed inserts n rows of status st in table tb; ageSec sets their update_time in the past,
+// and, for sent and dead rows, their next_retry_time, as the relay writes it when it settles
+// a row; unsent rows are due in an hour.
 func (b *bundle) seed(t *testing.T, tb string, n, st, ageSec int, topic, reason, body string) {
 	t.Helper()
 	for i := 0; i < n; i++ {
 		_, err := b.db.Exec("INSERT INTO `"+tb+"` (msg_id, topic, content, status, fail_reason, next_retry_time, update_time)"+
-			" VALUES (?, ?, ?, ?, NULLIF(?, ''), ?, NOW() - INTERVAL ? SECOND)",
+			" VALUES (?, ?, ?, ?, NULLIF(?, ''), IF(? IN (2, 3), (UNIX_TIMESTAMP(NOW()) - ?) * 1000, ?), NOW() - INTERVAL ? SECOND)",
 			fmt.Sprintf("%s-%d-%d-%s", topic, st, i, testenv.RandomSuffix(6)), topic, body, st, reason,
-			time.Now().Add(time.Hour).UnixMilli(), ageSec)
+			st, ageSec, time.Now().Add(time.Hour).UnixMilli(), ageSec)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,5 +10,5 @@
 // JSON API (api.go) calls the same internal/ops operations as the CLI. Reading needs nothing;
 // requeue needs http.admin_token as a bearer token and a same-origin request (auth.go).
 // The activity is a ring of samples kept in memory (activity.go), filled from the
-// (status, update_time) index at start and then one window at a time.
+// (status, next_retry_time) index at start and then one window at a time.
 package dashboard

@@ -203,24 +203,27 @@ type Activity struct {
 	Dead   int64 `json:"dead"`
 }
 
-// RecentActivity counts the rows of table that reached status sent, failed or dead with an
-// update_time in [from, to) (epoch seconds, database clock; see DBClock), in consecutive
-// buckets of width seconds starting at from. It reads only the (status, update_time) index,
-// over the rows changed in the span. A row counts under the status it has when counted, so a
-// row that failed and was then sent counts as sent.
+// RecentActivity counts the rows of table that reached status sent, failed or dead in
+// [from, to) (epoch seconds, database clock; see DBClock), in consecutive buckets of width
+// seconds starting at from: sent and dead rows by when they were settled (their
+// next_retry_time, epoch ms: the relay writes it with sent_time, from its own clock), failed
+// rows by their update_time. It reads the (status, next_retry_time) index: the sent and dead
+// rows settled in the span from the index alone, and the failed rows. A row counts under the
+// status it has when counted, so a row that failed and was then sent counts as sent. Rows
+// settled by a writer that leaves next_retry_time alone (an older relay) are not counted.
 func RecentActivity(ctx context.Context, db *sql.DB, table string, from, to, width int64) ([]Activity, error) {
 	if width <= 0 || to <= from {
 		return nil, fmt.Errorf("activity of %s: bad span [%d, %d) by %d", table, from, to, width)
 	}
-	s, err := query(sqlActivity, table)
+	s, err := scanQuery(ctx, db, sqlActivity, table)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("activity of %s: %w", table, err)
 	}
 	out := make([]Activity, (to-from+width-1)/width)
 	for i := range out {
 		out[i].Start = from + int64(i)*width
 	}
-	rows, err := db.QueryContext(ctx, s, from, width, from, to)
+	rows, err := db.QueryContext(ctx, s, from, width, from, to, from, width, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("activity of %s: %w", table, err)
 	}

@@ -26,6 +26,26 @@ func query(stmt, table string) (string, error) {
 	return strings.ReplaceAll(stmt, "{T}", schema.QuoteIdent(table)), nil
 }
 
+// scanQuery is query for a statement that reads the (status, next_retry_time) index: {I}
+// becomes a FORCE INDEX clause naming it, or nothing when the table has none. Forced, the
+// statement ranges over the index whatever the table's statistics say (with most of a
+// table sent, the optimizer may otherwise scan the whole table for the sent rows' range).
+func scanQuery(ctx context.Context, db *sql.DB, stmt, table string) (string, error) {
+	q, err := query(stmt, table)
+	if err != nil {
+		return "", err
+	}
+	name, err := schema.ScanIndex(ctx, db, table)
+	if err != nil {
+		return "", err
+	}
+	hint := ""
+	if name != "" {
+		hint = " FORCE INDEX (`" + strings.ReplaceAll(name, "`", "``") + "`)"
+	}
+	return strings.ReplaceAll(q, "{I}", hint), nil
+}
+
 func placeholders(n int) string {
 	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
 }
@@ -518,17 +538,21 @@ func Purge(ctx context.Context, db *sql.DB, table string, opts PurgeOptions) (Pu
 		q, _ := query(sqlPurgeCount, table)
 		for _, st := range purgedStatuses {
 			var n int64
-			if err := db.QueryRowContext(ctx, q, st, res.Cutoff, sentCutoff).Scan(&n); err != nil {
+			if err := db.QueryRowContext(ctx, q, st, sentCutoff, res.Cutoff, sentCutoff).Scan(&n); err != nil {
 				return res, fmt.Errorf("purge %s (dry run): %w", table, err)
 			}
 			res.Deleted += n
 		}
 		return res, nil
 	}
-	sel, _ := query(sqlPurgeSelect, table)
+	sel, err := scanQuery(ctx, db, sqlPurgeSelect, table)
+	if err != nil {
+		return res, fmt.Errorf("purge %s: %w", table, err)
+	}
 	del, _ := query(sqlPurgeDelete, table)
+	c := purgeCursor{next: math.MinInt64, id: math.MinInt64}
 	for i := 0; i < len(purgedStatuses); {
-		n, selected, err := purgeBatch(ctx, db, sel, del, purgedStatuses[i], res.Cutoff, sentCutoff, opts.BatchSize)
+		n, selected, err := purgeBatch(ctx, db, sel, del, purgedStatuses[i], res.Cutoff, sentCutoff, opts.BatchSize, &c)
 		if err != nil {
 			return res, fmt.Errorf("purge %s: %w", table, err)
 		}
@@ -538,6 +562,7 @@ func Purge(ctx context.Context, db *sql.DB, table string, opts PurgeOptions) (Pu
 		}
 		if selected < opts.BatchSize {
 			i++
+			c = purgeCursor{next: math.MinInt64, id: math.MinInt64}
 			continue
 		}
 		if opts.Pause > 0 {
@@ -555,17 +580,22 @@ func Purge(ctx context.Context, db *sql.DB, table string, opts PurgeOptions) (Pu
 // (delivered by the broker; docs/transactional.md).
 var purgedStatuses = []int{int(outbox.StatusSent), int(outbox.StatusHanded)}
 
+// purgeCursor is a purge's position in one status's range of the (status, next_retry_time)
+// index: the next batch starts after (next, id).
+type purgeCursor struct{ next, id int64 }
+
 // purgeRetries bounds the attempts of one purge batch that keeps losing lock conflicts.
 const purgeRetries = 5
 
 // purgeBatch deletes one batch in a READ COMMITTED transaction of its own. Under the server's
-// default REPEATABLE READ the DELETE would hold gap locks on the (status, update_time) range,
+// default REPEATABLE READ the DELETE would hold gap locks on the (status, next_retry_time) range,
 // which the relay's write-back, moving rows into status 2, runs into: a deadlock. Without gap
 // locks it touches only the old sent rows it deletes; a conflict that still happens (InnoDB
 // breaks deadlocks by rolling one side back) is retried, as InnoDB asks.
 // purgeBatch returns the rows it deleted and the rows it selected; a row the relay or another
 // purge changed between the two is left alone, and a short selection ends the purge.
-func purgeBatch(ctx context.Context, db *sql.DB, sel, del string, status int, cutoff string, sentCutoff int64, batch int) (deleted int64, selected int, err error) {
+func purgeBatch(ctx context.Context, db *sql.DB, sel, del string, status int, cutoff string, sentCutoff int64, batch int, c *purgeCursor) (deleted int64, selected int, err error) {
+	var last purgeCursor // where this batch's selection ended; the cursor moves there once it is done
 	for attempt := 1; ; attempt++ {
 		n, err := func() (int64, error) {
 			tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
@@ -573,18 +603,18 @@ func purgeBatch(ctx context.Context, db *sql.DB, sel, del string, status int, cu
 				return 0, err
 			}
 			defer tx.Rollback()
-			rows, err := tx.QueryContext(ctx, sel, status, cutoff, sentCutoff, batch)
+			rows, err := tx.QueryContext(ctx, sel, status, sentCutoff, c.next, c.id, c.next, cutoff, sentCutoff, batch)
 			if err != nil {
 				return 0, err
 			}
 			var ids []any
+			last = *c
 			for rows.Next() {
-				var id int64
-				if err := rows.Scan(&id); err != nil {
+				if err := rows.Scan(&last.id, &last.next); err != nil {
 					rows.Close()
 					return 0, err
 				}
-				ids = append(ids, id)
+				ids = append(ids, last.id)
 			}
 			if err := closeRows(rows); err != nil {
 				return 0, err
@@ -604,6 +634,9 @@ func purgeBatch(ctx context.Context, db *sql.DB, sel, del string, status int, cu
 			}
 			return n, tx.Commit()
 		}()
+		if err == nil {
+			*c = last
+		}
 		if err == nil || !mysqlerr.Retryable(err) || attempt == purgeRetries {
 			return n, selected, err
 		}

@@ -50,26 +50,31 @@ const (
 	// comparison with update_time (a DATETIME in the server's zone) is zone-correct.
 	sqlCutoff = "SELECT DATE_FORMAT(NOW() - INTERVAL ? SECOND, '%Y-%m-%d %H:%i:%s')"
 
-	// sqlPurgeCount counts what a purge would delete of one status (dry run). The purge deletes
-	// sent rows (2) and handed ones (4, delivered by the broker: docs/transactional.md), one
-	// status at a time so that each walk is one range of the (status, update_time) index.
-	sqlPurgeCount = "SELECT COUNT(*) FROM {T} WHERE status = ? AND update_time < ? AND sent_time < ?"
+	// sqlPurgeCount counts what a purge would delete of one status (dry run): the head of that
+	// status's range of the (status, next_retry_time) index, whose rows are then read for the
+	// guard. The purge deletes sent rows (2) and handed ones (4, delivered by the broker:
+	// docs/transactional.md), one status at a time so that each walk is one index range; a
+	// handed row's next_retry_time is when it was handed (its writer sets it).
+	sqlPurgeCount = "SELECT COUNT(*) FROM {T} WHERE status = ? AND next_retry_time < ? AND update_time < ? AND sent_time < ?"
 
-	// sqlPurgeSelect finds one small batch of old sent rows, walking the (status, update_time)
-	// index with a plain consistent read; small batches keep each transaction, its locks and
-	// its replication event short.
-	sqlPurgeSelect = "SELECT id FROM {T} WHERE status = ? AND update_time < ? AND sent_time < ?" +
-		" ORDER BY update_time, id LIMIT ?"
+	// sqlPurgeSelect finds one small batch of old sent rows after a cursor, walking the sent
+	// rows' range of the (status, next_retry_time) index with a plain consistent read; small
+	// batches keep each transaction, its locks and its replication event short. A sent row's
+	// next_retry_time is when it was sent (the relay writes it with sent_time), and is never
+	// later than its sent_time on rows other writers marked sent (a row is not attempted before
+	// its next_retry_time), so "next_retry_time < the horizon" holds every row to delete; the
+	// rest of the condition is checked on the row. The cursor (next_retry_time, id) makes a
+	// purge read each row of the range once, even the rows it keeps, written as two ranges so
+	// that the index range is bounded by id too (see relay's page query).
+	sqlPurgeSelect = "SELECT id, next_retry_time FROM {T}{I}" +
+		" WHERE status = ? AND next_retry_time < ? AND ((next_retry_time = ? AND id > ?) OR next_retry_time > ?)" +
+		" AND update_time < ? AND sent_time < ? ORDER BY next_retry_time, id LIMIT ?"
 
 	// sqlPurgeDelete deletes the batch by primary key, guarded by the same condition. A DELETE
 	// that scans for its rows locks every row it examines and, unlike an UPDATE, waits for
 	// rows an application transaction holds uncommitted; by primary key it touches only the
 	// rows it names.
 	sqlPurgeDelete = "DELETE {T} FROM {T} FORCE INDEX (PRIMARY) WHERE id IN ({IDS}) AND status = ? AND update_time < ? AND sent_time < ?"
-
-	// sqlExplainPurge shows the purge's plan; tests check it uses idx_status_update.
-	sqlExplainPurge = "EXPLAIN SELECT id FROM {T} WHERE status = 2 AND update_time < ? AND sent_time < ?" +
-		" ORDER BY update_time, id LIMIT 1000"
 )
 
 // The dashboard's statements (see dashboard.go).
@@ -83,12 +88,18 @@ const (
 		" UNIX_TIMESTAMP(create_time), UNIX_TIMESTAMP(update_time)" +
 		" FROM {T} WHERE id = ? AND status = 3 AND is_deleted = 0"
 
-	// sqlActivity counts the rows that reached status 1, 2 or 3 in a window of update_time,
-	// by bucket of a given width. Three ranges of the (status, update_time) index, read from
-	// the index alone: the cost follows the rows changed in the window, not the history.
-	sqlActivity = "SELECT status, FLOOR((UNIX_TIMESTAMP(update_time) - ?) / ?), COUNT(*) FROM {T}" +
-		" WHERE status IN (1, 2, 3) AND update_time >= FROM_UNIXTIME(?) AND update_time < FROM_UNIXTIME(?)" +
-		" GROUP BY 1, 2 ORDER BY NULL"
+	// sqlActivity counts the rows that reached status 1, 2 or 3 in a window, by bucket of a
+	// given width. Sent and dead rows: two ranges of the (status, next_retry_time) index, read
+	// from the index alone (a settled row's next_retry_time is when it was settled, epoch ms).
+	// Failed rows: the failed rows' range of the same index, each row read for its
+	// update_time; they are the backlog of retries, not the history. The cost follows the
+	// rows settled in the window and the rows failed, not the table.
+	sqlActivity = "SELECT status, FLOOR((next_retry_time DIV 1000 - ?) / ?), COUNT(*) FROM {T}{I}" +
+		" WHERE status IN (2, 3) AND next_retry_time >= ? * 1000 AND next_retry_time < ? * 1000" +
+		" GROUP BY 1, 2" +
+		" UNION ALL SELECT 1, FLOOR((UNIX_TIMESTAMP(update_time) - ?) / ?), COUNT(*) FROM {T}{I}" +
+		" WHERE status = 1 AND update_time >= FROM_UNIXTIME(?) AND update_time < FROM_UNIXTIME(?)" +
+		" GROUP BY 1, 2"
 
 	// sqlClock reads the database clock in epoch seconds, the clock of update_time.
 	sqlClock = "SELECT UNIX_TIMESTAMP(NOW())"

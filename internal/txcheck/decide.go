@@ -159,10 +159,11 @@ func (d *decider) markCommitted(ctx context.Context, props map[string]string) er
 	if !ok {
 		return fmt.Errorf("txcheck: table %q not served", props[tableProperty])
 	}
-	q := "UPDATE " + schema.QuoteIdent(table) + " SET status = 2, sent_time = ? WHERE msg_id = ? AND status = 4"
+	q := "UPDATE " + schema.QuoteIdent(table) + " SET status = 2, sent_time = ?, next_retry_time = ? WHERE msg_id = ? AND status = 4"
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
-	if _, err := d.db.ExecContext(ctx, q, d.now().UnixMilli(), props[outbox.MsgIDProperty]); err != nil {
+	now := d.now().UnixMilli() // a settled row's next_retry_time is when it was settled (purge, activity)
+	if _, err := d.db.ExecContext(ctx, q, now, now, props[outbox.MsgIDProperty]); err != nil {
 		return fmt.Errorf("txcheck: mark %s sent: %w", props[outbox.MsgIDProperty], err)
 	}
 	return nil

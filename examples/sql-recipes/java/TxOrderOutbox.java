@@ -121,17 +121,20 @@ public class TxOrderOutbox {
         try (PreparedStatement order = conn.prepareStatement(
                  "INSERT INTO orders (order_no, amount) VALUES (?, ?)");
              PreparedStatement outbox = conn.prepareStatement(
-                 "INSERT INTO local_message (msg_id, topic, tag, content, msg_keys, status) VALUES (?, ?, ?, ?, ?, 4)")) {
+                 "INSERT INTO local_message (msg_id, topic, tag, content, msg_keys, status, next_retry_time)"
+                 + " VALUES (?, ?, ?, ?, ?, 4, ?)")) {
             order.setString(1, orderNo);
             order.setBigDecimal(2, amount);
             order.executeUpdate();
             // The row before the half, status 4 (handed): until the commit the transaction
             // holds its lock, which is how a check tells an open transaction from a rolled-back one.
+            // next_retry_time is when it was handed: the purge finds old handed rows by it.
             outbox.setString(1, msgId);
             outbox.setString(2, topic);
             outbox.setString(3, "created");
             outbox.setString(4, body);
             outbox.setString(5, orderNo);
+            outbox.setLong(6, System.currentTimeMillis());
             outbox.executeUpdate();
         } catch (SQLException | RuntimeException e) {
             conn.rollback();
