@@ -138,7 +138,8 @@ func checkWindow(t *testing.T, addr string, opts ...remoting.Option) time.Durati
 // The Java recipe of docs/sql-recipes.md (the official client's TransactionMQProducer, handed
 // rows of status 4) against Apache RocketMQ 5.3.3, with the relay answering check-backs and
 // a Go consumer applying events through the idempotency package:
-//   - committed and ended: delivered once, by the broker; the relay never sends the row;
+//   - committed and ended: delivered once, by the broker (its END, or a check's COMMIT when
+//     the client's one-way END is lost); the relay never sends the row;
 //   - rolled back after the half: nothing delivered, no row;
 //   - the JVM halted between its commit and its END_TRANSACTION: the relay's check answer
 //     (COMMIT) delivers it, the row is marked sent, the consumer applies it once;
@@ -146,8 +147,7 @@ func checkWindow(t *testing.T, addr string, opts ...remoting.Option) time.Durati
 //     is discarded, and the relay, once back, reads TRANS_CHECK_MAX_TIME_TOPIC and sends the
 //     row itself; applied once.
 //
-// Not parallel: the normal path holds only if the JVM ends its half within the broker's
-// transactionTimeOut (1 s here), which a machine busy with the parallel tests may not.
+// Not parallel: the JVMs' halves would interleave with other tests' in the relay's log.
 func TestJavaTransactionalRecipe(t *testing.T) {
 	w := newConsumerWorld(t)
 	if _, err := w.cdb.Exec("CREATE TABLE orders (order_no varchar(32) PRIMARY KEY, amount decimal(10,2) NOT NULL)"); err != nil {
@@ -195,14 +195,25 @@ func TestJavaTransactionalRecipe(t *testing.T) {
 	if !answered(relay.Out.String(), killed, "handed_commit") {
 		t.Fatalf("the halted writer's message was not committed by the relay's check answer\n%s", tail(relay.Out.String(), 3000))
 	}
-	// The ended one: delivered by the broker, the row left handed (the relay never sent it).
+	// The ended one: delivered by the broker, never sent by the relay. Its row stays handed
+	// when the client's END lands. The official client sends END one-way and does not retry
+	// it; when it is lost or comes late (seen here on a loaded machine: no END within 4 s),
+	// the checks find the row handed, answer UNKNOWN within the responder's END grace, and
+	// then COMMIT, which marks the row sent. Which of the two happened is the client's
+	// timing; that the relay never sent the row, and that it reached the topic once (below),
+	// is what the test holds.
 	appliedOnce("tx-ok")
-	if n := w.e.count(t, "msg_id = ? AND status = 4 AND sent_time = 0", ok); n != 1 {
-		t.Fatalf("the ended message's row is not handed any more (%v): the relay or a check touched it\n%s",
+	handed := w.e.count(t, "msg_id = ? AND status = 4 AND sent_time = 0", ok) == 1
+	committedByCheck := w.e.count(t, "msg_id = ? AND status = 2", ok) == 1 && answered(relay.Out.String(), ok, "handed_commit")
+	if !handed && !committedByCheck {
+		t.Fatalf("the ended message's row is neither handed nor committed by a check (%v): the relay touched it\n%s",
 			w.e.strings(t, "SELECT CONCAT(status, ' ', sent_time, ' ', COALESCE(fail_reason, '')) FROM local_message WHERE msg_id = '"+ok+"'"), tail(relay.Out.String(), 4000))
 	}
-	if answered(relay.Out.String(), ok, "handed_commit") {
-		t.Fatal("the ended message was committed by a check too")
+	if handed && answered(relay.Out.String(), ok, "handed_commit") {
+		t.Fatal("a check committed the ended message but its row is still handed")
+	}
+	if committedByCheck {
+		t.Log("the ended message's END did not reach the broker in time: a check committed it")
 	}
 
 	// The relay down for the whole check window: the half is discarded, then recovered.

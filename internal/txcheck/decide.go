@@ -62,6 +62,7 @@ const (
 	ReasonUnknownStatus = "unknown_status"   // a status this version does not know
 	ReasonHanded        = "handed_commit"    // status 4: the broker delivers; the writer's END never landed
 	ReasonHandedNoRow   = "no_row_handed"    // a handed half's row is absent: left to the writer or the discard
+	ReasonHandedYoung   = "handed_end_grace" // a handed row younger than the END grace: its writer's END may be on its way
 )
 
 // handedWriter is the OUTBOX_TX value of writers of handed rows (docs/sql-recipes.md).
@@ -86,6 +87,7 @@ type decider struct {
 	defTable    string
 	timeout     time.Duration
 	sdkPatience int
+	endGrace    time.Duration
 	now         func() time.Time
 	release     func(ctx context.Context, table string)
 }
@@ -102,7 +104,7 @@ func (d *decider) decide(ctx context.Context, c Check) (Answer, string) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
-	st, deleted, found, err := d.probe(ctx, table, id)
+	st, deleted, age, found, err := d.probe(ctx, table, id)
 	switch {
 	case err != nil && lockConflict(err):
 		return Unknown, ReasonOpen
@@ -121,6 +123,10 @@ func (d *decider) decide(ctx context.Context, c Check) (Answer, string) {
 		return Rollback, ReasonDead
 	case st == int(outbox.StatusSent):
 		return Rollback, ReasonSent
+	case st == int(outbox.StatusHanded) && age < d.endGrace:
+		// Committed moments ago: its writer's END may still be on its way (a JVM paused, a
+		// slow network), and a COMMIT now as well would store the message twice.
+		return Unknown, ReasonHandedYoung
 	case st == int(outbox.StatusHanded):
 		// A handed row's only delivery is the broker's COMMIT (the relay never sends it):
 		// committed and not yet answered, so its writer's END was lost. The responder marks
@@ -171,18 +177,20 @@ func (d *decider) markCommitted(ctx context.Context, props map[string]string) er
 
 // probe reads the row with a locking read that does not wait: a writer's transaction
 // that inserted the row and has not ended holds its lock, which is how an open
-// transaction is told from a rolled-back one.
-func (d *decider) probe(ctx context.Context, table, id string) (status int, deleted, found bool, err error) {
-	q := "SELECT status, is_deleted FROM " + schema.QuoteIdent(table) + " WHERE msg_id = ? FOR UPDATE NOWAIT"
+// transaction is told from a rolled-back one. age is the time since the row's insert, by
+// the database's clock (whole seconds).
+func (d *decider) probe(ctx context.Context, table, id string) (status int, deleted bool, age time.Duration, found bool, err error) {
+	q := "SELECT status, is_deleted, TIMESTAMPDIFF(SECOND, create_time, NOW()) FROM " + schema.QuoteIdent(table) + " WHERE msg_id = ? FOR UPDATE NOWAIT"
 	var del int
-	err = d.db.QueryRowContext(ctx, q, id).Scan(&status, &del)
+	var secs int64
+	err = d.db.QueryRowContext(ctx, q, id).Scan(&status, &del, &secs)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, false, false, nil
+		return 0, false, 0, false, nil
 	}
 	if err != nil {
-		return 0, false, false, err
+		return 0, false, 0, false, err
 	}
-	return status, del != 0, true, nil
+	return status, del != 0, time.Duration(secs) * time.Second, true, nil
 }
 
 // lockConflict reports NOWAIT's refusal: 1205 on MariaDB, 3572 (ER_LOCK_NOWAIT) on MySQL 8.

@@ -55,6 +55,9 @@ type world struct {
 	handed *txmsg.Producer // handedWriter's
 	reg    *prometheus.Registry
 	resp   *txcheck.Responder
+	// endGrace is the responder's EndGrace: none unless a test sets it, since the tests
+	// trigger checks by hand and a handed row is always younger than the default.
+	endGrace time.Duration
 }
 
 func setup(t *testing.T, opts rmqtest.Options, grace time.Duration) *world {
@@ -98,7 +101,7 @@ func setup(t *testing.T, opts rmqtest.Options, grace time.Duration) *world {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tp.Close() })
-	return &world{t: t, ctx: ctx, db: db, rdb: rdb, prefix: prefix, broker: broker, tp: tp, sender: p, reg: prometheus.NewRegistry()}
+	return &world{t: t, ctx: ctx, db: db, rdb: rdb, prefix: prefix, broker: broker, tp: tp, sender: p, reg: prometheus.NewRegistry(), endGrace: -1}
 }
 
 // startResponder starts a check responder and waits until the broker has it registered.
@@ -108,6 +111,7 @@ func (w *world) startResponder() {
 		NameServers: []string{w.broker.NameServerAddr()}, Groups: []string{checkGroup},
 		DB: w.db.DB, Tables: []string{table}, HeartbeatInterval: 200 * time.Millisecond,
 		ClientID: fmt.Sprintf("responder-%d", instanceSeq.Add(1)), Registerer: w.reg,
+		EndGrace: w.endGrace,
 	})
 	if err != nil {
 		w.t.Fatal(err)

@@ -237,3 +237,29 @@ func TestDiscardedHandedHalfRecovered(t *testing.T) {
 		t.Fatalf("the confirmed writer's row has status %d, want 0 (the relay's after Grace)", st)
 	}
 }
+
+// Handed mode, the writer's END late: a check that comes between the commit and the END (a
+// JVM paused, a slow network, a broker with a short transactionTimeOut) finds a handed row
+// younger than EndGrace and answers UNKNOWN, so the late END alone commits the half and the
+// message is stored once. Answering COMMIT there would make the broker store it twice.
+func TestHandedRowWithinTheEndGraceWaitsForItsEnd(t *testing.T) {
+	w := setup(t, rmqtest.Options{}, time.Hour)
+	w.endGrace = time.Hour
+	w.startRelay()
+	w.startResponder()
+	tx, h := w.prepareHanded("handed-late-end")
+	w.commit(tx)
+	w.broker.TriggerCheck() // before the writer's END
+	testenv.Eventually(t, 5*time.Second, "an UNKNOWN answer within the grace", func() bool {
+		return w.answers("unknown", txcheck.ReasonHandedYoung) == 1
+	})
+	if err := w.handedWriter().Finish(w.ctx, w.db.DB, h, nil); err != nil { // the late END lands
+		t.Fatal(err)
+	}
+	if hs := w.half(h.MsgID()); hs.Resolution != rmqtest.Committed || hs.Commits != 1 || w.delivered(h.MsgID()) != 1 {
+		t.Fatalf("half %+v, %d copies; want committed once, one copy", hs, w.delivered(h.MsgID()))
+	}
+	if st := w.status(h.MsgID()); st != int(outbox.StatusHanded) || w.answers("commit", txcheck.ReasonHanded) != 0 {
+		t.Fatalf("row status %d, %d COMMIT answers; want the row handed and no COMMIT", st, w.answers("commit", txcheck.ReasonHanded))
+	}
+}

@@ -78,7 +78,7 @@ func (r *Responder) requeueDiscarded(ctx context.Context, m *remoting.Message) b
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	defer cancel()
-	st, _, found, err := r.dec.probe(ctx, table, id)
+	st, _, _, found, err := r.dec.probe(ctx, table, id)
 	switch {
 	case err != nil:
 		r.cfg.Logger.Warn().Err(err).Str("msg_id", id).Msg("transactional checks: a discarded half's row could not be read (a writer's transaction may still hold it); retrying at the next sweep")

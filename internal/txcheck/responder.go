@@ -50,6 +50,11 @@ type Config struct {
 	// SDKPatience is the number of checks a half whose row is absent, and that names no
 	// writer of ours, is answered UNKNOWN before its msg_id is fenced. Defaults to 4.
 	SDKPatience int
+	// EndGrace is how long after its insert (by the database's clock) a committed handed
+	// row is answered UNKNOWN rather than COMMIT, leaving a late END of its writer to land:
+	// the broker stores a second copy when both a COMMIT and the writer's END reach it.
+	// Defaults to 6 seconds, the broker's own default transactionTimeOut; negative: none.
+	EndGrace time.Duration
 	// DiscardGroup is the consumer group under which the halves the brokers discarded
 	// (TRANS_CHECK_MAX_TIME_TOPIC) are read; brokers without autoCreateSubscriptionGroup
 	// need it created. Defaults to outbox-relay-txrecover.
@@ -80,6 +85,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.SDKPatience <= 0 {
 		c.SDKPatience = 4
+	}
+	switch {
+	case c.EndGrace == 0:
+		c.EndGrace = 6 * time.Second
+	case c.EndGrace < 0:
+		c.EndGrace = 0
 	}
 	if c.DiscardGroup == "" {
 		c.DiscardGroup = "outbox-relay-txrecover"
@@ -142,7 +153,7 @@ func New(cfg Config) (*Responder, error) {
 	r := &Responder{
 		cfg: cfg,
 		dec: &decider{db: cfg.DB, tables: tables, defTable: cfg.Tables[0], timeout: cfg.QueryTimeout,
-			sdkPatience: cfg.SDKPatience, now: time.Now, release: cfg.Release},
+			sdkPatience: cfg.SDKPatience, endGrace: cfg.EndGrace, now: time.Now, release: cfg.Release},
 		metrics:   NewMetrics(cfg.Registerer, cfg.Database),
 		sem:       make(chan struct{}, cfg.Workers),
 		conns:     map[string]*remoting.Conn{},
