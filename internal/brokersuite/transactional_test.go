@@ -62,18 +62,7 @@ func TestTransactionalWriterAndCheckBacks(t *testing.T) {
 		defer cancel()
 		prepare := func(body string) (*sql.Tx, *txmsg.Half) {
 			t.Helper()
-			tx, err := e.db.BeginTx(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			h, err := tp.Prepare(ctx, tx, &outbox.Message{Topic: topic, Tag: "tx", Keys: []string{body}, Body: []byte(body)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if h.Relayed() {
-				t.Fatalf("%s: the half was not sent", body)
-			}
-			return tx, h
+			return prepareHalf(ctx, t, e, tp, topic, body)
 		}
 		// The relay's responder registers with the brokers when it starts; wait for its log line.
 		testenv.Eventually(t, 30*time.Second, "the relay answering check-backs", func() bool {
@@ -137,4 +126,22 @@ func answered(log, msgID, reason string) bool {
 		}
 	}
 	return false
+}
+
+// prepareHalf begins a transaction on e's database and prepares a message of body (its key
+// too) on topic with tp: the row inserted and the half sent, which the test requires.
+func prepareHalf(ctx context.Context, t *testing.T, e *env, tp *txmsg.Producer, topic, body string) (*sql.Tx, *txmsg.Half) {
+	t.Helper()
+	tx, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := tp.Prepare(ctx, tx, &outbox.Message{Topic: topic, Tag: "tx", Keys: []string{body}, Body: []byte(body)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Relayed() {
+		t.Fatalf("%s: the half was not sent", body)
+	}
+	return tx, h
 }

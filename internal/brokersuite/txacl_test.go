@@ -94,17 +94,7 @@ func TestTransactionalCheckBacksWithACL(t *testing.T) {
 	defer cancel()
 	prepare := func(tp *txmsg.Producer, body string, handedRow bool) (*sql.Tx, *txmsg.Half) {
 		t.Helper()
-		tx, err := e.db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := tp.Prepare(ctx, tx, &outbox.Message{Topic: topic, Tag: "tx", Keys: []string{body}, Body: []byte(body)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Relayed() {
-			t.Fatalf("%s: the half was not sent", body)
-		}
+		tx, h := prepareHalf(ctx, t, e, tp, topic, body)
 		if handedRow {
 			if _, err := tx.ExecContext(ctx, "UPDATE local_message SET status = 4 WHERE msg_id = ?", h.MsgID()); err != nil {
 				t.Fatal(err)
