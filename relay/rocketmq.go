@@ -79,6 +79,7 @@ type RocketMQPublisher struct {
 	probed  map[string]routeProbe // by topic
 
 	unreplicated unreplicatedLog
+	watch        connWatch
 }
 
 // NewRocketMQPublisher checks cfg and returns a publisher; no connection is made until the
@@ -113,7 +114,8 @@ func NewRocketMQPublisher(cfg RocketMQConfig) (*RocketMQPublisher, error) {
 // client is one of a group's producers, each with its own connections; n tells them apart.
 type client struct {
 	rocketmq.Producer
-	n int
+	n     int
+	watched bool // its sends are watched for dropped connections (connWatch.hookClient)
 }
 
 // producer returns the next of group's producers, starting them on first use.
@@ -129,14 +131,14 @@ func (p *RocketMQPublisher) producer(group string) (client, error) {
 	prods := p.producers[group]
 	if len(prods) == 0 {
 		for c := 0; c < p.cfg.Connections; c++ {
-			prod, err := p.newProducer(group, c)
+			prod, watched, err := p.newProducer(group, c)
 			if err != nil {
 				for _, started := range prods {
 					_ = started.Shutdown()
 				}
 				return client{}, err
 			}
-			prods = append(prods, client{prod, c})
+			prods = append(prods, client{Producer: prod, n: c, watched: watched})
 		}
 		p.producers[group] = prods
 	}
@@ -144,8 +146,9 @@ func (p *RocketMQPublisher) producer(group string) (client, error) {
 }
 
 // newProducer starts the producer of group for connection c: each has an instance name, and
-// so a client and connections, of its own.
-func (p *RocketMQPublisher) newProducer(group string, c int) (rocketmq.Producer, error) {
+// so a client and connections, of its own. watched reports whether its sends are watched for
+// dropped connections.
+func (p *RocketMQPublisher) newProducer(group string, c int) (prod rocketmq.Producer, watched bool, err error) {
 	opts := []producer.Option{
 		producer.WithNsResolver(primitive.NewPassthroughResolver(p.cfg.NameServers)),
 		producer.WithGroupName(group),
@@ -164,14 +167,15 @@ func (p *RocketMQPublisher) newProducer(group string, c int) (rocketmq.Producer,
 	if p.cfg.AccessKey != "" {
 		opts = append(opts, producer.WithCredentials(primitive.Credentials{AccessKey: p.cfg.AccessKey, SecretKey: p.cfg.SecretKey}))
 	}
-	prod, err := rocketmq.NewProducer(opts...)
+	prod, err = rocketmq.NewProducer(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("relay: new producer %s: %w", group, err)
+		return nil, false, fmt.Errorf("relay: new producer %s: %w", group, err)
 	}
+	watched = p.watch.hookClient(prod) // before Start: the client's interceptor is set unguarded
 	if err := prod.Start(); err != nil {
-		return nil, fmt.Errorf("relay: start producer %s: %w", group, err)
+		return nil, false, fmt.Errorf("relay: start producer %s: %w", group, err)
 	}
-	return prod, nil
+	return prod, watched, nil
 }
 
 // Send publishes msgs in one request (a batch when there are several). See
@@ -269,9 +273,21 @@ func (p *RocketMQPublisher) sendTo(ctx context.Context, prod client, route Route
 	for _, m := range out {
 		m.Queue = mq
 	}
+	if prod.watched {
+		var done func()
+		ctx, done = p.watch.watch(ctx)
+		defer done()
+	}
 	res, err := prod.SendSync(ctx, out...)
 	if err != nil {
-		return p.classify(ctx, err, out[0].Topic, len(out) > 1)
+		err = p.classify(ctx, err, out[0].Topic, len(out) > 1)
+		var se *SendError
+		if errors.Is(context.Cause(ctx), errConnectionDropped) && errors.As(err, &se) && !errors.Is(err, errConnectionLost) {
+			// The broker closed the connection the send waited on: whether it stored the
+			// message is unknown, and Send sends it again at once on the new connection.
+			se.Kind, se.Err = SendTransient, fmt.Errorf("%w: %w: %w", errConnectionLost, errConnectionDropped, se.Err)
+		}
+		return err
 	}
 	if res.Status != primitive.SendOK {
 		return p.storedStatus(res, out[0].Topic, len(out))

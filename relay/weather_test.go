@@ -564,3 +564,35 @@ func busyWriters(b *testing.B, bu *bundle) (stop func()) {
 	b.Cleanup(stop)
 	return stop
 }
+
+// TestLostAckIsSentAgainAtOnce: the broker stores every message of a topic and then closes
+// the connection without answering (a lost acknowledgement). rocketmq-client-go would leave
+// the send pending until its timeout (a minute here); the publisher sees its connection
+// closed and sends it again at once on a new connection, twice, before giving up with a
+// transient failure: the broker holds three copies long before the send timeout.
+func TestLostAckIsSentAgainAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{b.broker.NameServerAddr()}, SendTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // half the send timeout
+	defer cancel()
+	// A first send learns the route and opens the connections.
+	if err := pub.Send(ctx, relay.Route{Ordered: true}, &relay.Message{MsgID: "warm", Topic: "lost-acks", ShardingKey: "SN1", Body: []byte("w")}); err != nil {
+		t.Fatal(err)
+	}
+	b.broker.SetTopicFaults("lost-acks", rmqtest.Faults{DropAfterStore: 1})
+	err = pub.Send(ctx, relay.Route{Ordered: true}, &relay.Message{MsgID: "lost", Topic: "lost-acks", ShardingKey: "SN1", Body: []byte("l")})
+	if ctx.Err() != nil {
+		t.Fatalf("the send waited for its timeout: a dropped connection was not noticed (copies stored: %d)", copiesByMsgID(b, "lost-acks")["lost"])
+	}
+	if err == nil || relay.KindOf(err) != relay.SendTransient {
+		t.Fatalf("send with every ack lost: got %v (kind %v), want a transient failure", err, relay.KindOf(err))
+	}
+	if c := copiesByMsgID(b, "lost-acks")["lost"]; c != 3 {
+		t.Fatalf("the broker holds %d copies of the message, want 3 (the send and two immediate re-sends)", c)
+	}
+}
