@@ -40,8 +40,8 @@ type RocketMQConfig struct {
 	TLS bool
 	// Connections is the number of connections to each broker, spread over as many
 	// clients per producer group; sends go round robin. A broker that drops a connection
-	// strands only the sends in flight on it (rocketmq-client-go leaves them pending until
-	// the send timeout), while the others go on. Defaults to 4.
+	// fails only the sends in flight on it, which are sent again at once on a new one
+	// (rocketmq_connwatch.go), while the others go on. Defaults to 4.
 	Connections int
 	// RequireReplication treats a message the broker stored but did not replicate or flush
 	// as asked (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT, FLUSH_DISK_TIMEOUT) as a failed
@@ -114,7 +114,7 @@ func NewRocketMQPublisher(cfg RocketMQConfig) (*RocketMQPublisher, error) {
 // client is one of a group's producers, each with its own connections; n tells them apart.
 type client struct {
 	rocketmq.Producer
-	n     int
+	n       int
 	watched bool // its sends are watched for dropped connections (connWatch.hookClient)
 }
 
