@@ -252,6 +252,7 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 	go r.keepLock(stopLead, mutex, stopLeading)
 
 	empty, failures := 0, 0
+	var lastWork time.Time // when a pass last changed a row
 	for stopLead.Err() == nil {
 		var st Stats
 		var err error
@@ -273,6 +274,7 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 			wait = min(r.cfg.PollInterval<<min(failures-1, 5), 30*time.Second)
 		case st.Changed() > 0:
 			failures, empty = 0, 0
+			lastWork = time.Now()
 			if r.sawWork != nil {
 				r.sawWork() // the other partitions' rows are likely coming too
 			}
@@ -282,7 +284,13 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 			// Nothing changed: look again soon, then less and less often up to PollInterval.
 			// The stall clock counts database answers: an idle leader probes at least twice
 			// per StallTimeout, or a PollInterval longer than it would read as a stall.
+			// While rows keep coming (work found within the last PollInterval), keep looking
+			// every MinPollInterval: a writer that cannot nudge then waits at most that long,
+			// and the idle table is back to one probe per PollInterval once they stop.
 			wait = min(r.cfg.MinPollInterval<<min(empty, 20), r.cfg.PollInterval, r.cfg.StallTimeout/2)
+			if time.Since(lastWork) < r.cfg.PollInterval {
+				wait = r.cfg.MinPollInterval
+			}
 			empty++
 		}
 		timer := time.NewTimer(wait)
