@@ -251,6 +251,9 @@ type Relay struct {
 	// hold the partition, and nudgeIn carries the nudges of the group's one subscription.
 	gate    *gate
 	nudgeIn chan struct{}
+	// parked remembers, per ordered key whose held rows were parked (parkHeld), the head
+	// they wait for. Used by the pass's goroutine only.
+	parked map[orderKey]heldHead
 	// sawWork, set by a Group, wakes the other partitions this process holds after a pass
 	// that found rows: writers write to every partition, so where one partition's polling
 	// found work the others' likely will, and their adaptive polls need not wait it out.
@@ -380,6 +383,7 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, bl
 	seenKey := map[string]bool{}
 	var maxOrderedID int64
 	routes := map[routeKey]routed{}
+	var hold heldRows
 	var inPage map[int64]bool // the page's ids, needed only when keys are blocked
 	if len(blocked) > 0 {
 		inPage = make(map[int64]bool, len(rows))
@@ -394,9 +398,11 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, bl
 			continue
 		}
 		if route.Ordered && msg.ShardingKey != "" {
-			if h, ok := blocked[orderKey{msg.Topic, msg.ShardingKey}]; ok && rows[i].id > h && !inPage[h] {
+			k := orderKey{msg.Topic, msg.ShardingKey}
+			if h, ok := blocked[k]; ok && rows[i].id > h.id && !inPage[h.id] {
 				// Held behind an unsent row of its key that an earlier page of this pass
 				// found and that is not in this page: no need to ask the database again.
+				hold.add(k, h, rows[i].id)
 				continue
 			}
 		}
@@ -421,7 +427,25 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, bl
 		r.log.Warn().Err(err).Msg("ordered-key check failed; ordered rows of this page wait for the next pass")
 		units = r.unorderedUnits(items)
 	}
+	if len(blocked) > 0 {
+		scheduled := map[int]bool{}
+		for _, u := range units {
+			for _, i := range u.idx {
+				scheduled[i] = true
+			}
+		}
+		for i, it := range items {
+			if it.msg == nil || !it.route.Ordered || it.msg.ShardingKey == "" || scheduled[i] {
+				continue
+			}
+			k := orderKey{it.msg.Topic, it.msg.ShardingKey}
+			if h, ok := blocked[k]; ok && it.row.id > h.id {
+				hold.add(k, h, it.row.id)
+			}
+		}
+	}
 	r.publish(ctx, units, items, results, fence)
+	r.parkHeld(ctx, hold, items, results)
 	if r.incidents.judge(items, results) {
 		// The rows deferred during the incident hold deferrals of up to 30 s, grown while
 		// the broker failed: bring them forward, so that an outage's rows follow the broker's
@@ -438,6 +462,76 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, bl
 	}
 	r.metrics.ObserveBatch(time.Since(start))
 	return results
+}
+
+// parkAfter is how far in the future a held key's head must be due for the key's held rows
+// to be parked: further than any broker-incident deferral (30 s, +25 % jitter), which a
+// broker's recovery brings forward (hastenDeferred) without knowing of parked rows.
+const parkAfter = time.Minute
+
+// maxParkedKeys bounds the parked keys remembered for an early unpark.
+const maxParkedKeys = 100000
+
+// heldRows are the rows of a page held behind the unsent head of their ordered key.
+type heldRows map[orderKey]*heldKey
+
+type heldKey struct {
+	head heldHead
+	ids  []int64
+}
+
+func (h *heldRows) add(k orderKey, head heldHead, id int64) {
+	if *h == nil {
+		*h = heldRows{}
+	}
+	hk := (*h)[k]
+	if hk == nil {
+		hk = &heldKey{head: head}
+		(*h)[k] = hk
+	}
+	hk.ids = append(hk.ids, id)
+}
+
+// parkHeld keeps a key known blocked from being read again pass after pass. The rows of
+// hold wait behind a head due more than parkAfter from now: they are made due when their
+// head is (store.park), so that the scan skips them until then and a pass costs the same
+// whatever the backlog held behind a waiting head. A parked key whose head was sent or went
+// dead before its time (an operator brought it forward) is made due again now
+// (store.unpark).
+func (r *Relay) parkHeld(ctx context.Context, hold heldRows, items []item, results []result) {
+	nowMs := time.Now().UnixMilli()
+	for i, it := range items {
+		if it.msg == nil || len(r.parked) == 0 || (results[i].kind != sent && results[i].kind != dead) {
+			continue
+		}
+		k := orderKey{it.msg.Topic, it.msg.ShardingKey}
+		if h, ok := r.parked[k]; ok && h.id == it.row.id {
+			delete(r.parked, k)
+			if n, err := r.store.unpark(ctx, k, h.id, h.dueMs, nowMs); err != nil {
+				r.log.Warn().Err(err).Str("sharding_key", k.key).Msg("head of a parked key sent; its rows wait until the head's old due time")
+			} else if n > 0 {
+				r.log.Debug().Str("sharding_key", k.key).Int64("rows", n).Msg("head of a parked key sent: its rows are due now")
+			}
+		}
+	}
+	for k, hk := range hold {
+		if hk.head.dueMs <= nowMs+parkAfter.Milliseconds() {
+			continue // due soon: read again, as any held row
+		}
+		n, err := r.store.park(ctx, hk.ids, hk.head.dueMs)
+		if err != nil {
+			r.log.Warn().Err(err).Str("sharding_key", k.key).Msg("held rows not parked; they are read again each pass")
+			continue
+		}
+		if r.parked == nil {
+			r.parked = map[orderKey]heldHead{}
+		}
+		if len(r.parked) < maxParkedKeys {
+			r.parked[k] = hk.head
+		}
+		r.log.Debug().Str("sharding_key", k.key).Int64("rows", n).Int64("head", hk.head.id).
+			Time("until", time.UnixMilli(hk.head.dueMs)).Msg("rows held behind a waiting head parked until it is due")
+	}
 }
 
 // routeKey is a topic and tag, the inputs of validation and routing.
