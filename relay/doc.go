@@ -19,12 +19,15 @@
 //   - Per-key order (a key's rows in id order, one in flight): plan.go. It lets an ordered
 //     key's rows go only as the prefix of its unsent rows present in the page (a row of an
 //     unordered route is no part of the stream), as one chain that publish.go sends one
-//     message after the other, stopping at the first that is not sent. Rows held behind a
-//     head due more than a minute later are parked until it is due (relay.go, parkHeld):
-//     the scan skips them instead of reading them pass after pass.
+//     message after the other, stopping at the first that is not sent. A chain still
+//     sending when the rest of its page is done goes on detached (publish.go, relay.go
+//     goLate): its rows are skipped by later passes until written back, and plan.go sees
+//     them unsent, so the key's later rows wait while other keys go on. Rows held behind a
+//     head due more than a minute later are parked until it is due (relay.go, parkHeld): the
+//     scan skips them instead of reading them pass after pass.
 //   - An acknowledged send is never forgotten: complete.go writes sent rows back even after
-//     the lock's validity ran out or the pass was cancelled, and leader.go lets the sends in
-//     flight finish when the lock is lost.
+//     the lock's validity ran out or the pass was cancelled (a detached unit's too), and
+//     leader.go lets the sends in flight, detached ones included, finish when the lock is lost.
 //   - Failure accounting (what a failed send costs its row): incidents.go alone turns the
 //     kind of a SendError into a counted retry, a deferral or a dead row (the table of
 //     docs/decisions.md, "Failure accounting"). rocketmq_classify.go alone reads the client's

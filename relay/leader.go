@@ -261,10 +261,10 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 			var due bool
 			due, err = r.store.anyDue(stopLead, time.Now().UnixMilli())
 			if err == nil && due {
-				st, err = r.drain(stopLead, abort, r.lockValid)
+				st, err = r.drain(stopLead, abort, r.lockValid, true)
 			}
 		} else {
-			st, err = r.drain(stopLead, abort, r.lockValid)
+			st, err = r.drain(stopLead, abort, r.lockValid, true)
 		}
 		var wait time.Duration
 		switch {
@@ -304,10 +304,15 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 				// new row is most likely another partition's.
 				empty = 1
 			}
+		case <-r.lateDone:
+			empty = 0 // a late unit ended: the rows behind it may go
 		case <-timer.C:
 		}
 		timer.Stop()
 	}
+	// The late units (sends a page did not wait for) end or are abandoned with the sends in
+	// flight (abort): their acknowledgements are written back before the lock is released.
+	r.late.Wait()
 
 	cause := context.Cause(stopLead)
 	if errors.Is(cause, context.Canceled) {

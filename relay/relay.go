@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -251,6 +252,15 @@ type Relay struct {
 	// hold the partition, and nudgeIn carries the nudges of the group's one subscription.
 	gate    *gate
 	nudgeIn chan struct{}
+	// slots holds one token per send in flight (Concurrency), pages' and late units' alike.
+	slots chan struct{}
+	// inflight holds the ids of the rows of late units (publish detached them from their
+	// page): later passes leave them alone until their results are written back.
+	inflightMu sync.Mutex
+	inflight   map[int64]struct{}
+	// late counts the late units running; lateDone wakes the leader when one has ended.
+	late     sync.WaitGroup
+	lateDone chan struct{}
 	// parked remembers, per ordered key whose held rows were parked (parkHeld), the head
 	// they wait for. Used by the pass's goroutine only.
 	parked map[orderKey]heldHead
@@ -284,6 +294,9 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Rel
 		log:       log,
 		incidents: newIncidents(log, cfg.Metrics.Table(cfg.Database, cfg.Table)),
 		tracer:    msgtrace.Tracer(cfg.TracerProvider),
+		slots:     make(chan struct{}, cfg.Concurrency),
+		inflight:  map[int64]struct{}{},
+		lateDone:  make(chan struct{}, 1),
 	}
 	r.progress.mark()
 	r.store.pg = &r.progress
@@ -314,7 +327,8 @@ type Stats struct {
 	// broker's backoff with their retry count untouched.
 	Deferred int
 	// Held is the number of due rows left for later: held back behind an earlier message of
-	// their ordered key, or abandoned when the context ended.
+	// their ordered key, still being sent by an earlier pass's slow send, or abandoned when
+	// the context ended.
 	Held int
 }
 
@@ -336,12 +350,14 @@ func (s *Stats) add(o Stats) {
 // stops taking new pages when stop is done, and abandons sends in flight when ctx is done
 // (their rows stay due). Results already acknowledged are always written back.
 func (r *Relay) DrainOnce(stop, ctx context.Context) (Stats, error) {
-	return r.drain(stop, ctx, nil)
+	return r.drain(stop, ctx, nil, false)
 }
 
 // drain is DrainOnce with a fence: when fence is set and returns false (the lock's validity
-// has run out), nothing more is published.
-func (r *Relay) drain(stop, ctx context.Context, fence func() bool) (Stats, error) {
+// has run out), nothing more is published. With detach, a page does not wait for its slow
+// units (publish): they go on after the pass, and the leader waits for them (waitLate) before
+// its term ends.
+func (r *Relay) drain(stop, ctx context.Context, fence func() bool, detach bool) (Stats, error) {
 	nowMs := time.Now().UnixMilli()
 	scanCtx, cancelScan := context.WithCancel(ctx)
 	defer cancelScan()
@@ -361,7 +377,7 @@ func (r *Relay) drain(stop, ctx context.Context, fence func() bool) (Stats, erro
 			cancelScan()
 			continue // drain the channel; these rows stay due
 		}
-		results := r.processPage(ctx, pg, fence, blocked)
+		results := r.processPage(ctx, pg, fence, blocked, detach)
 		comp.submit(pg.rows, results)
 	}
 	st, err := comp.close()
@@ -374,7 +390,7 @@ func (r *Relay) drain(stop, ctx context.Context, fence func() bool) (Stats, erro
 // processPage plans and publishes one page and returns each row's result. blocked carries,
 // from one page of a pass to the next, the ordered keys found held behind an unsent row
 // (plan).
-func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, blocked blockedKeys) []result {
+func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, blocked blockedKeys, detach bool) []result {
 	start := time.Now()
 	rows := pg.rows
 	results := make([]result, len(rows))
@@ -391,7 +407,13 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, bl
 			inPage[rows[i].id] = true
 		}
 	}
+	r.inflightMu.Lock()
+	anyInflight := len(r.inflight) > 0
+	r.inflightMu.Unlock()
 	for i := range rows {
+		if anyInflight && r.isInflight(rows[i].id) {
+			continue // a late unit of an earlier page publishes it
+		}
 		msg, route, err := r.prepare(&rows[i], routes)
 		if err != nil {
 			results[i] = result{kind: dead, reason: err.Error()}
@@ -444,8 +466,22 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, bl
 			}
 		}
 	}
-	r.publish(ctx, units, items, results, fence)
+	late := r.publish(ctx, units, items, results, fence, detach)
+	for _, ru := range late {
+		r.goLate(ctx, ru, items, fence)
+	}
 	r.parkHeld(ctx, hold, items, results)
+	r.judge(ctx, items, results)
+	for i := range rows {
+		rows[i].content = nil // published: the completer needs ids and counts only
+	}
+	r.metrics.ObserveBatch(time.Since(start))
+	return results
+}
+
+// judge turns failed sends into retries or deferrals (incidents.judge) and, when a broker
+// recovered from an incident, brings the rows deferred during it forward.
+func (r *Relay) judge(ctx context.Context, items []item, results []result) {
 	if r.incidents.judge(items, results) {
 		// The rows deferred during the incident hold deferrals of up to 30 s, grown while
 		// the broker failed: bring them forward, so that an outage's rows follow the broker's
@@ -457,11 +493,52 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, bl
 			r.log.Info().Int64("rows", n).Msg("broker recovered: rows deferred during its incident are due now")
 		}
 	}
-	for i := range rows {
-		rows[i].content = nil // published: the completer needs ids and counts only
+}
+
+// isInflight reports whether a late unit holds the row id.
+func (r *Relay) isInflight(id int64) bool {
+	r.inflightMu.Lock()
+	defer r.inflightMu.Unlock()
+	_, ok := r.inflight[id]
+	return ok
+}
+
+// goLate takes over a unit its page did not wait for (publish): its rows are held (later
+// passes skip them) until it ends and its results are judged and written back on their own,
+// acknowledged sends whatever the lock, like any page's. Then the leader is woken: the rows
+// behind them (the rest of an ordered key) may go.
+func (r *Relay) goLate(ctx context.Context, ru *running, items []item, fence func() bool) {
+	lateItems := make([]item, len(ru.u.idx))
+	rows := make([]row, len(ru.u.idx))
+	r.inflightMu.Lock()
+	for n, i := range ru.u.idx {
+		rows[n] = *items[i].row
+		rows[n].content = nil // the message holds the body
+		lateItems[n] = item{row: &rows[n], msg: items[i].msg, route: items[i].route}
+		r.inflight[rows[n].id] = struct{}{}
 	}
-	r.metrics.ObserveBatch(time.Since(start))
-	return results
+	r.inflightMu.Unlock()
+	r.late.Add(1)
+	go func() {
+		defer r.late.Done()
+		<-ru.done
+		r.judge(ctx, lateItems, ru.out)
+		comp := r.newCompleter(ctx, fence)
+		go comp.run()
+		comp.submit(rows, ru.out)
+		if _, err := comp.close(); err != nil {
+			r.log.Warn().Err(err).Int("rows", len(rows)).Msg("write-back of a late unit failed; its rows stay due")
+		}
+		r.inflightMu.Lock()
+		for n := range rows {
+			delete(r.inflight, rows[n].id)
+		}
+		r.inflightMu.Unlock()
+		select {
+		case r.lateDone <- struct{}{}:
+		default:
+		}
+	}()
 }
 
 // parkAfter is how far in the future a held key's head must be due for the key's held rows

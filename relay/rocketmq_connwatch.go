@@ -23,8 +23,8 @@ import (
 // publisher sends them again at once on the new connection: a copy when the broker had
 // stored the message, which is what a lost acknowledgement costs anyway. It never guesses
 // from timing: a send whose connection is still in the client's table is never given up,
-// however slow the broker (docs/decisions.md, "Dropped connections, held keys and the poll
-// (issue 21)").
+// however slow the broker (docs/decisions.md, "Dropped connections, slow sends, held keys
+// and the poll (issue 21)").
 
 // errConnectionDropped is the cause a watched send's context is cancelled with when the
 // connection it waits on was closed.

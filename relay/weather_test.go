@@ -692,3 +692,47 @@ func TestParkedKeyFollowsItsHeadBroughtForward(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowSendHoldsOnlyItsOwnRows: one broker of two answers every send 10 s late (within the
+// send timeout). While a send to it waits, the rows for the other broker written after it are
+// sent: the slow send holds its own row, not its page and every row behind it. The slow row is
+// sent once when its broker answers.
+func TestSlowSendHoldsOnlyItsOwnRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	east, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(east.Close)
+	eastPub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{east.NameServerAddr()}, SendTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eastPub.Close() })
+	if err := eastPub.Send(context.Background(), relay.Route{}, &relay.Message{MsgID: "warm", Topic: "east", Body: []byte("w")}); err != nil {
+		t.Fatal(err)
+	}
+	east.SetFaults(rmqtest.Faults{Latency: 10 * time.Second})
+	pub := &countingPublisher{Publisher: topicPublisher{"east": eastPub, "west": b.pub}, counts: map[string]int{}}
+	b.insert(t, outbox.Message{MsgID: "slow", Topic: "east", ShardingKey: "SN-SLOW", Body: []byte("s")})
+	r, err := relay.New(b.db.DB, b.rdb, pub, b.config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, r)
+	eventually(t, 30*time.Second, "the slow send started", func() bool { return pub.count("slow") == 1 })
+	for i := 0; i < 10; i++ {
+		b.insert(t, outbox.Message{MsgID: fmt.Sprintf("w%02d", i), Topic: "west", Body: []byte("w")})
+	}
+	eventually(t, 30*time.Second, "the other broker's rows sent", func() bool {
+		return countWhere(t, b.db.DB, "topic = 'west' AND status = 2") == 10
+	})
+	if countWhere(t, b.db.DB, "msg_id = 'slow' AND status = 0") != 1 {
+		t.Fatalf("the slow row was answered before the rows behind it were sent: they waited for it (%s)", statusCounts(t, b.db.DB))
+	}
+	eventually(t, 60*time.Second, "the slow row sent", func() bool { return countWhere(t, b.db.DB, "msg_id = 'slow' AND status = 2") == 1 })
+	if c := pub.count("slow"); c != 1 {
+		t.Fatalf("the slow row was sent %d times, want 1", c)
+	}
+}
