@@ -252,7 +252,10 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 	go r.keepLock(stopLead, mutex, stopLeading)
 
 	empty, failures := 0, 0
-	var lastWork time.Time // when a pass last changed a row
+	// lastPolled is when a pass the poll started (not a nudge) last changed a row: rows
+	// are coming from writers that do not nudge.
+	var lastPolled time.Time
+	polled := false // the current pass was started by the poll
 	for stopLead.Err() == nil {
 		var st Stats
 		var err error
@@ -274,7 +277,9 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 			wait = min(r.cfg.PollInterval<<min(failures-1, 5), 30*time.Second)
 		case st.Changed() > 0:
 			failures, empty = 0, 0
-			lastWork = time.Now()
+			if polled {
+				lastPolled = time.Now()
+			}
 			if r.sawWork != nil {
 				r.sawWork() // the other partitions' rows are likely coming too
 			}
@@ -284,11 +289,12 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 			// Nothing changed: look again soon, then less and less often up to PollInterval.
 			// The stall clock counts database answers: an idle leader probes at least twice
 			// per StallTimeout, or a PollInterval longer than it would read as a stall.
-			// While rows keep coming (work found within the last PollInterval), keep looking
+			// While the poll keeps finding rows (within the last PollInterval), keep looking
 			// every MinPollInterval: a writer that cannot nudge then waits at most that long,
-			// and the idle table is back to one probe per PollInterval once they stop.
+			// and the idle table is back to one probe per PollInterval once they stop. Rows
+			// announced by nudges do not count: their writers need no polling.
 			wait = min(r.cfg.MinPollInterval<<min(empty, 20), r.cfg.PollInterval, r.cfg.StallTimeout/2)
-			if time.Since(lastWork) < r.cfg.PollInterval {
+			if time.Since(lastPolled) < r.cfg.PollInterval {
 				wait = r.cfg.MinPollInterval
 			}
 			empty++
@@ -297,6 +303,7 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 		select {
 		case <-stopLead.Done():
 		case <-nudges:
+			polled = false
 			empty = 0
 			if r.cfg.Partitions > 1 {
 				// A nudge that names no partition (a plain one, or a PUBLISH by a writer in
@@ -305,8 +312,10 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 				empty = 1
 			}
 		case <-r.lateDone:
+			polled = false
 			empty = 0 // a late unit ended: the rows behind it may go
 		case <-timer.C:
+			polled = true
 		}
 		timer.Stop()
 	}

@@ -52,10 +52,10 @@ type Config struct {
 	Concurrency int
 	// PollInterval is the longest wait between scans when there is nothing to do. Defaults
 	// to 1s. After a scan that found work the relay looks again at once; after empty scans
-	// it waits MinPollInterval, which stays so while rows keep coming (a scan found work
-	// within the last PollInterval) and then doubles up to PollInterval: rows written by
-	// plain-SQL writers that cannot nudge are picked up within MinPollInterval under load,
-	// while an idle table costs about one query per PollInterval.
+	// it waits MinPollInterval, which stays so while polling keeps finding rows (a scan the
+	// poll started found work within the last PollInterval) and then doubles up to
+	// PollInterval: rows written by plain-SQL writers that cannot nudge are picked up within
+	// MinPollInterval under load, while an idle table costs about one query per PollInterval.
 	PollInterval time.Duration
 	// MinPollInterval is the first wait after a scan that found nothing. Defaults to 10ms
 	// (or PollInterval when that is shorter).
