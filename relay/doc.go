@@ -16,17 +16,24 @@
 // overwrite a newer state. Consumers dedupe with package idempotency.
 //
 // Where each guarantee is enforced (one place each):
-//   - Per-key order (a key's rows in id order, one in flight): plan.go, which lets an ordered
+//   - Per-key order (a key's rows in id order, one in flight): plan.go. It lets an ordered
 //     key's rows go only as the prefix of its unsent rows present in the page (a row of an
-//     unordered route is no part of the stream), and publish.go, which sends a key's chain one
-//     message after the other and stops it at the first that is not sent.
-//   - What a failed send means: rocketmq_classify.go alone reads the client's errors and
-//     send statuses and leaves a SendError of one SendErrorKind; incidents.go alone turns the
-//     kind into a counted retry, a deferral or a dead row (the failure-accounting table of
-//     docs/decisions.md).
+//     unordered route is no part of the stream), as one chain that publish.go sends one
+//     message after the other, stopping at the first that is not sent. A chain still
+//     sending when the rest of its page is done goes on detached (publish.go, relay.go
+//     goLate): its rows are skipped by later passes until written back, and plan.go sees
+//     them unsent, so the key's later rows wait while other keys go on. Rows held behind a
+//     head due more than a minute later are parked until it is due (relay.go, parkHeld): the
+//     scan skips them instead of reading them pass after pass.
 //   - An acknowledged send is never forgotten: complete.go writes sent rows back even after
-//     the lock's validity ran out or the pass was cancelled, and leader.go lets the sends in
-//     flight finish when the lock is lost.
+//     the lock's validity ran out or the pass was cancelled (a detached unit's too), and
+//     leader.go lets the sends in flight, detached ones included, finish when the lock is lost.
+//   - Failure accounting (what a failed send costs its row): incidents.go alone turns the
+//     kind of a SendError into a counted retry, a deferral or a dead row (the table of
+//     docs/decisions.md, "Failure accounting"). rocketmq_classify.go alone reads the client's
+//     errors and send statuses to give that kind; rocketmq_connwatch.go fails a send at once
+//     when the connection it waits on is closed, so that the publisher sends it again (a
+//     dropped connection costs no attempt and no send timeout).
 //   - No status is overwritten by an older one: every UPDATE of store.go is guarded by the
 //     row's status and retry count as read.
 //   - A database stall is a statement left unanswered (progress.go), never a slow broker.

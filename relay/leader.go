@@ -252,6 +252,10 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 	go r.keepLock(stopLead, mutex, stopLeading)
 
 	empty, failures := 0, 0
+	// lastPolled is when a pass the poll started (not a nudge) last changed a row: rows
+	// are coming from writers that do not nudge.
+	var lastPolled time.Time
+	polled := false // the current pass was started by the poll
 	for stopLead.Err() == nil {
 		var st Stats
 		var err error
@@ -260,10 +264,10 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 			var due bool
 			due, err = r.store.anyDue(stopLead, time.Now().UnixMilli())
 			if err == nil && due {
-				st, err = r.drain(stopLead, abort, r.lockValid)
+				st, err = r.drain(stopLead, abort, r.lockValid, true)
 			}
 		} else {
-			st, err = r.drain(stopLead, abort, r.lockValid)
+			st, err = r.drain(stopLead, abort, r.lockValid, true)
 		}
 		var wait time.Duration
 		switch {
@@ -273,6 +277,9 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 			wait = min(r.cfg.PollInterval<<min(failures-1, 5), 30*time.Second)
 		case st.Changed() > 0:
 			failures, empty = 0, 0
+			if polled {
+				lastPolled = time.Now()
+			}
 			if r.sawWork != nil {
 				r.sawWork() // the other partitions' rows are likely coming too
 			}
@@ -282,13 +289,21 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 			// Nothing changed: look again soon, then less and less often up to PollInterval.
 			// The stall clock counts database answers: an idle leader probes at least twice
 			// per StallTimeout, or a PollInterval longer than it would read as a stall.
+			// While the poll keeps finding rows (within the last PollInterval), keep looking
+			// every MinPollInterval: a writer that cannot nudge then waits at most that long,
+			// and the idle table is back to one probe per PollInterval once they stop. Rows
+			// announced by nudges do not count: their writers need no polling.
 			wait = min(r.cfg.MinPollInterval<<min(empty, 20), r.cfg.PollInterval, r.cfg.StallTimeout/2)
+			if time.Since(lastPolled) < r.cfg.PollInterval {
+				wait = r.cfg.MinPollInterval
+			}
 			empty++
 		}
 		timer := time.NewTimer(wait)
 		select {
 		case <-stopLead.Done():
 		case <-nudges:
+			polled = false
 			empty = 0
 			if r.cfg.Partitions > 1 {
 				// A nudge that names no partition (a plain one, or a PUBLISH by a writer in
@@ -296,10 +311,17 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 				// new row is most likely another partition's.
 				empty = 1
 			}
+		case <-r.lateDone:
+			polled = false
+			empty = 0 // a late unit ended: the rows behind it may go
 		case <-timer.C:
+			polled = true
 		}
 		timer.Stop()
 	}
+	// The late units (sends a page did not wait for) end or are abandoned with the sends in
+	// flight (abort): their acknowledgements are written back before the lock is released.
+	r.late.Wait()
 
 	cause := context.Cause(stopLead)
 	if errors.Is(cause, context.Canceled) {

@@ -29,16 +29,21 @@ type unit struct {
 // of the pass hold the key's rows after it without asking the database again: a key with a
 // large backlog behind a waiting head would otherwise cost each page a read of that whole
 // backlog's ids, a pass growing with the square of the backlog.
-type blockedKeys map[orderKey]int64
+type blockedKeys map[orderKey]heldHead
+
+// heldHead is the first unsent row of an ordered key, holding back the key's later rows, and
+// when it is due (its next_retry_time, epoch ms).
+type heldHead struct{ id, dueMs int64 }
 
 // plan groups the prepared items into units. An ordered key's rows may go only as the prefix
 // of its unsent rows that is present in this batch: a row behind an earlier unsent row
 // (failed and waiting, or not yet due) is held back, and the key noted in blocked.
 func (r *Relay) plan(ctx context.Context, items []item, orderedKeys []string, maxOrderedID int64, blocked blockedKeys) ([]unit, error) {
 	var unsent map[orderKey][]int64
+	var due map[int64]int64
 	if len(orderedKeys) > 0 {
 		var err error
-		if unsent, err = r.store.unsentUpTo(ctx, orderedKeys, maxOrderedID, r.ordered); err != nil {
+		if unsent, due, err = r.store.unsentUpTo(ctx, orderedKeys, maxOrderedID, r.ordered); err != nil {
 			return nil, err
 		}
 	}
@@ -81,7 +86,7 @@ func (r *Relay) plan(ctx context.Context, items []item, orderedKeys []string, ma
 			if n >= len(ids) || ids[n] != items[i].row.id {
 				// An earlier unsent row of this key is not in the batch: the rest wait for it.
 				if n < len(ids) && blocked != nil {
-					blocked[k] = ids[n]
+					blocked[k] = heldHead{id: ids[n], dueMs: due[ids[n]]}
 				}
 				break
 			}

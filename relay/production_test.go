@@ -153,15 +153,19 @@ func TestDroppedConnectionsKillNoMessage(t *testing.T) {
 		b.db.QueryRow("SELECT fail_reason FROM local_message WHERE status = 3 LIMIT 1").Scan(&reason)
 		t.Fatalf("%d messages dead through dropped connections, e.g. %q", dead, reason)
 	}
-	if n := countWhere(t, b.db.DB, "fail_reason IS NOT NULL"); n == 0 {
-		t.Fatal("no send failed: the faults were not injected and the test proves nothing")
-	}
 	ids := map[string]bool{}
-	for _, m := range b.broker.Messages("orders") {
+	stored := b.broker.Messages("orders")
+	for _, m := range stored {
 		ids[m.Properties[outbox.MsgIDProperty]] = true
 	}
 	if len(ids) != n {
 		t.Fatalf("broker has %d distinct messages, want %d", len(ids), n)
+	}
+	// A lost ack is sent again (at once, on a new connection): copies show the faults were
+	// injected. Failures are no proof any more: most dropped sends are re-sent before they
+	// fail.
+	if len(stored) == n {
+		t.Fatal("no ack was lost: the faults were not injected and the test proves nothing")
 	}
 }
 

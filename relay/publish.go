@@ -4,7 +4,6 @@ package relay
 
 import (
 	"context"
-	"sync"
 	"time"
 )
 
@@ -27,32 +26,72 @@ type result struct {
 	unsent bool          // deferred without an attempt: no failure to count
 }
 
-// publish runs the units on at most Concurrency goroutines. Each unit writes only its own
-// rows' results, so no lock is needed. Once fence reports the lock's validity gone, no
-// further send starts.
-func (r *Relay) publish(ctx context.Context, units []unit, items []item, results []result, fence func() bool) {
-	work := make(chan unit)
-	var wg sync.WaitGroup
-	for w := 0; w < min(r.cfg.Concurrency, len(units)); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for u := range work {
-				r.runUnit(ctx, u, items, results, fence)
-			}
-		}()
-	}
+// detachAfter is how long a page waits for its slowest units once all of them have started.
+// Units still running then go on detached (late): their rows are held by the relay until
+// they end and are written back on their own, so that a slow or hung send holds its own rows
+// and key, not the page, the pass and every key behind them.
+const detachAfter = 50 * time.Millisecond
+
+// running is one unit being published; out holds its results, out[n] for the row u.idx[n].
+type running struct {
+	u    unit
+	out  []result
+	done chan struct{}
+}
+
+// publish runs the units, each on a goroutine holding one of the relay's Concurrency send
+// slots, and copies their results into results. Once fence reports the lock's validity gone,
+// no further send starts. With detach, the units still running detachAfter after the last
+// one started are returned, running, instead of waited for; their rows' results stay held.
+func (r *Relay) publish(ctx context.Context, units []unit, items []item, results []result, fence func() bool, detach bool) (late []*running) {
+	started := make([]*running, 0, len(units))
+dispatch:
 	for _, u := range units {
 		if ctx.Err() != nil || (fence != nil && !fence()) {
 			break // the rest stay due
 		}
-		work <- u
+		select {
+		case r.slots <- struct{}{}:
+		case <-ctx.Done():
+			break dispatch
+		}
+		ru := &running{u: u, out: make([]result, len(u.idx)), done: make(chan struct{})}
+		started = append(started, ru)
+		go func() {
+			defer func() { <-r.slots }()
+			defer close(ru.done)
+			r.runUnit(ctx, ru.u, items, ru.out, fence)
+		}()
 	}
-	close(work)
-	wg.Wait()
+	var timeout <-chan time.Time
+	if detach {
+		t := time.NewTimer(detachAfter)
+		defer t.Stop()
+		timeout = t.C
+	}
+	expired := false
+	for _, ru := range started {
+		if !expired {
+			select {
+			case <-ru.done:
+			case <-timeout:
+				expired = true
+			}
+		}
+		select {
+		case <-ru.done:
+			for n, i := range ru.u.idx {
+				results[i] = ru.out[n]
+			}
+		default:
+			late = append(late, ru)
+		}
+	}
+	return late
 }
 
-func (r *Relay) runUnit(ctx context.Context, u unit, items []item, results []result, fence func() bool) {
+// runUnit publishes u, writing the result of its n-th row to out[n].
+func (r *Relay) runUnit(ctx context.Context, u unit, items []item, out []result, fence func() bool) {
 	switch {
 	case u.batch:
 		if fence != nil && !fence() {
@@ -64,8 +103,8 @@ func (r *Relay) runUnit(ctx context.Context, u unit, items []item, results []res
 		}
 		err := r.send(ctx, items[u.idx[0]].route, msgs...)
 		if err == nil {
-			for _, i := range u.idx {
-				results[i] = result{kind: sent}
+			for n := range u.idx {
+				out[n] = result{kind: sent}
 			}
 			return
 		}
@@ -75,25 +114,25 @@ func (r *Relay) runUnit(ctx context.Context, u unit, items []item, results []res
 		if KindOf(err) != SendRefused {
 			// The broker did not take the request (unreachable, timeout, dropped connection,
 			// busy): every message fails alike.
-			for _, i := range u.idx {
-				results[i] = failResult(err)
+			for n := range u.idx {
+				out[n] = failResult(err)
 			}
 			return
 		}
 		// The broker refused the batch: find out which message it refuses.
 		r.log.Debug().Err(err).Int("messages", len(u.idx)).Msg("batch send refused, sending one by one")
-		for _, i := range u.idx {
-			r.sendOne(ctx, items[i], &results[i], fence)
+		for n, i := range u.idx {
+			r.sendOne(ctx, items[i], &out[n], fence)
 		}
 	case u.chain:
-		for _, i := range u.idx {
-			r.sendOne(ctx, items[i], &results[i], fence)
-			if results[i].kind != sent && results[i].kind != dead {
+		for n, i := range u.idx {
+			r.sendOne(ctx, items[i], &out[n], fence)
+			if out[n].kind != sent && out[n].kind != dead {
 				return // a failed or abandoned message holds back the rest of its key
 			}
 		}
 	default:
-		r.sendOne(ctx, items[u.idx[0]], &results[u.idx[0]], fence)
+		r.sendOne(ctx, items[u.idx[0]], &out[0], fence)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,10 +51,11 @@ type Config struct {
 	// Concurrency bounds the broker sends in flight at once. Defaults to 16.
 	Concurrency int
 	// PollInterval is the longest wait between scans when there is nothing to do. Defaults
-	// to 1s. After a scan that found work the relay looks again at once, and after empty
-	// scans it waits MinPollInterval, doubling up to PollInterval: rows written by plain-SQL
-	// writers that cannot nudge are picked up within milliseconds under load, while an idle
-	// table costs about one query per PollInterval.
+	// to 1s. After a scan that found work the relay looks again at once; after empty scans
+	// it waits MinPollInterval, which stays so while polling keeps finding rows (a scan the
+	// poll started found work within the last PollInterval) and then doubles up to
+	// PollInterval: rows written by plain-SQL writers that cannot nudge are picked up within
+	// MinPollInterval under load, while an idle table costs about one query per PollInterval.
 	PollInterval time.Duration
 	// MinPollInterval is the first wait after a scan that found nothing. Defaults to 10ms
 	// (or PollInterval when that is shorter).
@@ -250,6 +252,18 @@ type Relay struct {
 	// hold the partition, and nudgeIn carries the nudges of the group's one subscription.
 	gate    *gate
 	nudgeIn chan struct{}
+	// slots holds one token per send in flight (Concurrency), pages' and late units' alike.
+	slots chan struct{}
+	// inflight holds the ids of the rows of late units (publish detached them from their
+	// page): later passes leave them alone until their results are written back.
+	inflightMu sync.Mutex
+	inflight   map[int64]struct{}
+	// late counts the late units running; lateDone wakes the leader when one has ended.
+	late     sync.WaitGroup
+	lateDone chan struct{}
+	// parked remembers, per ordered key whose held rows were parked (parkHeld), the head
+	// they wait for. Used by the pass's goroutine only.
+	parked map[orderKey]heldHead
 	// sawWork, set by a Group, wakes the other partitions this process holds after a pass
 	// that found rows: writers write to every partition, so where one partition's polling
 	// found work the others' likely will, and their adaptive polls need not wait it out.
@@ -280,6 +294,9 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Rel
 		log:       log,
 		incidents: newIncidents(log, cfg.Metrics.Table(cfg.Database, cfg.Table)),
 		tracer:    msgtrace.Tracer(cfg.TracerProvider),
+		slots:     make(chan struct{}, cfg.Concurrency),
+		inflight:  map[int64]struct{}{},
+		lateDone:  make(chan struct{}, 1),
 	}
 	r.progress.mark()
 	r.store.pg = &r.progress
@@ -310,7 +327,8 @@ type Stats struct {
 	// broker's backoff with their retry count untouched.
 	Deferred int
 	// Held is the number of due rows left for later: held back behind an earlier message of
-	// their ordered key, or abandoned when the context ended.
+	// their ordered key, still being sent by an earlier pass's slow send, or abandoned when
+	// the context ended.
 	Held int
 }
 
@@ -332,12 +350,14 @@ func (s *Stats) add(o Stats) {
 // stops taking new pages when stop is done, and abandons sends in flight when ctx is done
 // (their rows stay due). Results already acknowledged are always written back.
 func (r *Relay) DrainOnce(stop, ctx context.Context) (Stats, error) {
-	return r.drain(stop, ctx, nil)
+	return r.drain(stop, ctx, nil, false)
 }
 
 // drain is DrainOnce with a fence: when fence is set and returns false (the lock's validity
-// has run out), nothing more is published.
-func (r *Relay) drain(stop, ctx context.Context, fence func() bool) (Stats, error) {
+// has run out), nothing more is published. With detach, a page does not wait for its slow
+// units (publish): they go on after the pass, and the leader waits for them (waitLate) before
+// its term ends.
+func (r *Relay) drain(stop, ctx context.Context, fence func() bool, detach bool) (Stats, error) {
 	nowMs := time.Now().UnixMilli()
 	scanCtx, cancelScan := context.WithCancel(ctx)
 	defer cancelScan()
@@ -357,7 +377,7 @@ func (r *Relay) drain(stop, ctx context.Context, fence func() bool) (Stats, erro
 			cancelScan()
 			continue // drain the channel; these rows stay due
 		}
-		results := r.processPage(ctx, pg, fence, blocked)
+		results := r.processPage(ctx, pg, fence, blocked, detach)
 		comp.submit(pg.rows, results)
 	}
 	st, err := comp.close()
@@ -370,7 +390,7 @@ func (r *Relay) drain(stop, ctx context.Context, fence func() bool) (Stats, erro
 // processPage plans and publishes one page and returns each row's result. blocked carries,
 // from one page of a pass to the next, the ordered keys found held behind an unsent row
 // (plan).
-func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, blocked blockedKeys) []result {
+func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, blocked blockedKeys, detach bool) []result {
 	start := time.Now()
 	rows := pg.rows
 	results := make([]result, len(rows))
@@ -379,6 +399,7 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, bl
 	seenKey := map[string]bool{}
 	var maxOrderedID int64
 	routes := map[routeKey]routed{}
+	var hold heldRows
 	var inPage map[int64]bool // the page's ids, needed only when keys are blocked
 	if len(blocked) > 0 {
 		inPage = make(map[int64]bool, len(rows))
@@ -386,16 +407,24 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, bl
 			inPage[rows[i].id] = true
 		}
 	}
+	r.inflightMu.Lock()
+	anyInflight := len(r.inflight) > 0
+	r.inflightMu.Unlock()
 	for i := range rows {
+		if anyInflight && r.isInflight(rows[i].id) {
+			continue // a late unit of an earlier page publishes it
+		}
 		msg, route, err := r.prepare(&rows[i], routes)
 		if err != nil {
 			results[i] = result{kind: dead, reason: err.Error()}
 			continue
 		}
 		if route.Ordered && msg.ShardingKey != "" {
-			if h, ok := blocked[orderKey{msg.Topic, msg.ShardingKey}]; ok && rows[i].id > h && !inPage[h] {
+			k := orderKey{msg.Topic, msg.ShardingKey}
+			if h, ok := blocked[k]; ok && rows[i].id > h.id && !inPage[h.id] {
 				// Held behind an unsent row of its key that an earlier page of this pass
 				// found and that is not in this page: no need to ask the database again.
+				hold.add(k, h, rows[i].id)
 				continue
 			}
 		}
@@ -420,7 +449,39 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, bl
 		r.log.Warn().Err(err).Msg("ordered-key check failed; ordered rows of this page wait for the next pass")
 		units = r.unorderedUnits(items)
 	}
-	r.publish(ctx, units, items, results, fence)
+	if len(blocked) > 0 {
+		scheduled := map[int]bool{}
+		for _, u := range units {
+			for _, i := range u.idx {
+				scheduled[i] = true
+			}
+		}
+		for i, it := range items {
+			if it.msg == nil || !it.route.Ordered || it.msg.ShardingKey == "" || scheduled[i] {
+				continue
+			}
+			k := orderKey{it.msg.Topic, it.msg.ShardingKey}
+			if h, ok := blocked[k]; ok && it.row.id > h.id {
+				hold.add(k, h, it.row.id)
+			}
+		}
+	}
+	late := r.publish(ctx, units, items, results, fence, detach)
+	for _, ru := range late {
+		r.goLate(ctx, ru, items, fence)
+	}
+	r.parkHeld(ctx, hold, items, results)
+	r.judge(ctx, items, results)
+	for i := range rows {
+		rows[i].content = nil // published: the completer needs ids and counts only
+	}
+	r.metrics.ObserveBatch(time.Since(start))
+	return results
+}
+
+// judge turns failed sends into retries or deferrals (incidents.judge) and, when a broker
+// recovered from an incident, brings the rows deferred during it forward.
+func (r *Relay) judge(ctx context.Context, items []item, results []result) {
 	if r.incidents.judge(items, results) {
 		// The rows deferred during the incident hold deferrals of up to 30 s, grown while
 		// the broker failed: bring them forward, so that an outage's rows follow the broker's
@@ -432,11 +493,122 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, bl
 			r.log.Info().Int64("rows", n).Msg("broker recovered: rows deferred during its incident are due now")
 		}
 	}
-	for i := range rows {
-		rows[i].content = nil // published: the completer needs ids and counts only
+}
+
+// isInflight reports whether a late unit holds the row id.
+func (r *Relay) isInflight(id int64) bool {
+	r.inflightMu.Lock()
+	defer r.inflightMu.Unlock()
+	_, ok := r.inflight[id]
+	return ok
+}
+
+// goLate takes over a unit its page did not wait for (publish): its rows are held (later
+// passes skip them) until it ends and its results are judged and written back on their own,
+// acknowledged sends whatever the lock, like any page's. Then the leader is woken: the rows
+// behind them (the rest of an ordered key) may go.
+func (r *Relay) goLate(ctx context.Context, ru *running, items []item, fence func() bool) {
+	lateItems := make([]item, len(ru.u.idx))
+	rows := make([]row, len(ru.u.idx))
+	r.inflightMu.Lock()
+	for n, i := range ru.u.idx {
+		rows[n] = *items[i].row
+		rows[n].content = nil // the message holds the body
+		lateItems[n] = item{row: &rows[n], msg: items[i].msg, route: items[i].route}
+		r.inflight[rows[n].id] = struct{}{}
 	}
-	r.metrics.ObserveBatch(time.Since(start))
-	return results
+	r.inflightMu.Unlock()
+	r.late.Add(1)
+	go func() {
+		defer r.late.Done()
+		<-ru.done
+		r.judge(ctx, lateItems, ru.out)
+		comp := r.newCompleter(ctx, fence)
+		go comp.run()
+		comp.submit(rows, ru.out)
+		if _, err := comp.close(); err != nil {
+			r.log.Warn().Err(err).Int("rows", len(rows)).Msg("write-back of a late unit failed; its rows stay due")
+		}
+		r.inflightMu.Lock()
+		for n := range rows {
+			delete(r.inflight, rows[n].id)
+		}
+		r.inflightMu.Unlock()
+		select {
+		case r.lateDone <- struct{}{}:
+		default:
+		}
+	}()
+}
+
+// parkAfter is how far in the future a held key's head must be due for the key's held rows
+// to be parked: further than any broker-incident deferral (30 s, +25 % jitter), which a
+// broker's recovery brings forward (hastenDeferred) without knowing of parked rows.
+const parkAfter = time.Minute
+
+// maxParkedKeys bounds the parked keys remembered for an early unpark.
+const maxParkedKeys = 100000
+
+// heldRows are the rows of a page held behind the unsent head of their ordered key.
+type heldRows map[orderKey]*heldKey
+
+type heldKey struct {
+	head heldHead
+	ids  []int64
+}
+
+func (h *heldRows) add(k orderKey, head heldHead, id int64) {
+	if *h == nil {
+		*h = heldRows{}
+	}
+	hk := (*h)[k]
+	if hk == nil {
+		hk = &heldKey{head: head}
+		(*h)[k] = hk
+	}
+	hk.ids = append(hk.ids, id)
+}
+
+// parkHeld keeps a key known blocked from being read again pass after pass. The rows of
+// hold wait behind a head due more than parkAfter from now: they are made due when their
+// head is (store.park), so that the scan skips them until then and a pass costs the same
+// whatever the backlog held behind a waiting head. A parked key whose head was sent or went
+// dead before its time (an operator brought it forward) is made due again now
+// (store.unpark).
+func (r *Relay) parkHeld(ctx context.Context, hold heldRows, items []item, results []result) {
+	nowMs := time.Now().UnixMilli()
+	for i, it := range items {
+		if it.msg == nil || len(r.parked) == 0 || (results[i].kind != sent && results[i].kind != dead) {
+			continue
+		}
+		k := orderKey{it.msg.Topic, it.msg.ShardingKey}
+		if h, ok := r.parked[k]; ok && h.id == it.row.id {
+			delete(r.parked, k)
+			if n, err := r.store.unpark(ctx, k, h.id, h.dueMs, nowMs); err != nil {
+				r.log.Warn().Err(err).Str("sharding_key", k.key).Msg("head of a parked key sent; its rows wait until the head's old due time")
+			} else if n > 0 {
+				r.log.Debug().Str("sharding_key", k.key).Int64("rows", n).Msg("head of a parked key sent: its rows are due now")
+			}
+		}
+	}
+	for k, hk := range hold {
+		if hk.head.dueMs <= nowMs+parkAfter.Milliseconds() {
+			continue // due soon: read again, as any held row
+		}
+		n, err := r.store.park(ctx, hk.ids, hk.head.dueMs)
+		if err != nil {
+			r.log.Warn().Err(err).Str("sharding_key", k.key).Msg("held rows not parked; they are read again each pass")
+			continue
+		}
+		if r.parked == nil {
+			r.parked = map[orderKey]heldHead{}
+		}
+		if len(r.parked) < maxParkedKeys {
+			r.parked[k] = hk.head
+		}
+		r.log.Debug().Str("sharding_key", k.key).Int64("rows", n).Int64("head", hk.head.id).
+			Time("until", time.UnixMilli(hk.head.dueMs)).Msg("rows held behind a waiting head parked until it is due")
+	}
 }
 
 // routeKey is a topic and tag, the inputs of validation and routing.

@@ -161,13 +161,14 @@ type orderKey struct{ topic, key string }
 // not ordered (an unordered row of the same order, a delayed close-check say, is no part of
 // the stream and holds nothing back). A row may go only when every earlier unsent row of its
 // stream goes before it in the same batch.
-func (s *store) unsentUpTo(ctx context.Context, keys []string, maxID int64, ordered func(topic, tag string) bool) (map[orderKey][]int64, error) {
+func (s *store) unsentUpTo(ctx context.Context, keys []string, maxID int64, ordered func(topic, tag string) bool) (map[orderKey][]int64, map[int64]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	out := map[orderKey][]int64{}
+	due := map[int64]int64{}
 	for start := 0; start < len(keys); start += maxIDsPerStatement {
 		chunk := keys[start:min(start+maxIDsPerStatement, len(keys))]
-		q := `SELECT id, COALESCE(topic, ''), tag, sharding_key FROM ` + s.table + `
+		q := `SELECT id, COALESCE(topic, ''), tag, sharding_key, next_retry_time FROM ` + s.table + `
 			WHERE sharding_key IN (` + placeholders(len(chunk)) + `) AND status IN (0, 1) AND id <= ? AND is_deleted = 0`
 		args := make([]any, 0, len(chunk)+1)
 		for _, k := range chunk {
@@ -176,30 +177,101 @@ func (s *store) unsentUpTo(ctx context.Context, keys []string, maxID int64, orde
 		args = append(args, maxID)
 		rows, err := s.query(ctx, q, args...)
 		if err != nil {
-			return nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.name, err)
+			return nil, nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.name, err)
 		}
 		for rows.Next() {
-			var id int64
+			var id, next int64
 			var k orderKey
 			var tag sql.NullString // NULL in an adopted table whose tag column allows it
-			if err := rows.Scan(&id, &k.topic, &tag, &k.key); err != nil {
+			if err := rows.Scan(&id, &k.topic, &tag, &k.key, &next); err != nil {
 				rows.Close()
-				return nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.name, err)
+				return nil, nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.name, err)
 			}
 			if ordered(k.topic, tag.String) {
 				out[k] = append(out[k], id)
+				due[id] = next
 			}
 		}
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
-			return nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.name, err)
+			return nil, nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.name, err)
 		}
 	}
 	for _, ids := range out {
 		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	}
-	return out, nil
+	return out, due, nil
+}
+
+// park makes the pending rows ids, held behind an unsent row of their key that is not due
+// before untilMs, due at untilMs: the scan stops reading them until their head may go. Only
+// pending rows due earlier are moved; the status is not touched.
+func (s *store) park(ctx context.Context, ids []int64, untilMs int64) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var total int64
+	for start := 0; start < len(ids); start += maxIDsPerStatement {
+		chunk := ids[start:min(start+maxIDsPerStatement, len(ids))]
+		args := make([]any, 0, len(chunk)+2)
+		args = append(args, untilMs)
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		args = append(args, untilMs)
+		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET next_retry_time = ?
+			WHERE id IN (`+placeholders(len(chunk))+`) AND status = 0 AND next_retry_time < ? AND is_deleted = 0`, args...)
+		if err != nil {
+			return total, fmt.Errorf("park held rows of %s: %w", s.name, err)
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// unpark makes the pending rows of the ordered stream k after id, parked at untilMs behind
+// it (park), due at nowMs: their head was sent or went dead before its time. Like every
+// change, the rows are found by a read without locks and changed by primary key, guarded.
+func (s *store) unpark(ctx context.Context, k orderKey, id, untilMs, nowMs int64) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	rows, err := s.query(ctx, `SELECT id FROM `+s.table+`
+		WHERE sharding_key = ? AND topic = ? AND status = 0 AND id > ? AND next_retry_time = ? AND is_deleted = 0`,
+		k.key, k.topic, id, untilMs)
+	if err != nil {
+		return 0, fmt.Errorf("find parked rows of %s: %w", s.name, err)
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("find parked rows of %s: %w", s.name, err)
+		}
+		ids = append(ids, id)
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return 0, fmt.Errorf("find parked rows of %s: %w", s.name, err)
+	}
+	var total int64
+	for start := 0; start < len(ids); start += maxIDsPerStatement {
+		chunk := ids[start:min(start+maxIDsPerStatement, len(ids))]
+		args := make([]any, 0, len(chunk)+2)
+		args = append(args, nowMs)
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		args = append(args, untilMs)
+		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET next_retry_time = ?
+			WHERE id IN (`+placeholders(len(chunk))+`) AND status = 0 AND next_retry_time = ? AND is_deleted = 0`, args...)
+		if err != nil {
+			return total, fmt.Errorf("unpark rows of %s: %w", s.name, err)
+		}
+		total += n
+	}
+	return total, nil
 }
 
 // maxIDsPerStatement bounds an IN list.

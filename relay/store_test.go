@@ -171,7 +171,7 @@ func TestOrderedCheckIgnoresTheKeysHistory(t *testing.T) {
 		if _, err := db.Exec("FLUSH STATUS"); err != nil {
 			t.Fatal(err)
 		}
-		unsent, err := r.store.unsentUpTo(ctx, []string{"order-1"}, 1<<62, func(string, string) bool { return true })
+		unsent, _, err := r.store.unsentUpTo(ctx, []string{"order-1"}, 1<<62, func(string, string) bool { return true })
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 
@@ -50,7 +51,11 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	rdb, prefix := testenv.Redis(t)
-	broker, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
+	// A message a consumer sends back is redelivered after a second, not at once: RocketMQ
+	// waits 10 s and more (delay levels). At once, a redelivered copy of a lost ack, which the
+	// relay now sends again within milliseconds, came back up to 16 times while the first copy
+	// was still being consumed, and went to the dead-letter queue unhandled.
+	broker, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}, RetryDelay: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package relay
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"sync"
+	"time"
+	"unsafe"
+
+	rocketmq "github.com/apache/rocketmq-client-go/v2"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+)
+
+// Failing fast on a dropped connection. rocketmq-client-go keeps a request pending until its
+// deadline when the broker closes the connection it went on: the client drops the connection
+// from its table on EOF (or on a failed write) but leaves the requests waiting on it. The
+// watcher below notes the connection each send is written to (a remoting interceptor, called
+// just before the write, on the connection the client chose), sees that connection leave the
+// client's table, and cancels the sends still waiting for an answer on it within a few
+// milliseconds, so that the publisher sends them again at once on the new connection: a copy
+// when the broker had stored the message, which is what a lost acknowledgement costs anyway.
+// It never guesses from timing: a send whose connection is still in the client's table, or
+// whose answer the client read before the connection's EOF, is never given up, however slow
+// the broker or late the client's goroutines (docs/decisions.md, "Dropped connections, slow
+// sends, held keys and the poll (issue 21)").
+
+// errConnectionDropped is the cause a watched send's context is cancelled with when the
+// connection it waits on was closed.
+var errConnectionDropped = errors.New("the connection the send waited on was closed")
+
+// connWatchTick is how often the pending sends' connections are looked at.
+const connWatchTick = 2 * time.Millisecond
+
+// hookClient lets w watch the sends of prod: it registers w's remoting interceptor with the
+// client behind prod, which must not be started yet, and finds the client's tables of
+// connections and of requests waiting for an answer. It returns false when the client is not
+// laid out as the pinned rocketmq-client-go is: the watcher is then off and a dropped
+// connection costs its sends their timeout, as before. TestConnWatchHooksTheClient fails when
+// an upgrade of the client moves what it needs.
+func (w *connWatch) hookClient(prod rocketmq.Producer) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	field := func(v reflect.Value, name string) reflect.Value {
+		for v.Kind() == reflect.Interface || v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				return reflect.Value{}
+			}
+			v = v.Elem()
+		}
+		if v.Kind() != reflect.Struct {
+			return reflect.Value{}
+		}
+		return v.FieldByName(name)
+	}
+	v := field(reflect.ValueOf(prod), "client") // in *producer.defaultProducer
+	if !v.IsValid() {
+		return false
+	}
+	rc := field(v, "remoteClient") // in *internal.rmqClient
+	if !rc.IsValid() || rc.Kind() != reflect.Interface || !rc.CanAddr() {
+		return false
+	}
+	table := field(rc, "connectionTable") // in *remote.remotingClient
+	if !table.IsValid() || table.Type() != reflect.TypeFor[sync.Map]() || !table.CanAddr() {
+		return false
+	}
+	responses := field(rc, "responseTable")
+	if !responses.IsValid() || responses.Type() != reflect.TypeFor[sync.Map]() || !responses.CanAddr() {
+		return false
+	}
+	remote, ok := reflect.NewAt(rc.Type(), unsafe.Pointer(rc.UnsafeAddr())).Elem().Interface().(interface {
+		RegisterInterceptor(...primitive.Interceptor)
+	})
+	if !ok {
+		return false
+	}
+	remote.RegisterInterceptor(w.interceptor((*sync.Map)(unsafe.Pointer(table.UnsafeAddr())),
+		(*sync.Map)(unsafe.Pointer(responses.UnsafeAddr()))))
+	return true
+}
+
+// connWatch cancels sends whose connection the client dropped. One goroutine looks at the
+// pending sends every connWatchTick while there are any, and exits when there are none.
+type connWatch struct {
+	mu      sync.Mutex
+	pending map[*watchedSend]struct{}
+	running bool
+}
+
+// watchedSend is one send waiting for its answer.
+type watchedSend struct {
+	conns     *sync.Map // the client's connections by broker address
+	responses *sync.Map // the client's requests waiting for an answer, by opaque
+	opaque    int32     // the send's request
+	addr      string
+	conn      any       // the connection the send was written to; nil: not written yet
+	goneAt    time.Time // when conn was first seen gone from the table
+	cancel    context.CancelCauseFunc
+}
+
+type watchKey struct{}
+
+// watch returns ctx, cancelled with errConnectionDropped when the connection the send is
+// written to is closed, and the func that ends the watch (call it when the send returns).
+func (w *connWatch) watch(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	s := &watchedSend{cancel: cancel}
+	ctx = context.WithValue(ctx, watchKey{}, s)
+	w.mu.Lock()
+	if w.pending == nil {
+		w.pending = map[*watchedSend]struct{}{}
+	}
+	w.pending[s] = struct{}{}
+	if !w.running {
+		w.running = true
+		go w.run()
+	}
+	w.mu.Unlock()
+	return ctx, func() {
+		w.mu.Lock()
+		delete(w.pending, s)
+		w.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// interceptor is the remoting interceptor of a client whose connections are conns and whose
+// requests waiting for an answer are responses: the client calls it with the connection it
+// chose in its table, just before writing a request. It notes that connection and the
+// request's opaque for the watched send the request belongs to.
+func (w *connWatch) interceptor(conns, responses *sync.Map) primitive.Interceptor {
+	return func(ctx context.Context, req, reply any, next primitive.Invoker) error {
+		if s, ok := ctx.Value(watchKey{}).(*watchedSend); ok {
+			pc, ok := primitive.GetProducerCtx(ctx)
+			if opaque, known := opaqueOf(req); ok && known && pc.BrokerAddr != "" {
+				conn, _ := conns.Load(pc.BrokerAddr)
+				w.mu.Lock()
+				s.conns, s.responses, s.opaque, s.addr, s.conn = conns, responses, opaque, pc.BrokerAddr, conn
+				w.mu.Unlock()
+			}
+		}
+		return next(ctx, req, reply)
+	}
+}
+
+// opaqueOf returns the opaque (request id) of the client's request req.
+func opaqueOf(req any) (opaque int32, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	v := reflect.ValueOf(req)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return 0, false
+	}
+	f := v.Elem().FieldByName("Opaque") // *remote.RemotingCommand
+	if !f.IsValid() || f.Kind() != reflect.Int32 {
+		return 0, false
+	}
+	return int32(f.Int()), true
+}
+
+func (w *connWatch) run() {
+	t := time.NewTicker(connWatchTick)
+	defer t.Stop()
+	for now := range t.C {
+		w.mu.Lock()
+		if len(w.pending) == 0 {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		for s := range w.pending {
+			if s.conn == nil {
+				continue // not written yet
+			}
+			cur, _ := s.conns.Load(s.addr)
+			switch {
+			case cur == s.conn:
+			case s.goneAt.IsZero():
+				// Gone from the table: the client read EOF or failed a write on it. Look
+				// again at the next tick: the client removes it before closing it.
+				s.goneAt = now
+			default:
+				if _, waiting := s.responses.Load(s.opaque); waiting {
+					// The client reads a connection's answers before its EOF, and takes
+					// each out of its table of waiting requests: this one's never came.
+					s.cancel(errConnectionDropped)
+				}
+				// Else its answer was read and is on its way to the sender: no copy.
+				delete(w.pending, s)
+			}
+		}
+		w.mu.Unlock()
+	}
+}
