@@ -258,6 +258,12 @@ type Relay struct {
 	// page): later passes leave them alone until their results are written back.
 	inflightMu sync.Mutex
 	inflight   map[int64]struct{}
+	// settled holds the ids of late units' rows written back, with the pass that was
+	// running then (passSeq): a page that pass (or an earlier one still draining) read
+	// before the write-back holds them unsent, and must not send them again. Pruned as
+	// passes begin; guarded by inflightMu.
+	settled map[int64]uint64
+	passSeq atomic.Uint64
 	// late counts the late units running; lateDone wakes the leader when one has ended.
 	late     sync.WaitGroup
 	lateDone chan struct{}
@@ -296,6 +302,7 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Rel
 		tracer:    msgtrace.Tracer(cfg.TracerProvider),
 		slots:     make(chan struct{}, cfg.Concurrency),
 		inflight:  map[int64]struct{}{},
+		settled:   map[int64]uint64{},
 		lateDone:  make(chan struct{}, 1),
 	}
 	r.progress.mark()
@@ -358,6 +365,7 @@ func (r *Relay) DrainOnce(stop, ctx context.Context) (Stats, error) {
 // units (publish): they go on after the pass, and the leader waits for them (waitLate) before
 // its term ends.
 func (r *Relay) drain(stop, ctx context.Context, fence func() bool, detach bool) (Stats, error) {
+	pass := r.beginPass()
 	nowMs := time.Now().UnixMilli()
 	scanCtx, cancelScan := context.WithCancel(ctx)
 	defer cancelScan()
@@ -377,7 +385,7 @@ func (r *Relay) drain(stop, ctx context.Context, fence func() bool, detach bool)
 			cancelScan()
 			continue // drain the channel; these rows stay due
 		}
-		results := r.processPage(ctx, pg, fence, blocked, detach)
+		results := r.processPage(ctx, pg, pass, fence, blocked, detach)
 		comp.submit(pg.rows, results)
 	}
 	st, err := comp.close()
@@ -390,7 +398,7 @@ func (r *Relay) drain(stop, ctx context.Context, fence func() bool, detach bool)
 // processPage plans and publishes one page and returns each row's result. blocked carries,
 // from one page of a pass to the next, the ordered keys found held behind an unsent row
 // (plan).
-func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, blocked blockedKeys, detach bool) []result {
+func (r *Relay) processPage(ctx context.Context, pg *page, pass uint64, fence func() bool, blocked blockedKeys, detach bool) []result {
 	start := time.Now()
 	rows := pg.rows
 	results := make([]result, len(rows))
@@ -408,11 +416,13 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, bl
 		}
 	}
 	r.inflightMu.Lock()
-	anyInflight := len(r.inflight) > 0
+	anyInflight := len(r.inflight) > 0 || len(r.settled) > 0
 	r.inflightMu.Unlock()
 	for i := range rows {
-		if anyInflight && r.isInflight(rows[i].id) {
-			continue // a late unit of an earlier page publishes it
+		if anyInflight && r.heldByLateUnit(rows[i].id, pass) {
+			// A late unit of an earlier page publishes it, or published it after this page
+			// was read: results[i] stays zero, which the completer leaves alone.
+			continue
 		}
 		msg, route, err := r.prepare(&rows[i], routes)
 		if err != nil {
@@ -495,12 +505,31 @@ func (r *Relay) judge(ctx context.Context, items []item, results []result) {
 	}
 }
 
-// isInflight reports whether a late unit holds the row id.
-func (r *Relay) isInflight(id int64) bool {
+// heldByLateUnit reports whether a late unit holds the row id, or wrote it back while pass
+// (the pass of the page that read it) or a later one ran: the page's copy of the row is then
+// older than the write-back.
+func (r *Relay) heldByLateUnit(id int64, pass uint64) bool {
 	r.inflightMu.Lock()
 	defer r.inflightMu.Unlock()
-	_, ok := r.inflight[id]
-	return ok
+	if _, ok := r.inflight[id]; ok {
+		return true
+	}
+	at, ok := r.settled[id]
+	return ok && at >= pass
+}
+
+// beginPass numbers a new pass and forgets the late units' rows written back before the
+// previous pass began: every page read from now on was read after their write-back.
+func (r *Relay) beginPass() uint64 {
+	pass := r.passSeq.Add(1)
+	r.inflightMu.Lock()
+	for id, at := range r.settled {
+		if at+1 < pass {
+			delete(r.settled, id)
+		}
+	}
+	r.inflightMu.Unlock()
+	return pass
 }
 
 // goLate takes over a unit its page did not wait for (publish): its rows are held (later
@@ -530,8 +559,10 @@ func (r *Relay) goLate(ctx context.Context, ru *running, items []item, fence fun
 			r.log.Warn().Err(err).Int("rows", len(rows)).Msg("write-back of a late unit failed; its rows stay due")
 		}
 		r.inflightMu.Lock()
+		at := r.passSeq.Load()
 		for n := range rows {
 			delete(r.inflight, rows[n].id)
+			r.settled[rows[n].id] = at
 		}
 		r.inflightMu.Unlock()
 		select {

@@ -736,3 +736,49 @@ func TestSlowSendHoldsOnlyItsOwnRows(t *testing.T) {
 		t.Fatalf("the slow row was sent %d times, want 1", c)
 	}
 }
+
+// A late unit's rows, written back while a later pass had already read them unsent, are not
+// sent again by that pass. Made to happen: one send slot, a send that outlasts its page (it
+// goes on detached, holding the slot), and a failed row that the next pass reads first, so
+// that the pass's first page waits for the slot while the scan reads the slow row, still
+// unsent, into its second page; the slow send ends, is written back and frees the slot, and
+// only then is the second page published.
+func TestLateUnitsRowsAreNotSentAgainByAPassThatReadThemBefore(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	east, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(east.Close)
+	eastPub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{east.NameServerAddr()}, SendTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eastPub.Close() })
+	if err := eastPub.Send(context.Background(), relay.Route{}, &relay.Message{MsgID: "warm", Topic: "east", Body: []byte("w")}); err != nil {
+		t.Fatal(err)
+	}
+	east.SetFaults(rmqtest.Faults{Latency: 2 * time.Second})
+	pub := &countingPublisher{Publisher: topicPublisher{"east": eastPub, "west": b.pub}, counts: map[string]int{}}
+	b.insert(t, outbox.Message{MsgID: "slow", Topic: "east", Body: []byte("s")})
+	cfg := b.config()
+	cfg.Concurrency = 1
+	cfg.BatchSize = 1
+	r, err := relay.New(b.db.DB, b.rdb, pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, r)
+	eventually(t, 30*time.Second, "the slow send started", func() bool { return pub.count("slow") == 1 })
+	if _, err := b.db.Exec("INSERT INTO local_message (msg_id, topic, content, status, retry_count) VALUES ('failed', 'west', 'f', 1, 1)"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "both rows sent", func() bool { return countWhere(t, b.db.DB, "status = 2") == 2 })
+	// Give the pass that read the slow row a chance to publish its page.
+	b.insert(t, outbox.Message{MsgID: "after", Topic: "west", Body: []byte("a")})
+	eventually(t, 30*time.Second, "a later row sent", func() bool { return countWhere(t, b.db.DB, "msg_id = 'after' AND status = 2") == 1 })
+	if c := pub.count("slow"); c != 1 {
+		t.Fatalf("the slow row was sent %d times, want once", c)
+	}
+}
