@@ -21,7 +21,8 @@
 //     unordered route is no part of the stream), as one chain that publish.go sends one
 //     message after the other, stopping at the first that is not sent. A chain still
 //     sending when the rest of its page is done goes on detached (publish.go, relay.go
-//     goLate): its rows are skipped by later passes until written back, and plan.go sees
+//     goLate): its rows are skipped by later passes until written back (and by a pass that
+//     read them before the write-back: heldByLateUnit), and plan.go sees
 //     them unsent, so the key's later rows wait while other keys go on. Rows held behind a
 //     head due more than a minute later are parked until it is due (relay.go, parkHeld): the
 //     scan skips them instead of reading them pass after pass.
