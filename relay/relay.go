@@ -395,9 +395,6 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, bl
 	rows := pg.rows
 	results := make([]result, len(rows))
 	items := make([]item, len(rows))
-	var orderedKeys []string
-	seenKey := map[string]bool{}
-	var maxOrderedID int64
 	routes := map[routeKey]routed{}
 	var hold heldRows
 	var inPage map[int64]bool // the page's ids, needed only when keys are blocked
@@ -435,15 +432,8 @@ func (r *Relay) processPage(ctx context.Context, pg *page, fence func() bool, bl
 			continue
 		}
 		items[i] = item{row: &rows[i], msg: msg, route: route}
-		if route.Ordered && msg.ShardingKey != "" {
-			if !seenKey[msg.ShardingKey] {
-				seenKey[msg.ShardingKey] = true
-				orderedKeys = append(orderedKeys, msg.ShardingKey)
-			}
-			maxOrderedID = max(maxOrderedID, rows[i].id)
-		}
 	}
-	units, err := r.plan(ctx, items, orderedKeys, maxOrderedID, blocked)
+	units, err := r.plan(ctx, items, blocked)
 	if err != nil {
 		// The ordered-key check could not run: hold the page's ordered rows, send the rest.
 		r.log.Warn().Err(err).Msg("ordered-key check failed; ordered rows of this page wait for the next pass")
