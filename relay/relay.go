@@ -593,7 +593,12 @@ func (r *Relay) parkHeld(ctx context.Context, hold heldRows, items []item, resul
 		if r.parked == nil {
 			r.parked = map[orderKey]heldHead{}
 		}
-		if len(r.parked) < maxParkedKeys {
+		// The ordered check names the nearest unsent row below the page as the head: for rows
+		// written after a parked backlog, one of its parked rows, due with the real head.
+		// The head remembered stays the older one, whose send brings the key forward.
+		old, known := r.parked[k]
+		keepOld := known && old.id < hk.head.id && old.dueMs == hk.head.dueMs
+		if !keepOld && (known || len(r.parked) < maxParkedKeys) {
 			r.parked[k] = hk.head
 		}
 		r.log.Debug().Str("sharding_key", k.key).Int64("rows", n).Int64("head", hk.head.id).
