@@ -5,9 +5,13 @@ package relay
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // checkStreamsPerStatement bounds the streams one statement of the ordered check reads (two
@@ -37,10 +41,11 @@ func (s *store) orderedHeads(ctx context.Context, streams map[orderKey][]int64, 
 	if len(streams) == 0 {
 		return nil, nil
 	}
-	if err := s.scanIndex(ctx); err != nil {
+	hint, err := s.orderedIndex(ctx)
+	if err != nil {
 		return nil, err
 	}
-	if s.checkHint == "" {
+	if hint == "" {
 		return s.headsFromUnsent(ctx, streams, ordered)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -73,13 +78,13 @@ func (s *store) orderedHeads(ctx context.Context, streams map[orderKey][]int64, 
 				// unsent ones matter (a gap in the page's run of the stream).
 				for _, k := range inner {
 					ids := streams[k]
-					parts = append(parts, `(SELECT 1 AS part, id, COALESCE(topic, ''), sharding_key, tag, status, next_retry_time FROM `+s.table+s.checkHint+`
+					parts = append(parts, `(SELECT 1 AS part, id, COALESCE(topic, ''), sharding_key, tag, status, next_retry_time FROM `+s.table+hint+`
 						WHERE sharding_key = ? AND id > ? AND id < ? AND COALESCE(topic, '') = ? AND status IN (0, 1) AND is_deleted = 0)`)
 					args = append(args, k.key, ids[0], ids[len(ids)-1], k.topic)
 				}
 			}
 			for _, w := range chunk {
-				parts = append(parts, `(SELECT 0 AS part, id, COALESCE(topic, ''), sharding_key, tag, status, next_retry_time FROM `+s.table+s.checkHint+`
+				parts = append(parts, `(SELECT 0 AS part, id, COALESCE(topic, ''), sharding_key, tag, status, next_retry_time FROM `+s.table+hint+`
 					WHERE sharding_key = ? AND id < ? AND COALESCE(topic, '') = ? AND status IN (0, 1, 2) AND is_deleted = 0
 					ORDER BY id DESC LIMIT `+fmt.Sprint(w.limit)+`)`)
 				args = append(args, w.k.key, w.below, w.k.topic)
@@ -89,6 +94,12 @@ func (s *store) orderedHeads(ctx context.Context, streams map[orderKey][]int64, 
 			}
 			got, err := s.checkRows(ctx, strings.Join(parts, "\nUNION ALL\n"), args)
 			if err != nil {
+				var me *mysql.MySQLError
+				if errors.As(err, &me) && me.Number == 1176 { // ER_KEY_DOES_NOT_EXITS: dropped since
+					s.scanMu.Lock()
+					s.checkHint, s.checkLooked = "", time.Time{}
+					s.scanMu.Unlock()
+				}
 				return nil, err
 			}
 			if !innerDone && start == 0 {
@@ -127,6 +138,26 @@ func (s *store) orderedHeads(ctx context.Context, streams map[orderKey][]int64, 
 		walks = next
 	}
 	return heads, nil
+}
+
+// orderedIndex returns the FORCE INDEX clause of the table's (sharding_key, id) index, or
+// "" when it has none. A table without one is looked at again after a minute, so that a
+// relay running while migrate adds it starts using it; a table whose index was dropped
+// since is looked at again at once (orderedHeads).
+func (s *store) orderedIndex(ctx context.Context) (string, error) {
+	if err := s.scanIndex(ctx); err != nil {
+		return "", err
+	}
+	s.scanMu.Lock()
+	defer s.scanMu.Unlock()
+	if s.checkHint == "" && time.Since(s.checkLooked) > time.Minute {
+		hint, err := s.indexHint(ctx, "sharding_key,id")
+		if err != nil {
+			return "", err
+		}
+		s.checkHint, s.checkLooked = hint, time.Now()
+	}
+	return s.checkHint, nil
 }
 
 // checkPart names a subquery's rows in a statement of the ordered check: part 0 the rows

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/schema"
@@ -143,4 +144,55 @@ func TestOrderedCheckReadsTheNearestDecidingRow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A relay running while migrate swaps the ordered check's index starts reading the new one
+// (looked for again a minute after it found none); one whose index is dropped fails one
+// check, then reads the keys' unsent rows as on a table not yet migrated.
+func TestOrderedCheckFollowsTheTablesIndex(t *testing.T) {
+	t.Parallel()
+	db := testenv.MySQL(t)
+	ctx := context.Background()
+	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("ALTER TABLE local_message DROP INDEX idx_sharding_id, ADD INDEX idx_sharding_status (sharding_key, status, id)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO local_message (id, msg_id, topic, content, status, sharding_key) VALUES
+		(1, 'a', 'orders', 'x', 1, 'order-1'), (2, 'b', 'orders', 'x', 0, 'order-1')`); err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(db.DB, nil, nopPublisher{}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := orderKey{"orders", "order-1"}
+	check := func(step string, wantHint bool) {
+		t.Helper()
+		heads, err := r.store.orderedHeads(ctx, map[orderKey][]int64{k: {2}}, func(string, string) bool { return true })
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if h := heads[k]; h.id != 1 {
+			t.Fatalf("%s: row 2 held behind %d, want 1", step, h.id)
+		}
+		if got := r.store.checkHint != ""; got != wantHint {
+			t.Fatalf("%s: reading on (sharding_key, id) %v, want %v", step, got, wantHint)
+		}
+	}
+	check("previous layout", false)
+	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
+		t.Fatal(err)
+	}
+	check("migrated, within the minute", false)
+	r.store.checkLooked = r.store.checkLooked.Add(-2 * time.Minute)
+	check("migrated, a minute later", true)
+	if _, err := db.Exec("ALTER TABLE local_message DROP INDEX idx_sharding_id"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.store.orderedHeads(ctx, map[orderKey][]int64{k: {2}}, func(string, string) bool { return true }); err == nil {
+		t.Fatal("the check on a dropped index succeeded")
+	}
+	check("index dropped", false)
 }

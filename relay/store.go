@@ -36,9 +36,11 @@ type store struct {
 	scanHint string
 	// checkHint is the ordered check's FORCE INDEX clause for the table's (sharding_key, id)
 	// index, empty when the table has none (an older table with (sharding_key, status, id)
-	// only: the check then reads the keys' unsent rows instead, unsentUpTo).
-	checkHint string
-	scanDone  bool
+	// only: the check then reads the keys' unsent rows instead, unsentUpTo); checkLooked is
+	// when it was looked up (orderedIndex).
+	checkHint   string
+	checkLooked time.Time
+	scanDone    bool
 	// reasonChars is the width of the table's fail_reason (0: unknown), read by scanIndex.
 	reasonChars int
 }
@@ -153,6 +155,7 @@ func (s *store) scanIndex(ctx context.Context) error {
 	if s.checkHint, err = s.indexHint(ctx, "sharding_key,id"); err != nil {
 		return err
 	}
+	s.checkLooked = time.Now()
 	if s.reasonChars, err = schema.FailReasonWidth(ctx, s.db, s.name); err != nil {
 		return err
 	}
