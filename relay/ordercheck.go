@@ -76,15 +76,15 @@ func (s *store) orderedHeads(ctx context.Context, streams map[orderKey][]int64, 
 			if !innerDone && start == 0 {
 				// The rows between a stream's first and last row in the page: only the
 				// unsent ones matter (a gap in the page's run of the stream).
-				for _, k := range inner {
+				for n, k := range inner {
 					ids := streams[k]
-					parts = append(parts, `(SELECT 1 AS part, id, COALESCE(topic, ''), sharding_key, tag, status, next_retry_time FROM `+s.table+hint+`
+					parts = append(parts, `(SELECT `+fmt.Sprint(-1-n)+` AS part, id, COALESCE(topic, ''), sharding_key, tag, status, next_retry_time FROM `+s.table+hint+`
 						WHERE sharding_key = ? AND id > ? AND id < ? AND COALESCE(topic, '') = ? AND status IN (0, 1) AND is_deleted = 0)`)
 					args = append(args, k.key, ids[0], ids[len(ids)-1], k.topic)
 				}
 			}
-			for _, w := range chunk {
-				parts = append(parts, `(SELECT 0 AS part, id, COALESCE(topic, ''), sharding_key, tag, status, next_retry_time FROM `+s.table+hint+`
+			for n, w := range chunk {
+				parts = append(parts, `(SELECT `+fmt.Sprint(n)+` AS part, id, COALESCE(topic, ''), sharding_key, tag, status, next_retry_time FROM `+s.table+hint+`
 					WHERE sharding_key = ? AND id < ? AND COALESCE(topic, '') = ? AND status IN (0, 1, 2) AND is_deleted = 0
 					ORDER BY id DESC LIMIT `+fmt.Sprint(w.limit)+`)`)
 				args = append(args, w.k.key, w.below, w.k.topic)
@@ -104,10 +104,10 @@ func (s *store) orderedHeads(ctx context.Context, streams map[orderKey][]int64, 
 			}
 			if !innerDone && start == 0 {
 				innerDone = true
-				for _, k := range inner {
+				for n, k := range inner {
 					in := streams[k]
-					for _, r := range got[checkPart{1, k}] {
-						if _, found := slices.BinarySearch(in, r.id); found || !ordered(r.topic, r.tag) {
+					for _, r := range got[-1-n] {
+						if _, found := slices.BinarySearch(in, r.id); found || r.key != k.key || r.topic != k.topic || !ordered(r.topic, r.tag) {
 							continue
 						}
 						if h, ok := heads[k]; !ok || r.id < h.id {
@@ -116,11 +116,13 @@ func (s *store) orderedHeads(ctx context.Context, streams map[orderKey][]int64, 
 					}
 				}
 			}
-			for _, w := range chunk {
-				rs := got[checkPart{0, w.k}]
+			for n, w := range chunk {
+				rs := got[n]
 				decided := false
 				for _, r := range rs { // newest first
-					if !ordered(r.topic, r.tag) {
+					if r.key != w.k.key || r.topic != w.k.topic || !ordered(r.topic, r.tag) {
+						// Another stream: a key or topic the table's collation holds
+						// equal (another case, say), or a row of an unordered route.
 						continue
 					}
 					decided = true
@@ -160,39 +162,31 @@ func (s *store) orderedIndex(ctx context.Context) (string, error) {
 	return s.checkHint, nil
 }
 
-// checkPart names a subquery's rows in a statement of the ordered check: part 0 the rows
-// below a stream's first row in the page, part 1 those between its first and last.
-type checkPart struct {
-	part int
-	k    orderKey
-}
-
 // checkRow is one row the ordered check read.
 type checkRow struct {
-	id, due    int64
-	topic, tag string
-	status     int
+	id, due         int64
+	topic, key, tag string
+	status          int
 }
 
-// checkRows runs one statement of the ordered check and groups its rows by subquery, in the
-// order each subquery returned them.
-func (s *store) checkRows(ctx context.Context, q string, args []any) (map[checkPart][]checkRow, error) {
+// checkRows runs one statement of the ordered check and groups its rows by subquery (the
+// number each selects as part), in the order each subquery returned them.
+func (s *store) checkRows(ctx context.Context, q string, args []any) (map[int][]checkRow, error) {
 	rows, err := s.query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read the older rows of ordered keys in %s: %w", s.name, err)
 	}
 	defer rows.Close()
-	out := map[checkPart][]checkRow{}
+	out := map[int][]checkRow{}
 	for rows.Next() {
-		var p checkPart
+		var part int
 		var r checkRow
 		var tag sql.NullString // NULL in an adopted table whose tag column allows it
-		if err := rows.Scan(&p.part, &r.id, &r.topic, &p.k.key, &tag, &r.status, &r.due); err != nil {
+		if err := rows.Scan(&part, &r.id, &r.topic, &r.key, &tag, &r.status, &r.due); err != nil {
 			return nil, fmt.Errorf("read the older rows of ordered keys in %s: %w", s.name, err)
 		}
 		r.tag = tag.String
-		p.k.topic = r.topic
-		out[p] = append(out[p], r)
+		out[part] = append(out[part], r)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read the older rows of ordered keys in %s: %w", s.name, err)

@@ -5,6 +5,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,6 +32,7 @@ type checkFixture struct {
 	status  int
 	deleted bool
 	parked  bool // next_retry_time far ahead, as park leaves a held row
+	upper   bool // the key in capitals: equal to it under the table's collation, another stream
 }
 
 // The ordered check decides each of these streams as the read of every unsent row of the
@@ -49,6 +51,9 @@ var checkCases = []checkCase{
 			}
 			return append(fs, checkFixture{id: 61})
 		}()...), page: []int64{61}, head: 1},
+	{name: "rows of the key in capitals above an unsent row",
+		rows: []checkFixture{{id: 1}, {id: 2, status: 2, upper: true}, {id: 3, status: 2, upper: true}, {id: 4, status: 2, upper: true},
+			{id: 5, status: 2, upper: true}, {id: 6}}, page: []int64{6}, head: 1},
 	{name: "a dead row above an unsent one",
 		rows: []checkFixture{{id: 1, status: 1}, {id: 2, status: 3}, {id: 3}}, page: []int64{3}, head: 1},
 	{name: "a dead row holds nothing",
@@ -99,11 +104,15 @@ func TestOrderedCheckReadsTheNearestDecidingRow(t *testing.T) {
 					if f.parked {
 						next = far
 					}
+					rowKey := key
+					if f.upper {
+						rowKey = strings.ToUpper(key)
+					}
 					// Ids per case apart, a row of another key between each.
 					id := int64(n)*1000 + f.id*2
 					if _, err := db.Exec(`INSERT INTO local_message (id, msg_id, topic, tag, content, status, sharding_key, next_retry_time, is_deleted)
 						VALUES (?, ?, ?, ?, 'x', ?, ?, ?, ?), (?, ?, 'orders', '', 'x', 1, 'other', 0, 0)`,
-						id, fmt.Sprintf("%s-%d", key, f.id), topic, f.tag, f.status, key, next, f.deleted,
+						id, fmt.Sprintf("%s-%d", key, f.id), topic, f.tag, f.status, rowKey, next, f.deleted,
 						id+1, fmt.Sprintf("%s-other-%d", key, f.id)); err != nil {
 						t.Fatal(err)
 					}
