@@ -18,7 +18,8 @@
 // Where each guarantee is enforced (one place each):
 //   - Per-key order (a key's rows in id order, one in flight): plan.go. It lets an ordered
 //     key's rows go only as the prefix of its unsent rows present in the page (a row of an
-//     unordered route is no part of the stream), as one chain that publish.go sends one
+//     unordered route is no part of the stream; ordercheck.go reads the key's rows that
+//     decide it), as one chain that publish.go sends one
 //     message after the other, stopping at the first that is not sent. A chain still
 //     sending when the rest of its page is done goes on detached (publish.go, relay.go
 //     goLate): its rows are skipped by later passes until written back (and by a pass that

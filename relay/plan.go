@@ -38,15 +38,7 @@ type heldHead struct{ id, dueMs int64 }
 // plan groups the prepared items into units. An ordered key's rows may go only as the prefix
 // of its unsent rows that is present in this batch: a row behind an earlier unsent row
 // (failed and waiting, or not yet due) is held back, and the key noted in blocked.
-func (r *Relay) plan(ctx context.Context, items []item, orderedKeys []string, maxOrderedID int64, blocked blockedKeys) ([]unit, error) {
-	var unsent map[orderKey][]int64
-	var due map[int64]int64
-	if len(orderedKeys) > 0 {
-		var err error
-		if unsent, due, err = r.store.unsentUpTo(ctx, orderedKeys, maxOrderedID, r.ordered); err != nil {
-			return nil, err
-		}
-	}
+func (r *Relay) plan(ctx context.Context, items []item, blocked blockedKeys) ([]unit, error) {
 	chains := map[orderKey][]int{}
 	var chainOrder []orderKey
 	type batchKey struct {
@@ -77,16 +69,32 @@ func (r *Relay) plan(ctx context.Context, items []item, orderedKeys []string, ma
 			units = append(units, unit{idx: []int{i}})
 		}
 	}
+	var heads map[orderKey]heldHead
+	if len(chainOrder) > 0 {
+		streams := make(map[orderKey][]int64, len(chainOrder))
+		for _, k := range chainOrder {
+			idx := chains[k]
+			slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(items[a].row.id, items[b].row.id) })
+			ids := make([]int64, len(idx))
+			for n, i := range idx {
+				ids[n] = items[i].row.id
+			}
+			streams[k] = ids
+		}
+		var err error
+		if heads, err = r.store.orderedHeads(ctx, streams, r.ordered); err != nil {
+			return nil, err
+		}
+	}
 	for _, k := range chainOrder {
 		idx := chains[k]
-		slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(items[a].row.id, items[b].row.id) })
-		ids := unsent[k]
+		head, held := heads[k]
 		var ok []int
-		for n, i := range idx {
-			if n >= len(ids) || ids[n] != items[i].row.id {
+		for _, i := range idx {
+			if held && items[i].row.id > head.id {
 				// An earlier unsent row of this key is not in the batch: the rest wait for it.
-				if n < len(ids) && blocked != nil {
-					blocked[k] = heldHead{id: ids[n], dueMs: due[ids[n]]}
+				if blocked != nil {
+					blocked[k] = head
 				}
 				break
 			}
@@ -121,7 +129,7 @@ func (r *Relay) plan(ctx context.Context, items []item, orderedKeys []string, ma
 func (r *Relay) unorderedUnits(items []item) []unit {
 	units, _ := r.plan(context.Background(), slices.DeleteFunc(slices.Clone(items), func(it item) bool {
 		return it.msg != nil && it.route.Ordered && it.msg.ShardingKey != ""
-	}), nil, 0, nil)
+	}), nil)
 	return units
 }
 

@@ -403,9 +403,6 @@ func (r *Relay) processPage(ctx context.Context, pg *page, pass uint64, fence fu
 	rows := pg.rows
 	results := make([]result, len(rows))
 	items := make([]item, len(rows))
-	var orderedKeys []string
-	seenKey := map[string]bool{}
-	var maxOrderedID int64
 	routes := map[routeKey]routed{}
 	var hold heldRows
 	var inPage map[int64]bool // the page's ids, needed only when keys are blocked
@@ -445,15 +442,8 @@ func (r *Relay) processPage(ctx context.Context, pg *page, pass uint64, fence fu
 			continue
 		}
 		items[i] = item{row: &rows[i], msg: msg, route: route}
-		if route.Ordered && msg.ShardingKey != "" {
-			if !seenKey[msg.ShardingKey] {
-				seenKey[msg.ShardingKey] = true
-				orderedKeys = append(orderedKeys, msg.ShardingKey)
-			}
-			maxOrderedID = max(maxOrderedID, rows[i].id)
-		}
 	}
-	units, err := r.plan(ctx, items, orderedKeys, maxOrderedID, blocked)
+	units, err := r.plan(ctx, items, blocked)
 	if err != nil {
 		// The ordered-key check could not run: hold the page's ordered rows, send the rest.
 		r.log.Warn().Err(err).Msg("ordered-key check failed; ordered rows of this page wait for the next pass")
@@ -634,7 +624,12 @@ func (r *Relay) parkHeld(ctx context.Context, hold heldRows, items []item, resul
 		if r.parked == nil {
 			r.parked = map[orderKey]heldHead{}
 		}
-		if len(r.parked) < maxParkedKeys {
+		// The ordered check names the nearest unsent row below the page as the head: for rows
+		// written after a parked backlog, one of its parked rows, due with the real head.
+		// The head remembered stays the older one, whose send brings the key forward.
+		old, known := r.parked[k]
+		keepOld := known && old.id < hk.head.id && old.dueMs == hk.head.dueMs
+		if !keepOld && (known || len(r.parked) < maxParkedKeys) {
 			r.parked[k] = hk.head
 		}
 		r.log.Debug().Str("sharding_key", k.key).Int64("rows", n).Int64("head", hk.head.id).

@@ -34,7 +34,13 @@ type store struct {
 	// scanMu guards scanHint, the page query's FORCE INDEX clause, found once (scanIndex).
 	scanMu   sync.Mutex
 	scanHint string
-	scanDone bool
+	// checkHint is the ordered check's FORCE INDEX clause for the table's (sharding_key, id)
+	// index, empty when the table has none (an older table with (sharding_key, status, id)
+	// only: the check then reads the keys' unsent rows instead, unsentUpTo); checkLooked is
+	// when it was looked up (orderedIndex).
+	checkHint   string
+	checkLooked time.Time
+	scanDone    bool
 	// reasonChars is the width of the table's fail_reason (0: unknown), read by scanIndex.
 	reasonChars int
 }
@@ -146,11 +152,32 @@ func (s *store) scanIndex(ctx context.Context) error {
 	default:
 		s.scanHint = " FORCE INDEX (`" + strings.ReplaceAll(name, "`", "``") + "`)"
 	}
+	if s.checkHint, err = s.indexHint(ctx, "sharding_key,id"); err != nil {
+		return err
+	}
+	s.checkLooked = time.Now()
 	if s.reasonChars, err = schema.FailReasonWidth(ctx, s.db, s.name); err != nil {
 		return err
 	}
 	s.scanDone = true
 	return nil
+}
+
+// indexHint returns a FORCE INDEX clause for the table's index of exactly cols (lower-case,
+// comma-separated), or "" when it has none.
+func (s *store) indexHint(ctx context.Context, cols string) (string, error) {
+	var name string
+	err := s.queryRow(ctx, `SELECT INDEX_NAME FROM information_schema.STATISTICS
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?
+		GROUP BY INDEX_NAME HAVING GROUP_CONCAT(LOWER(COLUMN_NAME) ORDER BY SEQ_IN_INDEX) = ?
+		ORDER BY INDEX_NAME LIMIT 1`, s.name, cols).Scan(&name)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("find the (%s) index of %s: %w", cols, s.name, err)
+	}
+	return " FORCE INDEX (`" + strings.ReplaceAll(name, "`", "``") + "`)", nil
 }
 
 // orderKey identifies one ordered stream: a sharding key within a topic.

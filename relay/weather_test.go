@@ -657,18 +657,26 @@ func TestHeldBacklogIsNotReadAgain(t *testing.T) {
 }
 
 // TestParkedKeyFollowsItsHeadBroughtForward: the rows held behind a head that waits an hour
-// are parked; an operator then makes the head due now. Once the head is sent, its key's rows
-// follow in order at once, not an hour later.
+// are parked, and so is a row of the key written after them (held behind the nearest of
+// them, parked too); an operator then makes the head due now. Once the head is sent, its
+// key's rows follow in order at once, not an hour later.
 func TestParkedKeyFollowsItsHeadBroughtForward(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const held = 300
 	cfg := b.config()
-	cfg.Router = heldBacklog(t, b, held)
+	cfg.Router = heldBacklog(t, b, held-1)
 	r := b.newRelay(t, cfg)
 	ctx := context.Background()
 	if _, err := r.DrainOnce(ctx, ctx); err != nil {
 		t.Fatal(err)
+	}
+	b.insert(t, outbox.Message{MsgID: fmt.Sprintf("held-%06d", held-1), Topic: "order-events", ShardingKey: "SN-HELD", Body: []byte("late")})
+	if _, err := r.DrainOnce(ctx, ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := countWhere(t, b.db.DB, "status = 0 AND next_retry_time > 0 AND msg_id LIKE 'held-%'"); n != held {
+		t.Fatalf("%d of %d held rows parked: %s", n, held, statusCounts(t, b.db.DB))
 	}
 	if _, err := b.db.Exec("UPDATE local_message SET next_retry_time = 0 WHERE msg_id = 'head'"); err != nil {
 		t.Fatal(err)

@@ -68,7 +68,7 @@ func TestObsoleteIndexDroppedOnline(t *testing.T) {
 
 // Migrating a live table: writers (internal/loadgen: committing, holding transactions open,
 // rolling back) keep committing while migrate brings a large table of an older layout (the
-// (status, update_time) index, no (sharding_key, status, id) index) to the contract, even
+// (status, update_time) and (sharding_key, status, id) indexes) to the contract, even
 // while an application transaction holds the table open: an ALTER waits for the table's
 // metadata lock behind that transaction, and unbounded, every writer would queue behind the
 // ALTER until the transaction ends. No committed row is lost.
@@ -77,7 +77,7 @@ func TestMigrateKeepsWritersCommitting(t *testing.T) {
 	db := testenv.MySQL(t)
 	ctx := context.Background()
 	previousLayout(t, db, "local_message")
-	if _, err := db.Exec("ALTER TABLE local_message DROP INDEX idx_sharding_status"); err != nil {
+	if _, err := db.Exec("ALTER TABLE local_message DROP INDEX idx_sharding_id, ADD INDEX idx_sharding_status (sharding_key, status, id)"); err != nil {
 		t.Fatal(err)
 	}
 	// A history to index: 200,000 sent rows (MariaDB's sequence engine).
@@ -119,7 +119,7 @@ func TestMigrateKeepsWritersCommitting(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(steps) != 1 || !steps[0].Online || !strings.Contains(steps[0].Alter, "DROP INDEX `idx_status_update`") ||
-		!strings.Contains(steps[0].Alter, "ADD INDEX `idx_sharding_status`") {
+		!strings.Contains(steps[0].Alter, "DROP INDEX `idx_sharding_status`") || !strings.Contains(steps[0].Alter, "ADD INDEX `idx_sharding_id`") {
 		t.Fatalf("Plan = %+v, want one online ALTER", steps)
 	}
 	before := ledger.Commits()
@@ -183,4 +183,53 @@ func TestMigrateKeepsWritersCommitting(t *testing.T) {
 		t.Fatalf("%d of %d committed rows in the table after migrate (held row: %v)", found, len(committed), got["held"])
 	}
 	t.Logf("%d transactions committed during the migration, %d in all", during, len(committed))
+}
+
+// A table with the ordered check's previous index, (sharding_key, status, id), reports it as
+// obsolete under its own name only and the (sharding_key, id) index as missing; migrate
+// swaps them in one online ALTER, leaving an index of the old columns under the user's own
+// name alone.
+func TestOrderedCheckIndexSwappedOnline(t *testing.T) {
+	t.Parallel()
+	db := testenv.MySQL(t)
+	ctx := context.Background()
+	ddl, err := schema.DDL("local_message")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ddl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`ALTER TABLE local_message DROP INDEX idx_sharding_id,
+		ADD INDEX idx_sharding_status (sharding_key, status, id), ADD INDEX my_key_status (sharding_key, status, id)`); err != nil {
+		t.Fatal(err)
+	}
+	problems, err := schema.Check(ctx, db.DB, "local_message")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, p := range problems {
+		got[p.Kind+" "+p.Object] = true
+	}
+	if len(problems) != 2 || !got["obsolete index idx_sharding_status"] || !got["missing index idx_sharding_id"] {
+		t.Fatalf("Check = %v, want obsolete index idx_sharding_status and missing index idx_sharding_id", problems)
+	}
+	steps, err := schema.Plan(ctx, db.DB, "local_message")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(steps) != 1 || !steps[0].Online || !strings.Contains(steps[0].Alter, "DROP INDEX `idx_sharding_status`") ||
+		!strings.Contains(steps[0].Alter, "ADD INDEX `idx_sharding_id`") || strings.Contains(steps[0].Alter, "my_key_status") {
+		t.Fatalf("Plan = %+v, want one online ALTER swapping the indexes", steps)
+	}
+	if err := schema.Apply(ctx, db.DB, "local_message", steps, false); err != nil {
+		t.Fatal(err)
+	}
+	assertUpToDate(t, db.DB, "local_message")
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE()
+		AND TABLE_NAME = 'local_message' AND INDEX_NAME IN ('my_key_status', 'idx_sharding_status')`).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("index columns left of my_key_status and idx_sharding_status: %d, %v; want the user's 3 only", n, err)
+	}
 }

@@ -20,5 +20,5 @@ CREATE TABLE IF NOT EXISTS {{TABLE}} (
   UNIQUE KEY `uk_msg_id` (`msg_id`),
   KEY `idx_status_retry` (`status`, `next_retry_time`),
   KEY `idx_topic_tag` (`topic`, `tag`),
-  KEY `idx_sharding_status` (`sharding_key`, `status`, `id`)
+  KEY `idx_sharding_id` (`sharding_key`, `id`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COMMENT='outbox-relay local message table'

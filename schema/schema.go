@@ -80,7 +80,7 @@ var indexes = []index{
 	{"uk_msg_id", true, []string{"msg_id"}},
 	{"idx_status_retry", false, []string{"status", "next_retry_time"}},
 	{"idx_topic_tag", false, []string{"topic", "tag"}},
-	{"idx_sharding_status", false, []string{"sharding_key", "status", "id"}},
+	{"idx_sharding_id", false, []string{"sharding_key", "id"}},
 }
 
 // obsoleteIndexes are indexes earlier versions of the contract created and the relay no longer
@@ -92,6 +92,10 @@ var obsoleteIndexes = []index{
 	// (status, next_retry_time) index now, where a settled row's next_retry_time is the time
 	// it was settled (docs/decisions.md, issue 21).
 	{"idx_status_update", false, []string{"status", "update_time"}},
+	// (sharding_key, status, id) served the ordered check's read of a key's unsent rows; the
+	// check reads a key's nearest older rows on (sharding_key, id) now, which a send does
+	// not move (docs/decisions.md, issue 21).
+	{"idx_sharding_status", false, []string{"sharding_key", "status", "id"}},
 }
 
 // Problem is one way a table differs from the contract.

@@ -112,7 +112,7 @@ func TestMigrateUpgradesSeedTable(t *testing.T) {
 	want := []string{
 		"not auto_increment id", "narrow column content",
 		"missing column msg_keys", "missing column sharding_key", "missing column properties", "missing column sent_time",
-		"missing index idx_sharding_status",
+		"missing index idx_sharding_id",
 	}
 	got := map[string]bool{}
 	for _, p := range problems {
