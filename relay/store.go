@@ -136,21 +136,13 @@ func (s *store) scanIndex(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	var name string
 	cols := "status,next_retry_time"
 	if s.partitions > 1 {
 		cols = schema.PartitionColumn + "," + cols
 	}
-	err := s.queryRow(ctx, `SELECT INDEX_NAME FROM information_schema.STATISTICS
-		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?
-		GROUP BY INDEX_NAME HAVING GROUP_CONCAT(LOWER(COLUMN_NAME) ORDER BY SEQ_IN_INDEX) = ?
-		ORDER BY INDEX_NAME LIMIT 1`, s.name, cols).Scan(&name)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
-		return fmt.Errorf("find the scan index of %s: %w", s.name, err)
-	default:
-		s.scanHint = " FORCE INDEX (`" + strings.ReplaceAll(name, "`", "``") + "`)"
+	var err error
+	if s.scanHint, err = s.indexHint(ctx, cols); err != nil {
+		return err
 	}
 	if s.checkHint, err = s.indexHint(ctx, "sharding_key,id"); err != nil {
 		return err
