@@ -20,6 +20,8 @@ package relay
 //	                              contract before issue 21 (benchLayout)
 //	OUTBOX_BENCH_BUSY=1           busy writers commit into the drained table throughout
 //	                              (benchBusyWriters)
+//	OUTBOX_BENCH_KEYS=random      every row filled gets a sharding key of its own, as order
+//	                              streams spread over the key index (fillRows); default none
 
 import (
 	"bufio"
@@ -27,6 +29,7 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"runtime"
@@ -85,18 +88,23 @@ func fillRows(tb testing.TB, db *sql.DB, prefix string, n, status int) {
 	tb.Helper()
 	const perStmt = 1000
 	var q strings.Builder
-	args := make([]any, 0, 2*perStmt)
+	args := make([]any, 0, 3*perStmt)
+	randomKeys := os.Getenv("OUTBOX_BENCH_KEYS") == "random"
 	for done := 0; done < n; {
 		k := min(perStmt, n-done)
 		q.Reset()
 		args = args[:0]
-		q.WriteString("INSERT INTO " + benchTable + " (msg_id, topic, tag, content, status) VALUES ")
+		q.WriteString("INSERT INTO " + benchTable + " (msg_id, topic, tag, content, status, sharding_key) VALUES ")
 		for i := 0; i < k; i++ {
 			if i > 0 {
 				q.WriteString(", ")
 			}
-			q.WriteString("(?, '" + benchTopic + "', 'created', ?, " + strconv.Itoa(status) + ")")
-			args = append(args, prefix+strconv.Itoa(done+i), benchBody)
+			q.WriteString("(?, '" + benchTopic + "', 'created', ?, " + strconv.Itoa(status) + ", ?)")
+			key := ""
+			if randomKeys {
+				key = fmt.Sprintf("SN%016x", rand.Uint64())
+			}
+			args = append(args, prefix+strconv.Itoa(done+i), benchBody, key)
 		}
 		if _, err := db.Exec(q.String(), args...); err != nil {
 			tb.Fatalf("fill %d rows: %v", n, err)
