@@ -261,27 +261,36 @@ func (p topicPublisher) Send(ctx context.Context, route relay.Route, msgs ...*re
 }
 func (p topicPublisher) Close() error { return nil }
 
+// secondBroker starts another test broker, "east", and returns it with a publisher to it
+// (send timeout sendTimeout) whose route to topic east is fetched and connection open, by
+// one send, so that a fault the test sets next hits sends, not the route lookup.
+func secondBroker(t *testing.T, sendTimeout time.Duration) (*rmqtest.Server, *relay.RocketMQPublisher) {
+	t.Helper()
+	east, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(east.Close)
+	eastPub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{east.NameServerAddr()}, SendTimeout: sendTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eastPub.Close() })
+	if err := eastPub.Send(context.Background(), relay.Route{}, &relay.Message{MsgID: "warm", Topic: "east", Body: []byte("w")}); err != nil {
+		t.Fatal(err)
+	}
+	return east, eastPub
+}
+
 // TestOneBrokerDownDoesNotStopTheOthersRows: with one broker of two unreachable, the rows
 // for the other are sent at once; the rows for the down broker wait with their retry counts
 // untouched and are sent when it is back. Nothing goes dead.
 func TestOneBrokerDownDoesNotStopTheOthersRows(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	east, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(east.Close)
-	eastPub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{east.NameServerAddr()}, SendTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eastPub.Close() })
-	pub := topicPublisher{"east": eastPub, "west": b.pub}
 	// The east broker goes down after its route is known, as a broker dies in production.
-	if err := eastPub.Send(context.Background(), relay.Route{}, &relay.Message{MsgID: "warm", Topic: "east", Body: []byte("w")}); err != nil {
-		t.Fatal(err)
-	}
+	east, eastPub := secondBroker(t, 2*time.Second)
+	pub := topicPublisher{"east": eastPub, "west": b.pub}
 	east.StopBroker()
 	for i := 0; i < 30; i++ {
 		b.insert(t, outbox.Message{MsgID: fmt.Sprintf("e%02d", i), Topic: "east", Body: []byte("e")},

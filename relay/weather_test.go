@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -549,20 +548,11 @@ func busyWriters(b *testing.B, bu *bundle) (stop func()) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- app.Write(ctx, loadgen.Mix{Writers: 8, Rate: 200, HoldShare: 0.25, HoldMax: 50 * time.Millisecond, RollbackShare: 0.2},
-			loadgen.NewLedger(), "")
-	}()
-	var once sync.Once
+	stopApp := app.Start(loadgen.Busy, nil, "")
 	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil && ctx.Err() == nil {
-				b.Error(err)
-			}
-		})
+		if err := stopApp(); err != nil {
+			b.Error(err)
+		}
 	}
 	b.Cleanup(stop)
 	return stop
@@ -708,19 +698,7 @@ func TestParkedKeyFollowsItsHeadBroughtForward(t *testing.T) {
 func TestSlowSendHoldsOnlyItsOwnRows(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	east, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(east.Close)
-	eastPub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{east.NameServerAddr()}, SendTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eastPub.Close() })
-	if err := eastPub.Send(context.Background(), relay.Route{}, &relay.Message{MsgID: "warm", Topic: "east", Body: []byte("w")}); err != nil {
-		t.Fatal(err)
-	}
+	east, eastPub := secondBroker(t, 30*time.Second)
 	east.SetFaults(rmqtest.Faults{Latency: 10 * time.Second})
 	pub := &countingPublisher{Publisher: topicPublisher{"east": eastPub, "west": b.pub}, counts: map[string]int{}}
 	b.insert(t, outbox.Message{MsgID: "slow", Topic: "east", ShardingKey: "SN-SLOW", Body: []byte("s")})
@@ -754,19 +732,7 @@ func TestSlowSendHoldsOnlyItsOwnRows(t *testing.T) {
 func TestLateUnitsRowsAreNotSentAgainByAPassThatReadThemBefore(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	east, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(east.Close)
-	eastPub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{east.NameServerAddr()}, SendTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eastPub.Close() })
-	if err := eastPub.Send(context.Background(), relay.Route{}, &relay.Message{MsgID: "warm", Topic: "east", Body: []byte("w")}); err != nil {
-		t.Fatal(err)
-	}
+	east, eastPub := secondBroker(t, 30*time.Second)
 	east.SetFaults(rmqtest.Faults{Latency: 2 * time.Second})
 	pub := &countingPublisher{Publisher: topicPublisher{"east": eastPub, "west": b.pub}, counts: map[string]int{}}
 	b.insert(t, outbox.Message{MsgID: "slow", Topic: "east", Body: []byte("s")})

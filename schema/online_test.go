@@ -94,15 +94,8 @@ func TestMigrateKeepsWritersCommitting(t *testing.T) {
 		t.Fatal(err)
 	}
 	ledger := loadgen.NewLedger()
-	wctx, stopWriters := context.WithCancel(ctx)
-	writersDone := make(chan error, 1)
-	go func() {
-		writersDone <- app.Write(wctx, loadgen.Mix{Writers: 8, Rate: 200, HoldShare: 0.25, HoldMax: 50 * time.Millisecond, RollbackShare: 0.2}, ledger, "")
-	}()
-	defer func() {
-		stopWriters()
-		<-writersDone
-	}()
+	stopWriters := app.Start(loadgen.Busy, ledger, "")
+	defer stopWriters()
 
 	// An application transaction that wrote to the table and stays open.
 	holder, err := db.BeginTx(ctx, nil)
@@ -152,11 +145,9 @@ func TestMigrateKeepsWritersCommitting(t *testing.T) {
 		t.Fatal("migrate did not end after the open transaction did")
 	}
 	during := ledger.Commits() - before
-	stopWriters()
-	if err := <-writersDone; err != nil {
+	if err := stopWriters(); err != nil {
 		t.Fatalf("a writer failed: %v", err)
 	}
-	writersDone <- nil // for the deferred stop
 	assertUpToDate(t, db.DB, "local_message")
 
 	committed := ledger.Committed()

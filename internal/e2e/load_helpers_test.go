@@ -23,17 +23,10 @@ func (e *env) writers(t *testing.T, topic string, m loadgen.Mix) (stop func() *l
 		t.Fatal(err)
 	}
 	l := loadgen.NewLedger()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- app.Write(ctx, m, l, "") }()
-	stopped := false
+	stopApp := app.Start(m, l, "")
 	stop = func() *loadgen.Ledger {
-		if !stopped {
-			stopped = true
-			cancel()
-			if err := <-done; err != nil {
-				t.Fatalf("writers: %v", err)
-			}
+		if err := stopApp(); err != nil {
+			t.Fatalf("writers: %v", err)
 		}
 		return l
 	}
@@ -44,7 +37,9 @@ func (e *env) writers(t *testing.T, topic string, m loadgen.Mix) (stop func() *l
 // busyApp is the application: 8 writers, a quarter of the transactions held open up
 // to 50 ms, a fifth rolled back, a nudge after each commit.
 func busyApp(rate float64) loadgen.Mix {
-	return loadgen.Mix{Writers: 8, Rate: rate, HoldShare: 0.25, HoldMax: 50 * time.Millisecond, RollbackShare: 0.2}
+	m := loadgen.Busy
+	m.Rate = rate
+	return m
 }
 
 // assertLedgerDelivered waits for every committed row of l to be marked sent, then checks

@@ -185,3 +185,30 @@ func (a *App) tx(ctx context.Context, id string, m Mix, l *Ledger) error {
 	}
 	return nil
 }
+
+// Busy is the production mix the benchmarks and tests run beside the relay: 8 writers at 200
+// transactions/s in all, a quarter held open up to 50 ms after their inserts, a fifth rolled
+// back, the rest committed.
+var Busy = Mix{Writers: 8, Rate: 200, HoldShare: 0.25, HoldMax: 50 * time.Millisecond, RollbackShare: 0.2}
+
+// Start runs a.Write with m in the background, recording in l (a new Ledger when nil), until
+// the returned stop is called; stop waits for the writers and returns their first error
+// (transactions run to their end whatever the stop, so any error is the database's). stop
+// may be called more than once.
+func (a *App) Start(m Mix, l *Ledger, suffix string) (stop func() error) {
+	if l == nil {
+		l = NewLedger()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Write(ctx, m, l, suffix) }()
+	var once sync.Once
+	var err error
+	return func() error {
+		once.Do(func() {
+			cancel()
+			err = <-done
+		})
+		return err
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -83,20 +82,11 @@ func busyWriters(b *testing.B, db *sql.DB, w *outbox.Writer, busy bool, suffix s
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- app.Write(ctx, loadgen.Mix{Writers: 8, Rate: 200, HoldShare: 0.25, HoldMax: 50 * time.Millisecond, RollbackShare: 0.2},
-			loadgen.NewLedger(), suffix)
-	}()
-	var once sync.Once
+	stopApp := app.Start(loadgen.Busy, nil, suffix)
 	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil && ctx.Err() == nil {
-				b.Error(err)
-			}
-		})
+		if err := stopApp(); err != nil {
+			b.Error(err)
+		}
 	}
 	b.Cleanup(stop)
 	return stop
