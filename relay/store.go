@@ -159,10 +159,7 @@ func (s *store) scanIndex(ctx context.Context) error {
 // comma-separated), or "" when it has none.
 func (s *store) indexHint(ctx context.Context, cols string) (string, error) {
 	var name string
-	err := s.queryRow(ctx, `SELECT INDEX_NAME FROM information_schema.STATISTICS
-		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?
-		GROUP BY INDEX_NAME HAVING GROUP_CONCAT(LOWER(COLUMN_NAME) ORDER BY SEQ_IN_INDEX) = ?
-		ORDER BY INDEX_NAME LIMIT 1`, s.name, cols).Scan(&name)
+	err := s.queryRow(ctx, schema.IndexByColumnsSQL, s.name, cols).Scan(&name)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return "", nil

@@ -337,15 +337,20 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// IndexByColumnsSQL finds a table's index by its columns, as Check does: its arguments are
+// the table and the columns, lower-case and comma-separated in index order; it returns the
+// first such index's name, or no row.
+const IndexByColumnsSQL = `SELECT INDEX_NAME FROM information_schema.STATISTICS
+	WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?
+	GROUP BY INDEX_NAME HAVING GROUP_CONCAT(LOWER(COLUMN_NAME) ORDER BY SEQ_IN_INDEX) = ?
+	ORDER BY INDEX_NAME LIMIT 1`
+
 // ScanIndex returns the name of table's (status, next_retry_time) index, the index of the
 // relay's scan, of the purge and of the dashboard's activity, found by its columns as Check
 // finds it (an adopted table may name it otherwise); "" when the table has none.
 func ScanIndex(ctx context.Context, db *sql.DB, table string) (string, error) {
 	var name string
-	err := db.QueryRowContext(ctx, `SELECT INDEX_NAME FROM information_schema.STATISTICS
-		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?
-		GROUP BY INDEX_NAME HAVING GROUP_CONCAT(LOWER(COLUMN_NAME) ORDER BY SEQ_IN_INDEX) = 'status,next_retry_time'
-		ORDER BY INDEX_NAME LIMIT 1`, table).Scan(&name)
+	err := db.QueryRowContext(ctx, IndexByColumnsSQL, table, "status,next_retry_time").Scan(&name)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return "", nil
