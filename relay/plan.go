@@ -16,12 +16,14 @@ type item struct {
 	route Route
 }
 
-// unit is the work of one goroutine: a batch request, a single message, or the chain of an
-// ordered key, published one after the other.
+// unit is the work of one goroutine: a batch request, a single message, the chain of an
+// ordered key, published one after the other, or the chains of the ordered keys of one queue
+// (a lane), published in batch requests that keep each key's rows in order.
 type unit struct {
 	idx   []int
 	batch bool
 	chain bool
+	lane  bool
 }
 
 // blockedKeys maps an ordered key, within one pass, to the first of its unsent rows that a
@@ -44,6 +46,7 @@ func (r *Relay) plan(ctx context.Context, items []item, blocked blockedKeys) ([]
 	type batchKey struct {
 		group, topic string
 		timeout      time.Duration
+		queue        string // the keys' queue of a batch of keyed rows (KeyBatcher)
 	}
 	batches := map[batchKey][]int{}
 	var batchOrder []batchKey
@@ -59,8 +62,18 @@ func (r *Relay) plan(ctx context.Context, items []item, blocked blockedKeys) ([]
 				chainOrder = append(chainOrder, k)
 			}
 			chains[k] = append(chains[k], i)
-		case !r.cfg.DisableBatchSend && it.route.DelayLevel == 0 && it.msg.ShardingKey == "":
-			k := batchKey{it.route.Group, it.msg.Topic, it.route.SendTimeout}
+		case !r.cfg.DisableBatchSend && it.route.DelayLevel == 0:
+			k := batchKey{it.route.Group, it.msg.Topic, it.route.SendTimeout, ""}
+			if it.msg.ShardingKey != "" {
+				// A keyed row keeps its key's queue: it shares batches with the keys of
+				// that queue, or goes on its own.
+				q, ok := r.queueOf(it.msg)
+				if !ok {
+					units = append(units, unit{idx: []int{i}})
+					continue
+				}
+				k.queue = q
+			}
 			if _, ok := batches[k]; !ok {
 				batchOrder = append(batchOrder, k)
 			}
@@ -86,6 +99,7 @@ func (r *Relay) plan(ctx context.Context, items []item, blocked blockedKeys) ([]
 			return nil, err
 		}
 	}
+	lanes := map[laneKey]int{} // index in units of each queue's lane
 	for _, k := range chainOrder {
 		idx := chains[k]
 		head, held := heads[k]
@@ -100,9 +114,20 @@ func (r *Relay) plan(ctx context.Context, items []item, blocked blockedKeys) ([]
 			}
 			ok = append(ok, i)
 		}
-		if len(ok) > 0 {
-			units = append(units, unit{idx: ok, chain: true})
+		if len(ok) == 0 {
+			continue
 		}
+		lk, shared := r.laneOf(items, ok)
+		if !shared {
+			units = append(units, unit{idx: ok, chain: true})
+			continue
+		}
+		if n, found := lanes[lk]; found {
+			units[n].idx = append(units[n].idx, ok...)
+			continue
+		}
+		lanes[lk] = len(units)
+		units = append(units, unit{idx: ok, lane: true})
 	}
 	for _, k := range batchOrder {
 		idx := batches[k]
@@ -122,6 +147,42 @@ func (r *Relay) plan(ctx context.Context, items []item, blocked blockedKeys) ([]
 		}
 	}
 	return units, nil
+}
+
+// laneKey is one queue of one route's producer: the ordered keys whose rows go to it may
+// share batch requests.
+type laneKey struct {
+	group, queue string
+	timeout      time.Duration
+}
+
+// laneOf returns the lane of an ordered key's chain of rows, or false when its rows must go
+// one request each: batches are off, the publisher cannot tell the key's queue, or a row has
+// a delay level (RocketMQ batches carry none) or another producer than the first.
+func (r *Relay) laneOf(items []item, chain []int) (laneKey, bool) {
+	if r.cfg.DisableBatchSend {
+		return laneKey{}, false
+	}
+	first := items[chain[0]]
+	for _, i := range chain {
+		rt := items[i].route
+		if rt.DelayLevel != 0 || rt.Group != first.route.Group || rt.SendTimeout != first.route.SendTimeout {
+			return laneKey{}, false
+		}
+	}
+	q, ok := r.queueOf(first.msg)
+	if !ok {
+		return laneKey{}, false
+	}
+	return laneKey{group: first.route.Group, queue: first.msg.Topic + "\x00" + q, timeout: first.route.SendTimeout}, true
+}
+
+// queueOf names the queue of a keyed message when the publisher can batch keys by queue.
+func (r *Relay) queueOf(m *Message) (string, bool) {
+	if r.batcher == nil {
+		return "", false
+	}
+	return r.batcher.QueueOf(m.Topic, m.ShardingKey)
 }
 
 // unorderedUnits plans a page whose ordered-key check could not run: its ordered rows are

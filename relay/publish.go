@@ -124,6 +124,8 @@ func (r *Relay) runUnit(ctx context.Context, u unit, items []item, out []result,
 		for n, i := range u.idx {
 			r.sendOne(ctx, items[i], &out[n], fence)
 		}
+	case u.lane:
+		r.runLane(ctx, u, items, out, fence)
 	case u.chain:
 		for n, i := range u.idx {
 			r.sendOne(ctx, items[i], &out[n], fence)
@@ -133,6 +135,80 @@ func (r *Relay) runUnit(ctx context.Context, u unit, items []item, out []result,
 		}
 	default:
 		r.sendOne(ctx, items[u.idx[0]], &out[0], fence)
+	}
+}
+
+// runLane publishes the chains of the ordered keys of one queue (u.idx holds each key's rows
+// in id order, one key after the other) in batch requests: a batch is stored in its queue in
+// its order, so each key's rows stay in id order however the keys share batches. A key
+// whose row is not sent holds its later rows, as a chain does; the other keys go on. A batch
+// the broker refuses is sent again one message at a time, key by key, to find which fails.
+func (r *Relay) runLane(ctx context.Context, u unit, items []item, out []result, fence func() bool) {
+	stopped := map[string]bool{} // keys whose row was not sent: their later rows are held
+	key := func(n int) string { return items[u.idx[n]].msg.ShardingKey }
+	next := 0
+	for next < len(u.idx) {
+		if ctx.Err() != nil || (fence != nil && !fence()) {
+			return
+		}
+		// The next batch: the following rows of keys still going, within the batch bounds.
+		var batch []int // positions in u.idx
+		size := 0
+		for ; next < len(u.idx); next++ {
+			if stopped[key(next)] {
+				continue
+			}
+			n := len(items[u.idx[next]].msg.Body)
+			if len(batch) > 0 && (len(batch) >= r.cfg.MaxBatchMessages || size+n > r.cfg.MaxBatchBytes) {
+				break
+			}
+			batch = append(batch, next)
+			size += n
+		}
+		if len(batch) == 0 {
+			return
+		}
+		if len(batch) == 1 {
+			n := batch[0]
+			r.sendOne(ctx, items[u.idx[n]], &out[n], fence)
+			if out[n].kind != sent && out[n].kind != dead {
+				stopped[key(n)] = true
+			}
+			continue
+		}
+		msgs := make([]*Message, len(batch))
+		for j, n := range batch {
+			msgs[j] = items[u.idx[n]].msg
+		}
+		err := r.send(ctx, items[u.idx[batch[0]]].route, msgs...)
+		switch {
+		case err == nil:
+			for _, n := range batch {
+				out[n] = result{kind: sent}
+			}
+		case ctx.Err() != nil:
+			return
+		case KindOf(err) == SendRefused || KindOf(err) == SendMisconfigured || KindOf(err) == SendPermanent:
+			// The broker refused the batch, or the keys no longer share a queue: one message
+			// at a time, so that only a refused message's key is held.
+			r.log.Debug().Err(err).Int("messages", len(batch)).Msg("batch of ordered keys refused, sending one by one")
+			for _, n := range batch {
+				if stopped[key(n)] {
+					continue
+				}
+				r.sendOne(ctx, items[u.idx[n]], &out[n], fence)
+				if out[n].kind != sent && out[n].kind != dead {
+					stopped[key(n)] = true
+				}
+			}
+		default:
+			// The broker did not take the request: every message fails alike, and holds
+			// its key's later rows.
+			for _, n := range batch {
+				out[n] = failResult(err)
+				stopped[key(n)] = true
+			}
+		}
 	}
 }
 

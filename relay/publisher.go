@@ -51,6 +51,18 @@ type Publisher interface {
 	Close() error
 }
 
+// KeyBatcher is implemented by a Publisher that can send the messages of several sharding
+// keys in one batch request when their keys go to the same queue: a batch is stored in one
+// queue in its order, so each key keeps its queue and, on an ordered route, its order.
+// RocketMQPublisher implements it.
+type KeyBatcher interface {
+	// QueueOf names the queue that messages of topic with shardingKey go to, or returns
+	// false when it cannot tell (the topic's route not yet known, or its broker refusing
+	// batches of keyed messages): the relay then sends each key's messages one request at
+	// a time. Keyed messages given to Send together had one name here.
+	QueueOf(topic, shardingKey string) (queue string, ok bool)
+}
+
 // SendErrorKind says what a failed send means for its messages: whether the attempt counts
 // against max_retry_count, and whether the messages, their topic or their broker is at fault.
 // The relay acts on the kind alone (docs/decisions.md, "Failure accounting").

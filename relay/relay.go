@@ -236,6 +236,7 @@ type Relay struct {
 	db        *sql.DB
 	rdb       redis.UniversalClient
 	pub       Publisher
+	batcher   KeyBatcher // pub, when it can batch the ordered keys of a queue; else nil
 	store     store
 	log       zerolog.Logger
 	incidents *incidents
@@ -305,6 +306,7 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Rel
 		settled:   map[int64]uint64{},
 		lateDone:  make(chan struct{}, 1),
 	}
+	r.batcher, _ = pub.(KeyBatcher)
 	r.progress.mark()
 	r.store.pg = &r.progress
 	return r, nil

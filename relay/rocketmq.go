@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,6 +81,8 @@ type RocketMQPublisher struct {
 
 	unreplicated unreplicatedLog
 	watch        connWatch
+	// noKeyedBatches holds the topics whose broker refused a batch of keyed messages.
+	noKeyedBatches sync.Map
 }
 
 // NewRocketMQPublisher checks cfg and returns a publisher; no connection is made until the
@@ -193,14 +196,23 @@ func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Mess
 		out[i] = toPrimitive(m, route)
 	}
 	topic, key := p.qualified(msgs[0].Topic), ""
-	if len(msgs) == 1 {
-		key = msgs[0].ShardingKey // a batch is never of keyed messages (see plan)
+	keyedBatch := len(msgs) > 1 && msgs[0].ShardingKey != ""
+	if len(msgs) == 1 || keyedBatch {
+		// A batch of keyed messages goes to the queue of its keys, which QueueOf found to
+		// be one; an unkeyed batch round robin.
+		key = msgs[0].ShardingKey
+	}
+	if keyedBatch && !p.oneQueue(topic, msgs) {
+		return &SendError{Kind: SendRefused, Code: -1, Err: errKeysOnSeveralQueues}
 	}
 	mq, wait := p.queues.pick(topic, key, route.Ordered && key != "")
 	if wait != nil {
 		return AtBroker(wait.addr, fmt.Errorf("%w: %w", ErrBrokerUnreachable, wait))
 	}
 	err = p.sendTo(ctx, prod, route, out, mq)
+	if keyedBatch && err != nil {
+		p.keyedBatchFailed(topic, err)
+	}
 	for resend := 0; resend < maxResends && errors.Is(err, errConnectionLost) && ctx.Err() == nil; resend++ {
 		// The connection of this send was lost, not the broker: send again at once, on the
 		// next connection (the client opens a new one in place of the lost). Whether the
@@ -235,6 +247,52 @@ func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Mess
 		_, err = p.brokerFailed(err)
 	}
 	return err
+}
+
+// errKeysOnSeveralQueues answers a batch of keyed messages whose keys no longer go to one
+// queue (the topic's queues changed since the relay grouped them): the relay sends them one
+// at a time instead.
+var errKeysOnSeveralQueues = errors.New("the batch's sharding keys go to different queues")
+
+// QueueOf implements KeyBatcher: the queue that messages of topic with shardingKey go to
+// (the stable hash queue, ordered route or not), once a send to topic made its queues known,
+// and as long as its broker has not refused a batch of keyed messages.
+func (p *RocketMQPublisher) QueueOf(topic, shardingKey string) (string, bool) {
+	topic = p.qualified(topic)
+	if _, off := p.noKeyedBatches.Load(topic); off {
+		return "", false
+	}
+	q, ok := p.queues.orderedQueue(topic, shardingKey)
+	if !ok {
+		return "", false
+	}
+	return q.broker + "/" + strconv.Itoa(q.id), true
+}
+
+// oneQueue reports whether the keyed messages msgs of topic all go to one queue.
+func (p *RocketMQPublisher) oneQueue(topic string, msgs []*Message) bool {
+	first, ok := p.queues.orderedQueue(topic, msgs[0].ShardingKey)
+	for _, m := range msgs[1:] {
+		if q, known := p.queues.orderedQueue(topic, m.ShardingKey); !ok || !known || q != first {
+			return false
+		}
+	}
+	return ok
+}
+
+// keyedBatchFailed stops batches of keyed messages to topic when its broker refused one (a
+// 5.x proxy validating a FIFO topic reads a batch as NORMAL: the client's batch request
+// carries none of its messages' properties): they go one request a message from then on.
+func (p *RocketMQPublisher) keyedBatchFailed(topic string, err error) {
+	switch KindOf(err) {
+	case SendRefused, SendMisconfigured, SendPermanent:
+	default:
+		return
+	}
+	if _, was := p.noKeyedBatches.LoadOrStore(topic, true); !was {
+		p.cfg.Log.Warn().Str("topic", topic).Err(err).
+			Msg("the broker refused a batch of keyed messages: this topic's keyed messages go one request each")
+	}
 }
 
 // maxResends bounds the immediate re-sends of a send whose connection was lost. Each costs

@@ -147,6 +147,18 @@ func (tq *topicQueues) mq(topic string, q queueRef) *primitive.MessageQueue {
 	return &primitive.MessageQueue{Topic: topic, BrokerName: q.broker, QueueId: q.id}
 }
 
+// orderedQueue returns the queue of topic that ordered messages with key go to, and false
+// while the topic's queues are not known.
+func (c *queueChooser) orderedQueue(topic, key string) (queueRef, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tq := c.topics[topic]
+	if tq == nil || len(tq.all) == 0 {
+		return queueRef{}, false
+	}
+	return tq.stable(key), true
+}
+
 // inRoute reports whether q is a write queue of the latest route.
 func (tq *topicQueues) inRoute(q queueRef) bool { return q.id < tq.current[q.broker] }
 

@@ -125,11 +125,21 @@ func TestOrderedBySharding(t *testing.T) {
 		e := newEnv(t, b)
 		topic := b.topic(t, "ordered")
 		msgs := orderedRows("o", topic, 8, 25)
-		e.insert(t, msgs...)
 		in := b.consume(t, topic)
 		e.startRelay(t, `OUTBOX_ROUTES=[{"topic":"`+topic+`","ordered":true}]`)
+		e.insertAfterFirst(t, msgs)
 		checkKeysInQueueOrder(t, in.wait(t, len(msgs), 90*time.Second))
 	})
+}
+
+// insertAfterFirst inserts msgs[0], waits until the running relay has sent it, so that it
+// knows the topic's queues (and the ordered keys of a queue share batch requests from then
+// on), and inserts the rest.
+func (e *env) insertAfterFirst(t *testing.T, msgs []outbox.Message) {
+	t.Helper()
+	e.insert(t, msgs[0])
+	testenv.Eventually(t, 60*time.Second, "the first row sent", func() bool { return e.count(t, "status = 2") == 1 })
+	e.insert(t, msgs[1:]...)
 }
 
 // orderedRows returns keys × per rows of topic, ids prefix-NNNN, the events of each key

@@ -180,9 +180,9 @@ func TestProxyFIFOMessageGroups(t *testing.T) {
 	e := newEnv(t, b)
 	topic := b.fifoTopic(t, "fifo")
 	msgs := orderedRows("f", topic, 6, 20)
-	e.insert(t, msgs...)
 	in := b.consume(t, topic)
-	e.startRelay(t, `OUTBOX_ROUTES=[{"topic":"`+topic+`","ordered":true}]`)
+	relay := e.startRelay(t, `OUTBOX_ROUTES=[{"topic":"`+topic+`","ordered":true}]`)
+	e.insertAfterFirst(t, msgs)
 	got := in.wait(t, len(msgs), 90*time.Second)
 	for _, m := range got {
 		if g := m.GetProperty("__SHARDINGKEY"); g != m.GetKeys() {
@@ -193,6 +193,7 @@ func TestProxyFIFOMessageGroups(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "every row marked sent", func() bool {
 		return e.count(t, "status = 2") == len(msgs)
 	})
+	t.Logf("batch refused: %v", strings.Contains(relay.Out.String(), "refused a batch of ordered messages"))
 }
 
 // TestProxyNamespace: with rocketmq.namespace the relay sends a row's topic T as
