@@ -22,6 +22,7 @@ package relay
 //	                              (benchBusyWriters)
 //	OUTBOX_BENCH_KEYS=random      every row filled gets a sharding key of its own, as order
 //	                              streams spread over the key index (fillRows); default none
+//	OUTBOX_BENCH_ORDERED=1        the drained topic is an ordered route (benchRelay)
 
 import (
 	"bufio"
@@ -140,6 +141,9 @@ func benchBroker(tb testing.TB) *rmqtest.Server {
 
 func benchRelay(tb testing.TB, db *sql.DB, pub Publisher, cfg Config) *Relay {
 	tb.Helper()
+	if os.Getenv("OUTBOX_BENCH_ORDERED") == "1" && cfg.Router == nil {
+		cfg.Router = RouterFunc(func(topic, _ string) (Route, bool) { return Route{Ordered: topic == benchTopic}, true })
+	}
 	r, err := New(db, nil, pub, cfg)
 	if err != nil {
 		tb.Fatal(err)

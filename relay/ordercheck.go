@@ -27,10 +27,12 @@ const checkFirstLimit = 4
 // stream's unsent row that holds the page's rows of the stream back, with its due time:
 // the page's rows of the stream after it wait. A stream absent from the map goes whole.
 //
-// On a table with the (sharding_key, id) index it reads only what decides (one statement
-// per round for up to checkStreamsPerStatement streams): the stream's rows between its
-// first and last row in the page that are unsent and not in the page, and its older rows
-// nearest below the page's, newest first, up to the first ordered one. Rows of other topics,
+// On a table with the (sharding_key, id) index it reads only what decides: each stream's
+// nearest older row first, for all streams in one statement (nearestOlder), then, one
+// statement per round for up to checkStreamsPerStatement streams, the stream's rows between
+// its first and last row in the page that are unsent and not in the page, and, for the
+// streams whose nearest row did not decide, their older rows, newest first, up to the first
+// ordered one. Rows of other topics,
 // of unordered routes (ordered(topic, tag) false), dead and soft-deleted rows are skipped,
 // as they hold nothing back. An unsent ordered row holds the stream; a sent one decides
 // that nothing older does: in a healthy table every older row of the stream was sent before
@@ -66,7 +68,33 @@ func (s *store) orderedHeads(ctx context.Context, streams map[orderKey][]int64, 
 	}
 	// A stable order, for statements that read alike from page to page.
 	slices.SortFunc(walks, func(a, b walk) int { return strings.Compare(a.k.key+"\x00"+a.k.topic, b.k.key+"\x00"+b.k.topic) })
-	innerDone := false
+	// The first round: each stream's nearest older row, in one statement for many streams.
+	// The row decides when it is of the stream and of an ordered route; the streams it does
+	// not decide walk on below it.
+	keys, bounds := make([]orderKey, len(walks)), make([]int64, len(walks))
+	for n, w := range walks {
+		keys[n], bounds[n] = w.k, w.below
+	}
+	nearest, err := s.nearestOlder(ctx, hint, keys, bounds)
+	if err != nil {
+		return nil, s.checkFailed(err)
+	}
+	undecided := walks[:0]
+	for n, w := range walks {
+		r, found := nearest[n]
+		switch {
+		case !found:
+			// No older row of the stream at all: nothing holds it.
+		case r.key == w.k.key && r.topic == w.k.topic && ordered(r.topic, r.tag):
+			if r.status != 2 {
+				heads[w.k] = heldHead{id: r.id, dueMs: r.due}
+			}
+		default:
+			undecided = append(undecided, walk{k: w.k, below: r.id, limit: checkFirstLimit * 8})
+		}
+	}
+	walks = undecided
+	innerDone := len(inner) == 0
 	for len(walks) > 0 || !innerDone {
 		var next []walk
 		for start := 0; start < max(len(walks), 1); start += checkStreamsPerStatement {
@@ -94,13 +122,7 @@ func (s *store) orderedHeads(ctx context.Context, streams map[orderKey][]int64, 
 			}
 			got, err := s.checkRows(ctx, strings.Join(parts, "\nUNION ALL\n"), args)
 			if err != nil {
-				var me *mysql.MySQLError
-				if errors.As(err, &me) && me.Number == 1176 { // ER_KEY_DOES_NOT_EXITS: dropped since
-					s.scanMu.Lock()
-					s.checkHint, s.checkLooked = "", time.Time{}
-					s.scanMu.Unlock()
-				}
-				return nil, err
+				return nil, s.checkFailed(err)
 			}
 			if !innerDone && start == 0 {
 				innerDone = true
@@ -140,6 +162,87 @@ func (s *store) orderedHeads(ctx context.Context, streams map[orderKey][]int64, 
 		walks = next
 	}
 	return heads, nil
+}
+
+// checkFailed returns err of a statement of the ordered check, after forgetting the index
+// it forced when the index was dropped since: the next check looks for it again.
+func (s *store) checkFailed(err error) error {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == 1176 { // ER_KEY_DOES_NOT_EXITS
+		s.scanMu.Lock()
+		s.checkHint, s.checkLooked = "", time.Time{}
+		s.scanMu.Unlock()
+	}
+	return err
+}
+
+// checkNearestPerStatement bounds the streams whose nearest older row one statement reads.
+const checkNearestPerStatement = 1000
+
+// nearestOlder reads, for each stream of keys, its nearest row below the id in below below that id that the walk would read first (of its
+// topic, pending, failed or sent, not deleted), keyed by the stream's index. One statement
+// per checkNearestPerStatement streams: a derived table of the streams, each with a
+// correlated subquery that reads the (sharding_key, id) index backwards from its bound (one
+// index dive per stream, however long the key's history), then the rows found by primary
+// key. A union of one subquery per stream costs the server a plan per subquery: 8x the time.
+func (s *store) nearestOlder(ctx context.Context, hint string, keys []orderKey, below []int64) (map[int]checkRow, error) {
+	found := map[int]checkRow{}
+	for start := 0; start < len(keys); start += checkNearestPerStatement {
+		chunk := keys[start:min(start+checkNearestPerStatement, len(keys))]
+		var q strings.Builder
+		args := make([]any, 0, 4*len(chunk))
+		q.WriteString("SELECT k.part, (SELECT m.id FROM " + s.table + " m" + hint + `
+			WHERE m.sharding_key = k.sk AND m.id < k.below AND COALESCE(m.topic, '') = k.tp AND m.status IN (0, 1, 2) AND m.is_deleted = 0
+			ORDER BY m.id DESC LIMIT 1) FROM (`)
+		for i, k := range chunk {
+			if i == 0 {
+				q.WriteString("SELECT ? AS part, ? AS sk, ? AS tp, ? AS below")
+			} else {
+				q.WriteString(" UNION ALL SELECT ?, ?, ?, ?")
+			}
+			args = append(args, start+i, k.key, k.topic, below[start+i])
+		}
+		q.WriteString(") k")
+		rows, err := s.query(ctx, q.String(), args...)
+		if err != nil {
+			return nil, fmt.Errorf("read the older rows of ordered keys in %s: %w", s.name, err)
+		}
+		byID := map[int64][]int{}
+		var ids []any
+		for rows.Next() {
+			var part int
+			var id sql.NullInt64
+			if err := rows.Scan(&part, &id); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("read the older rows of ordered keys in %s: %w", s.name, err)
+			}
+			if id.Valid {
+				if _, dup := byID[id.Int64]; !dup {
+					ids = append(ids, id.Int64)
+				}
+				byID[id.Int64] = append(byID[id.Int64], part)
+			}
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("read the older rows of ordered keys in %s: %w", s.name, err)
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		got, err := s.checkRows(ctx, `SELECT 0, id, COALESCE(topic, ''), sharding_key, tag, status, next_retry_time FROM `+s.table+`
+			WHERE id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)`, ids)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range got[0] {
+			for _, part := range byID[r.id] {
+				found[part] = r
+			}
+		}
+	}
+	return found, nil
 }
 
 // orderedIndex returns the FORCE INDEX clause of the table's (sharding_key, id) index, or

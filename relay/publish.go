@@ -139,41 +139,56 @@ func (r *Relay) runUnit(ctx context.Context, u unit, items []item, out []result,
 }
 
 // runLane publishes the chains of the ordered keys of one queue (u.idx holds each key's rows
-// in id order, one key after the other) in batch requests: a batch is stored in its queue in
-// its order, so each key's rows stay in id order however the keys share batches. A key
-// whose row is not sent holds its later rows, as a chain does; the other keys go on. A batch
-// the broker refuses is sent again one message at a time, key by key, to find which fails.
+// in id order, one key after the other) in batch requests of one row per key: the next row
+// of every key still going, so each key has one send in flight, as in a chain. A key whose
+// row is not sent holds its later rows; the other keys go on. One row per key and batch
+// keeps what a lost acknowledgement costs as in a chain: the copy that follows is of the
+// key's last message, never of an earlier one after a later. A batch the broker refuses is
+// sent again one message at a time, to find which fails.
 func (r *Relay) runLane(ctx context.Context, u unit, items []item, out []result, fence func() bool) {
-	stopped := map[string]bool{} // keys whose row was not sent: their later rows are held
 	key := func(n int) string { return items[u.idx[n]].msg.ShardingKey }
-	next := 0
-	for next < len(u.idx) {
+	var keys []string
+	left := map[string][]int{} // each key's rows not yet settled, as positions in u.idx
+	for n := range u.idx {
+		k := key(n)
+		if _, ok := left[k]; !ok {
+			keys = append(keys, k)
+		}
+		left[k] = append(left[k], n)
+	}
+	// settle records the result of position n: a sent or dead row lets its key's next go,
+	// any other holds the key's later rows (their results stay held).
+	settle := func(n int) {
+		if k := key(n); out[n].kind == sent || out[n].kind == dead {
+			left[k] = left[k][1:]
+		} else {
+			left[k] = nil
+		}
+	}
+	for {
 		if ctx.Err() != nil || (fence != nil && !fence()) {
 			return
 		}
-		// The next batch: the following rows of keys still going, within the batch bounds.
-		var batch []int // positions in u.idx
+		var batch []int // positions in u.idx: the next row of each key, within the bounds
 		size := 0
-		for ; next < len(u.idx); next++ {
-			if stopped[key(next)] {
+		for _, k := range keys {
+			if len(left[k]) == 0 {
 				continue
 			}
-			n := len(items[u.idx[next]].msg.Body)
-			if len(batch) > 0 && (len(batch) >= r.cfg.MaxBatchMessages || size+n > r.cfg.MaxBatchBytes) {
+			n := left[k][0]
+			b := len(items[u.idx[n]].msg.Body)
+			if len(batch) > 0 && (len(batch) >= r.cfg.MaxBatchMessages || size+b > r.cfg.MaxBatchBytes) {
 				break
 			}
-			batch = append(batch, next)
-			size += n
+			batch = append(batch, n)
+			size += b
 		}
-		if len(batch) == 0 {
+		switch len(batch) {
+		case 0:
 			return
-		}
-		if len(batch) == 1 {
-			n := batch[0]
-			r.sendOne(ctx, items[u.idx[n]], &out[n], fence)
-			if out[n].kind != sent && out[n].kind != dead {
-				stopped[key(n)] = true
-			}
+		case 1:
+			r.sendOne(ctx, items[u.idx[batch[0]]], &out[batch[0]], fence)
+			settle(batch[0])
 			continue
 		}
 		msgs := make([]*Message, len(batch))
@@ -181,33 +196,28 @@ func (r *Relay) runLane(ctx context.Context, u unit, items []item, out []result,
 			msgs[j] = items[u.idx[n]].msg
 		}
 		err := r.send(ctx, items[u.idx[batch[0]]].route, msgs...)
-		switch {
+		switch k := KindOf(err); {
 		case err == nil:
 			for _, n := range batch {
 				out[n] = result{kind: sent}
 			}
 		case ctx.Err() != nil:
 			return
-		case KindOf(err) == SendRefused || KindOf(err) == SendMisconfigured || KindOf(err) == SendPermanent:
-			// The broker refused the batch, or the keys no longer share a queue: one message
-			// at a time, so that only a refused message's key is held.
+		case k == SendRefused || k == SendMisconfigured || k == SendPermanent:
+			// The broker refused the batch, or its keys no longer share a queue: one
+			// message at a time, so that only a refused message's key is held.
 			r.log.Debug().Err(err).Int("messages", len(batch)).Msg("batch of ordered keys refused, sending one by one")
 			for _, n := range batch {
-				if stopped[key(n)] {
-					continue
-				}
 				r.sendOne(ctx, items[u.idx[n]], &out[n], fence)
-				if out[n].kind != sent && out[n].kind != dead {
-					stopped[key(n)] = true
-				}
 			}
 		default:
-			// The broker did not take the request: every message fails alike, and holds
-			// its key's later rows.
+			// The broker did not take the request: every message fails alike.
 			for _, n := range batch {
 				out[n] = failResult(err)
-				stopped[key(n)] = true
 			}
+		}
+		for _, n := range batch {
+			settle(n)
 		}
 	}
 }

@@ -67,8 +67,10 @@ type Config struct {
 	// never loaded. Defaults to 8 MiB.
 	MaxPageBytes int
 	// DisableBatchSend sends every message in a request of its own. By default messages of
-	// one topic on an unordered route without delay level or sharding key go in batch
-	// requests of up to MaxBatchMessages messages and MaxBatchBytes bytes.
+	// one topic without delay level go in batch requests of up to MaxBatchMessages messages
+	// and MaxBatchBytes bytes: those without sharding key together, those with one together
+	// with the keys of their queue when the publisher is a KeyBatcher (on an ordered route,
+	// each key's rows in id order).
 	DisableBatchSend bool
 	// MaxBatchMessages bounds the messages in one batch request. Defaults to 128.
 	MaxBatchMessages int
