@@ -119,16 +119,20 @@ func TestDeliveredAsWritten(t *testing.T) {
 }
 
 // TestOrderedBySharding: on an ordered route, the messages of one sharding key all land in
-// one queue, in the order of their rows.
+// one queue, in the order of their rows, the keys of a queue sharing batch requests.
 func TestOrderedBySharding(t *testing.T) {
 	each(t, false, func(t *testing.T, b *target) {
 		e := newEnv(t, b)
 		topic := b.topic(t, "ordered")
 		msgs := orderedRows("o", topic, 8, 25)
 		in := b.consume(t, topic)
-		e.startRelay(t, `OUTBOX_ROUTES=[{"topic":"`+topic+`","ordered":true}]`)
+		relay := e.startRelay(t, `OUTBOX_ROUTES=[{"topic":"`+topic+`","ordered":true}]`)
 		e.insertAfterFirst(t, msgs)
 		checkKeysInQueueOrder(t, in.wait(t, len(msgs), 90*time.Second))
+		// The keys of a queue shared batch requests, one row of each key a request.
+		if n := sendRequests(t, relay); n >= len(msgs) {
+			t.Errorf("%d send requests for %d rows: the keys of a queue did not share batches", n, len(msgs))
+		}
 	})
 }
 

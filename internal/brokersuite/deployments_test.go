@@ -193,7 +193,35 @@ func TestProxyFIFOMessageGroups(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "every row marked sent", func() bool {
 		return e.count(t, "status = 2") == len(msgs)
 	})
-	t.Logf("batch refused: %v", strings.Contains(relay.Out.String(), "refused a batch of ordered messages"))
+	// The keys of a queue went in shared batch requests, which the proxy accepted on a FIFO
+	// topic, each message keeping its own message group (above).
+	if strings.Contains(relay.Out.String(), "refused a batch of keyed messages") {
+		t.Errorf("the proxy refused a batch of keyed messages on a FIFO topic")
+	}
+	if n := sendRequests(t, relay); n >= len(msgs) {
+		t.Errorf("%d send requests for %d rows: the keys of a queue did not share batches", n, len(msgs))
+	}
+}
+
+// sendRequests counts the relay's send requests (outbox_relay_publish_duration_seconds) on
+// its /metrics page.
+func sendRequests(t *testing.T, relay *testenv.Proc) int {
+	t.Helper()
+	page := testenv.Metrics(testenv.LoggedHTTPAddr(relay.Out.String()))
+	if page == "" {
+		t.Fatal("the relay's /metrics page did not answer")
+	}
+	n := 0
+	for _, line := range strings.Split(page, "\n") {
+		if strings.HasPrefix(line, "outbox_relay_publish_duration_seconds_count") {
+			f, err := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+			if err != nil {
+				t.Fatalf("metrics line %q: %v", line, err)
+			}
+			n += int(f)
+		}
+	}
+	return n
 }
 
 // TestProxyNamespace: with rocketmq.namespace the relay sends a row's topic T as
