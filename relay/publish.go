@@ -144,7 +144,8 @@ func (r *Relay) runUnit(ctx context.Context, u unit, items []item, out []result,
 // row is not sent holds its later rows; the other keys go on. One row per key and batch
 // keeps what a lost acknowledgement costs as in a chain: the copy that follows is of the
 // key's last message, never of an earlier one after a later. A batch the broker refuses is
-// sent again one message at a time, to find which fails.
+// sent again one message at a time, to find which fails, and so is the rest of the lane (a
+// broker that refuses batches of keyed messages refuses them all).
 func (r *Relay) runLane(ctx context.Context, u unit, items []item, out []result, fence func() bool) {
 	key := func(n int) string { return items[u.idx[n]].msg.ShardingKey }
 	var keys []string
@@ -165,6 +166,7 @@ func (r *Relay) runLane(ctx context.Context, u unit, items []item, out []result,
 			left[k] = nil
 		}
 	}
+	refused := false // a batch was refused: the rest go one request each
 	for {
 		if ctx.Err() != nil || (fence != nil && !fence()) {
 			return
@@ -177,7 +179,7 @@ func (r *Relay) runLane(ctx context.Context, u unit, items []item, out []result,
 			}
 			n := left[k][0]
 			b := len(items[u.idx[n]].msg.Body)
-			if len(batch) > 0 && (len(batch) >= r.cfg.MaxBatchMessages || size+b > r.cfg.MaxBatchBytes) {
+			if len(batch) > 0 && (refused || len(batch) >= r.cfg.MaxBatchMessages || size+b > r.cfg.MaxBatchBytes) {
 				break
 			}
 			batch = append(batch, n)
@@ -207,6 +209,7 @@ func (r *Relay) runLane(ctx context.Context, u unit, items []item, out []result,
 			// The broker refused the batch, or its keys no longer share a queue: one
 			// message at a time, so that only a refused message's key is held.
 			r.log.Debug().Err(err).Int("messages", len(batch)).Msg("batch of ordered keys refused, sending one by one")
+			refused = true
 			for _, n := range batch {
 				r.sendOne(ctx, items[u.idx[n]], &out[n], fence)
 			}
