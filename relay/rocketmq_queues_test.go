@@ -3,6 +3,8 @@
 package relay
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"strings"
@@ -71,5 +73,37 @@ func TestOrderedKeysKeepTheirQueueWhileABrokerLeavesTheRoute(t *testing.T) {
 	c.Select(primitive.NewMessage("T", nil), routeOf("T", map[string]int{"broker-a": 8, "broker-b": 4}), "")
 	if !strings.Contains(logs.String(), "the topic's queues changed") {
 		t.Fatalf("no log line for the new queues: %s", logs.String())
+	}
+}
+
+// TestKeyedBatchOfKeysOnSeveralQueuesIsRefused: a batch of keyed messages that the relay
+// grouped while their keys shared a queue is refused without a send once the topic's queues
+// changed under it (an operator adding queues moves keys), so that the relay sends them one
+// at a time, each to its own key's queue, instead of all to the first key's.
+func TestKeyedBatchOfKeysOnSeveralQueuesIsRefused(t *testing.T) {
+	p, err := NewRocketMQPublisher(RocketMQConfig{NameServers: []string{"127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.queues.Select(primitive.NewMessage("T", nil), routeOf("T", map[string]int{"broker-a": 1}), "")
+	a, okA := p.QueueOf("T", "key-a")
+	b, okB := p.QueueOf("T", "key-b")
+	if !okA || !okB || a != b {
+		t.Fatalf("on one queue: key-a on %q (%v), key-b on %q (%v), want one queue", a, okA, b, okB)
+	}
+	// The operator gives the topic 8 queues: the keys now hash apart.
+	p.queues.Select(primitive.NewMessage("T", nil), routeOf("T", map[string]int{"broker-a": 8}), "")
+	a, _ = p.QueueOf("T", "key-a")
+	other := ""
+	for n := 0; other == ""; n++ {
+		if q, _ := p.QueueOf("T", fmt.Sprintf("key-%d", n)); q != a {
+			other = fmt.Sprintf("key-%d", n)
+		}
+	}
+	err = p.Send(context.Background(), Route{Ordered: true},
+		&Message{MsgID: "1", Topic: "T", ShardingKey: "key-a", Body: []byte("a")},
+		&Message{MsgID: "2", Topic: "T", ShardingKey: other, Body: []byte("b")})
+	if !errors.Is(err, errKeysOnSeveralQueues) || KindOf(err) != SendRefused {
+		t.Fatalf("Send = %v (kind %v), want errKeysOnSeveralQueues, refused", err, KindOf(err))
 	}
 }
