@@ -19,11 +19,10 @@
 //   - Per-key order (a key's rows in id order, one in flight): plan.go. It lets an ordered
 //     key's rows go only as the prefix of its unsent rows present in the page (a row of an
 //     unordered route is no part of the stream; ordercheck.go reads the key's rows that
-//     decide it), as one chain that publish.go sends one
-//     message after the other, stopping at the first that is not sent. The chains of the
-//     keys of one queue go together as a lane (plan.go laneOf, publish.go runLane), in batch
-//     requests that keep each key's rows in id order, a key whose row is not sent holding
-//     its later rows while the other keys go on. A chain or lane still
+//     decide it), as one chain that publish.go (runLane) sends one message after the other,
+//     stopping at the first that is not sent. The chains of the keys of one queue go
+//     together as one lane (plan.go laneOf), in batch requests of one row per key, a key
+//     whose row is not sent holding its later rows while the other keys go on. A lane still
 //     sending when the rest of its page is done goes on detached (publish.go, relay.go
 //     goLate): its rows are skipped by later passes until written back (and by a pass that
 //     read them before the write-back: heldByLateUnit), and plan.go sees

@@ -179,8 +179,9 @@ func (s *store) checkFailed(err error) error {
 // checkNearestPerStatement bounds the streams whose nearest older row one statement reads.
 const checkNearestPerStatement = 1000
 
-// nearestOlder reads, for each stream of keys, its nearest row below the id in below below that id that the walk would read first (of its
-// topic, pending, failed or sent, not deleted), keyed by the stream's index. One statement
+// nearestOlder reads, for each stream of keys, its nearest row below the id in below that the
+// walk would read first (of its topic, pending, failed or sent, not deleted), keyed by the
+// stream's index. One statement
 // per checkNearestPerStatement streams: a derived table of the streams, each with a
 // correlated subquery that reads the (sharding_key, id) index backwards from its bound (one
 // index dive per stream, however long the key's history), then the rows found by primary

@@ -16,13 +16,12 @@ type item struct {
 	route Route
 }
 
-// unit is the work of one goroutine: a batch request, a single message, the chain of an
-// ordered key, published one after the other, or the chains of the ordered keys of one queue
-// (a lane), published in batch requests that keep each key's rows in order.
+// unit is the work of one goroutine: a batch request, a single message, or a lane: the
+// chains of ordered keys (one key's, or those of the keys of one queue), each key's rows
+// published one after the other, several keys' in shared batch requests.
 type unit struct {
 	idx   []int
 	batch bool
-	chain bool
 	lane  bool
 }
 
@@ -119,7 +118,7 @@ func (r *Relay) plan(ctx context.Context, items []item, blocked blockedKeys) ([]
 		}
 		lk, shared := r.laneOf(items, ok)
 		if !shared {
-			units = append(units, unit{idx: ok, chain: true})
+			units = append(units, unit{idx: ok, lane: true}) // a lane of its own
 			continue
 		}
 		if n, found := lanes[lk]; found {

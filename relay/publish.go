@@ -126,24 +126,18 @@ func (r *Relay) runUnit(ctx context.Context, u unit, items []item, out []result,
 		}
 	case u.lane:
 		r.runLane(ctx, u, items, out, fence)
-	case u.chain:
-		for n, i := range u.idx {
-			r.sendOne(ctx, items[i], &out[n], fence)
-			if out[n].kind != sent && out[n].kind != dead {
-				return // a failed or abandoned message holds back the rest of its key
-			}
-		}
 	default:
 		r.sendOne(ctx, items[u.idx[0]], &out[0], fence)
 	}
 }
 
-// runLane publishes the chains of the ordered keys of one queue (u.idx holds each key's rows
-// in id order, one key after the other) in batch requests of one row per key: the next row
-// of every key still going, so each key has one send in flight, as in a chain. A key whose
-// row is not sent holds its later rows; the other keys go on. One row per key and batch
-// keeps what a lost acknowledgement costs as in a chain: the copy that follows is of the
-// key's last message, never of an earlier one after a later. A batch the broker refuses is
+// runLane publishes the chains of ordered keys (u.idx holds each key's rows in id order, one
+// key after the other; several keys only when they share a queue) in batch requests of one
+// row per key: the next row of every key still going, so each key has one send in flight
+// and its rows go one after the other. A key whose row is not sent holds its later rows; the
+// other keys go on. One row per key and batch keeps what a lost acknowledgement costs as
+// with single sends: the copy that follows is of the key's last message, never of an
+// earlier one after a later. A batch the broker refuses is
 // sent again one message at a time, to find which fails, and so is the rest of the lane (a
 // broker that refuses batches of keyed messages refuses them all).
 func (r *Relay) runLane(ctx context.Context, u unit, items []item, out []result, fence func() bool) {

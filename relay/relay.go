@@ -238,7 +238,7 @@ type Relay struct {
 	db        *sql.DB
 	rdb       redis.UniversalClient
 	pub       Publisher
-	batcher   KeyBatcher // pub, when it can batch the ordered keys of a queue; else nil
+	batcher   KeyBatcher // pub, when it can batch the keys of a queue; else nil
 	store     store
 	log       zerolog.Logger
 	incidents *incidents

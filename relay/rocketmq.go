@@ -262,7 +262,7 @@ func (p *RocketMQPublisher) QueueOf(topic, shardingKey string) (string, bool) {
 	if _, off := p.noKeyedBatches.Load(topic); off {
 		return "", false
 	}
-	q, ok := p.queues.orderedQueue(topic, shardingKey)
+	q, ok := p.queues.keyQueue(topic, shardingKey)
 	if !ok {
 		return "", false
 	}
@@ -271,12 +271,11 @@ func (p *RocketMQPublisher) QueueOf(topic, shardingKey string) (string, bool) {
 
 // oneQueue reports whether the keyed messages msgs of topic all go to one queue.
 func (p *RocketMQPublisher) oneQueue(topic string, msgs []*Message) bool {
-	first, ok := p.queues.orderedQueue(topic, msgs[0].ShardingKey)
-	for _, m := range msgs[1:] {
-		if q, known := p.queues.orderedQueue(topic, m.ShardingKey); !ok || !known || q != first {
-			return false
-		}
+	keys := make([]string, len(msgs))
+	for i, m := range msgs {
+		keys[i] = m.ShardingKey
 	}
+	_, ok := p.queues.keyQueue(topic, keys...)
 	return ok
 }
 

@@ -147,16 +147,23 @@ func (tq *topicQueues) mq(topic string, q queueRef) *primitive.MessageQueue {
 	return &primitive.MessageQueue{Topic: topic, BrokerName: q.broker, QueueId: q.id}
 }
 
-// orderedQueue returns the queue of topic that ordered messages with key go to, and false
-// while the topic's queues are not known.
-func (c *queueChooser) orderedQueue(topic, key string) (queueRef, bool) {
+// keyQueue returns the queue of topic that the messages of every key of keys go to (the
+// stable hash, ordered route or not), and false while the topic's queues are not known or
+// when the keys go to different queues.
+func (c *queueChooser) keyQueue(topic string, keys ...string) (queueRef, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	tq := c.topics[topic]
 	if tq == nil || len(tq.all) == 0 {
 		return queueRef{}, false
 	}
-	return tq.stable(key), true
+	q := tq.stable(keys[0])
+	for _, k := range keys[1:] {
+		if tq.stable(k) != q {
+			return queueRef{}, false
+		}
+	}
+	return q, true
 }
 
 // inRoute reports whether q is a write queue of the latest route.
