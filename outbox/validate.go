@@ -72,20 +72,6 @@ func ValidateTag(tag string) error {
 	return nil
 }
 
-// reservedProperties are property names RocketMQ's client or broker set themselves; a user
-// property of that name would change how the message is handled.
-var reservedProperties = map[string]bool{
-	"KEYS": true, "TAGS": true, "WAIT": true, "DELAY": true, "RETRY_TOPIC": true,
-	"REAL_TOPIC": true, "REAL_QID": true, "TRAN_MSG": true, "PGROUP": true, "MIN_OFFSET": true,
-	"MAX_OFFSET": true, "BUYER_ID": true, "ORIGIN_MESSAGE_ID": true, "TRANSFER_FLAG": true,
-	"CORRECTION_FLAG": true, "MQ2_FLAG": true, "RECONSUME_TIME": true, "MSG_REGION": true,
-	"TRACE_ON": true, "UNIQ_KEY": true, "MAX_RECONSUME_TIMES": true, "CONSUME_START_TIME": true,
-	"TRAN_PREPARED_QUEUE_OFFSET": true, "TRANSACTION_CHECK_TIMES": true, "CHECK_IMMUNITY_TIME_IN_SECONDS": true,
-	"SHARDING_KEY": true, "__SHARDINGKEY": true, "__STARTDELIVERTIME": true, "INSTANCE_ID": true,
-	"CLUSTER": true, "MSG_TYPE": true, "REPLY_TO_CLIENT": true, "CORRELATION_ID": true, "TTL": true,
-	MsgIDProperty: true, TableProperty: true, WriterProperty: true,
-}
-
 // ValidateProperties checks user properties: non-empty names that RocketMQ does not reserve,
 // and no name or value containing the protocol's separators (bytes 1 and 2).
 func ValidateProperties(props map[string]string) error {
@@ -93,8 +79,8 @@ func ValidateProperties(props map[string]string) error {
 		switch {
 		case k == "":
 			return fmt.Errorf("property name is empty")
-		case reservedProperties[k]:
-			return fmt.Errorf("property %q is reserved by RocketMQ or the relay", k)
+		case reservedProperty(k):
+			return fmt.Errorf("property %q is reserved by RocketMQ or the relay (names the broker sets itself change how it stores or delivers a message)", k)
 		case strings.ContainsAny(k, "\x01\x02") || strings.ContainsAny(v, "\x01\x02"):
 			return fmt.Errorf("property %q contains bytes 1 or 2, RocketMQ's property separators", k)
 		}

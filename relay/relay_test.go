@@ -259,6 +259,9 @@ func TestBadRowsGoDeadAtOnceWhileTheRestFlow(t *testing.T) {
 		{"tag", "orders", "a||b", "{}", "", "invalid tag"},
 		{"props", "orders", "", "{}", "not json", "malformed properties"},
 		{"reserved", "orders", "", "{}", `{"DELAY":"3"}`, "reserved"},
+		{"timer-deliver", "orders", "", "{}", `{"TIMER_DELIVER_MS":"4102444800000"}`, "reserved"},
+		{"timer-delay", "orders", "", "{}", `{"TIMER_DELAY_SEC":"3600"}`, "reserved"},
+		{"dispatch", "orders", "", "{}", `{"INNER_MULTI_DISPATCH":"%LMQ%victim"}`, "reserved"},
 		{"route", "unrouted", "", "{}", "", "no route for topic"},
 	}
 	for i := 0; i < 10; i++ {
