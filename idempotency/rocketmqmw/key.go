@@ -101,12 +101,26 @@ type IdentityFunc func(msg *primitive.MessageExt, key string) string
 // TopicTagIdentity is the default identity: topic, tag and key, as "topic:tag:key" (a ':'
 // or '\' in the tag is escaped with '\'; topics cannot contain ':'). So a redelivery of
 // "orders/paid SN-7001" is a duplicate, but "orders/paid SN-7001" after "orders/created
-// SN-7001" is another event and is applied. The topic is taken without its namespace (see
-// TopicWithoutNamespace), so consumers with and without the client's namespace option, or
-// subscribed to "namespace%topic" by name, dedupe one event under one identity.
+// SN-7001" is another event and is applied. The topic keeps its RocketMQ namespace
+// ("tenantA%orders"): the topics of two namespaces are two topics on the broker, so one group
+// consuming both never takes tenant A's event for tenant B's. A consumer with the client's
+// namespace option and one subscribed to "namespace%topic" by name see the same msg.Topic and
+// share identities.
 func TopicTagIdentity(msg *primitive.MessageExt, key string) string {
-	tag := strings.NewReplacer(`\`, `\\`, ":", `\:`).Replace(msg.GetTags())
-	return TopicWithoutNamespace(msg.Topic) + ":" + tag + ":" + key
+	return topicTagKey(msg.Topic, msg.GetTags(), key)
+}
+
+// TopicTagIdentityWithoutNamespace is TopicTagIdentity with the topic's namespace dropped,
+// the default identity of this package's earlier versions: it keeps the dedupe state of a group that ran
+// such a version and consumes a single namespace. Two namespaces' events of one topic, tag
+// and key share an identity under it, so never use it for a group that consumes several.
+func TopicTagIdentityWithoutNamespace(msg *primitive.MessageExt, key string) string {
+	return topicTagKey(TopicWithoutNamespace(msg.Topic), msg.GetTags(), key)
+}
+
+// topicTagKey joins topic, tag and key with ':', escaping ':' and '\' in the tag.
+func topicTagKey(topic, tag, key string) string {
+	return topic + ":" + strings.NewReplacer(`\`, `\\`, ":", `\:`).Replace(tag) + ":" + key
 }
 
 // TopicWithoutNamespace returns topic without a RocketMQ namespace: what follows its last '%'.

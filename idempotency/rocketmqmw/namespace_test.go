@@ -16,9 +16,8 @@ import (
 
 // A consumer created with the client's namespace option is handed msg.Topic as
 // "namespace%topic". The same event sent twice to the namespaced topic is applied once, and
-// its identity is the one a consumer without the namespace computes ("topic:tag:key"), so
-// moving a consumer between the namespace option and a plain subscription keeps its dedupe
-// state.
+// its identity is "namespace%topic:tag:key", which a consumer subscribed to the full name
+// computes too.
 func TestNamespacedConsumerAppliesADuplicateOnce(t *testing.T) {
 	onEachBroker(t, func(t *testing.T, b broker) {
 		r := setupRedis(t)
@@ -52,8 +51,8 @@ func TestNamespacedConsumerAppliesADuplicateOnce(t *testing.T) {
 			t.Errorf("the client handed msg.Topic %q, want %q", got, ns+"%"+topic)
 		}
 		for _, sn := range []string{"SN-1", "SN-2"} {
-			if v := r.Value(t, group, topic+":created:"+sn); v == "" {
-				t.Errorf("no consumed record under %q: the identity depends on the namespace", topic+":created:"+sn)
+			if v := r.Value(t, group, ns+"%"+topic+":created:"+sn); v == "" {
+				t.Errorf("no consumed record under %q", ns+"%"+topic+":created:"+sn)
 			}
 		}
 	})
@@ -70,7 +69,21 @@ func TestTopicWithoutNamespace(t *testing.T) {
 		m.WithTag("paid")
 		return m
 	}
-	if a, b := rocketmqmw.TopicTagIdentity(msg("inst1%orders"), "SN-7"), rocketmqmw.TopicTagIdentity(msg("orders"), "SN-7"); a != b {
-		t.Errorf("identity with namespace %q, without %q: want equal", a, b)
+	if a, b := rocketmqmw.TopicTagIdentityWithoutNamespace(msg("inst1%orders"), "SN-7"), rocketmqmw.TopicTagIdentity(msg("orders"), "SN-7"); a != b {
+		t.Errorf("identity without namespace %q, plain %q: want equal", a, b)
+	}
+}
+
+// Two tenants' namespaces hold two topics: events of the same topic, tag and key in each are
+// two events, and one group consuming both applies both.
+func TestIdentitiesOfTwoNamespacesDiffer(t *testing.T) {
+	msg := func(topic string) *primitive.MessageExt {
+		m := &primitive.MessageExt{Message: primitive.Message{Topic: topic}}
+		m.WithTag("paid")
+		return m
+	}
+	a, b := rocketmqmw.TopicTagIdentity(msg("tenantA%orders"), "SN-7"), rocketmqmw.TopicTagIdentity(msg("tenantB%orders"), "SN-7")
+	if a == b {
+		t.Fatalf("tenantA%%orders and tenantB%%orders share the identity %q: one tenant's event would be skipped", a)
 	}
 }
