@@ -60,9 +60,9 @@
 // when memory runs short; a restart without persistence (no appendonly, no RDB) forgets them
 // all, and an RDB-only server the last minutes'; replication is asynchronous, so a failover
 // may lose the keys written just before it. In each case a redelivery arriving afterwards is
-// applied again. OpenRedisStore checks eviction and persistence at start and refuses an
-// unsafe server (RedisConfig.AllowUnsafe turns that into a warning); nothing removes the
-// failover window. For money, use SQLGuard.
+// applied again. A RedisStore checks eviction and persistence before its first claim and every
+// minute after, and refuses to claim on an unsafe server (RedisConfig.AllowUnsafe turns that
+// into a warning); OpenRedisStore checks at once. Nothing removes the failover window. For money, use SQLGuard.
 //
 // A Duplicate is logged at debug level by the middleware and counted in
 // outbox_consumer_duplicates_total (rocketmqmw.Config.Registerer). RedisStore keeps a

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -56,12 +57,19 @@ type RedisConfig struct {
 	// KeyPrefix is put before every key, to keep the store's keys apart from others in the
 	// same Redis database. Defaults to DefaultRedisKeyPrefix ("idempotency:").
 	KeyPrefix string
-	// AllowUnsafe lets OpenRedisStore open a store on a server that may forget consumed keys
-	// (see CheckRedis), logging the risks at warn level instead of refusing. Defaults to false.
+	// AllowUnsafe lets the store work on a server that may forget consumed keys (see
+	// CheckRedis), logging the risks at warn level instead of refusing. Defaults to false.
 	AllowUnsafe bool
-	// Logger receives OpenRedisStore's warning. Defaults to slog.Default().
+	// Logger receives the warnings of AllowUnsafe. Defaults to slog.Default().
 	Logger *slog.Logger
+	// CheckInterval is how often the store reads the server's settings again: a server whose
+	// persistence is turned off, or a failover to a replica configured differently, is found
+	// within it. Defaults to DefaultRedisCheckInterval.
+	CheckInterval time.Duration
 }
+
+// DefaultRedisCheckInterval is RedisConfig.CheckInterval's default.
+const DefaultRedisCheckInterval = time.Minute
 
 // RedisStore is a Store in Redis: a claim is SET key consuming:<token> NX PX ttl, and
 // Finish and Release are compare-and-set Lua scripts on the token. Each call is one round
@@ -73,13 +81,23 @@ type RedisConfig struct {
 type RedisStore struct {
 	rdb    redis.Scripter
 	prefix string
+	cfg    RedisConfig
+	now    func() time.Time
+
+	mu        sync.Mutex
+	checkedAt time.Time // when the server's settings were last read
+	refusal   error     // non-nil while the server may forget keys and AllowUnsafe is off
+	warned    string    // the risks last logged under AllowUnsafe
 }
 
 var _ Store = (*RedisStore)(nil)
 
 // NewRedisStore returns a Store on rdb, which can be a *redis.Client, *redis.ClusterClient or
-// anything else that runs scripts. It does not look at the server's settings: OpenRedisStore
-// does, and refuses a server that may evict or lose consumed keys.
+// anything else that runs scripts and INFO. The store reads the server's settings
+// (CheckRedis) before its first claim and every CheckInterval after, and while the server may
+// evict or lose consumed keys its claims fail with an error wrapping ErrUnsafeRedis (the
+// message is redelivered later, never applied on a store that may forget it), unless
+// cfg.AllowUnsafe is set. A client that cannot run INFO counts as such a server.
 func NewRedisStore(rdb redis.Scripter, cfg RedisConfig) (*RedisStore, error) {
 	if rdb == nil {
 		return nil, errors.New("idempotency: NewRedisStore: nil Redis client")
@@ -87,7 +105,46 @@ func NewRedisStore(rdb redis.Scripter, cfg RedisConfig) (*RedisStore, error) {
 	if cfg.KeyPrefix == "" {
 		cfg.KeyPrefix = DefaultRedisKeyPrefix
 	}
-	return &RedisStore{rdb: rdb, prefix: cfg.KeyPrefix}, nil
+	if cfg.CheckInterval <= 0 {
+		cfg.CheckInterval = DefaultRedisCheckInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &RedisStore{rdb: rdb, prefix: cfg.KeyPrefix, cfg: cfg, now: time.Now}, nil
+}
+
+// guarantee returns nil when the server keeps consumed keys (or AllowUnsafe is set), reading
+// its settings again when the last reading is older than CheckInterval. A failed reading is
+// returned as it is and tried again on the next call.
+func (s *RedisStore) guarantee(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.checkedAt.IsZero() && s.now().Sub(s.checkedAt) < s.cfg.CheckInterval {
+		return s.refusal
+	}
+	var srv RedisServer
+	var err error
+	if c, ok := s.rdb.(redis.Cmdable); ok {
+		srv, err = CheckRedis(ctx, c)
+	} else {
+		err = fmt.Errorf("%w: the client cannot read the server's settings (INFO); pass a *redis.Client or set RedisConfig.AllowUnsafe", ErrUnsafeRedis)
+	}
+	if err != nil && !errors.Is(err, ErrUnsafeRedis) {
+		return err
+	}
+	s.checkedAt, s.refusal = s.now(), nil
+	switch {
+	case err == nil:
+		s.warned = ""
+	case !s.cfg.AllowUnsafe:
+		s.refusal = err
+	case err.Error() != s.warned:
+		s.warned = err.Error()
+		s.cfg.Logger.WarnContext(ctx, "idempotency: this Redis may forget consumed messages, which are then applied twice (RedisConfig.AllowUnsafe is set)",
+			slog.String("risks", err.Error()), slog.Int("replicas", srv.Replicas))
+	}
+	return s.refusal
 }
 
 // Key returns the Redis key under which key is stored, for inspection and tests.
@@ -95,6 +152,9 @@ func (s *RedisStore) Key(key string) string { return s.prefix + key }
 
 // Claim implements Store.
 func (s *RedisStore) Claim(ctx context.Context, key, token string, ttl time.Duration) (ClaimResult, error) {
+	if err := s.guarantee(ctx); err != nil {
+		return 0, fmt.Errorf("idempotency: claim %q in redis: %w", key, err)
+	}
 	n, err := claimScript.Run(ctx, s.rdb, []string{s.prefix + key}, redisConsumingPrefix+token, ttl.Milliseconds()).Int()
 	if err != nil {
 		return 0, fmt.Errorf("idempotency: claim %q in redis: %w", key, err)

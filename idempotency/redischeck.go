@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 
@@ -41,8 +40,12 @@ func (s RedisServer) Risks() []string {
 		out = append(out, fmt.Sprintf("maxmemory-policy is %s with maxmemory %d: every consumed key has a TTL, so the server evicts them "+
 			"when memory runs short (set maxmemory-policy noeviction, or maxmemory 0)", s.MaxmemoryPolicy, s.Maxmemory))
 	}
-	if !s.AOF && s.Save == "" {
+	switch {
+	case !s.AOF && s.Save == "":
 		out = append(out, "neither appendonly nor RDB snapshots (save) are on: a restart forgets every consumed key (set appendonly yes)")
+	case !s.AOF && s.Save == "unknown":
+		out = append(out, "appendonly is off and the server refuses CONFIG GET save, so whether RDB snapshots are on cannot be read: "+
+			"a restart may forget every consumed key (set appendonly yes, or RedisConfig.AllowUnsafe if snapshots are known to be on)")
 	}
 	return out
 }
@@ -85,26 +88,22 @@ type RedisClient interface {
 	redis.Cmdable
 }
 
-// OpenRedisStore is NewRedisStore after CheckRedis: it refuses a server that may forget
-// consumed keys (eviction, no persistence) with an error wrapping ErrUnsafeRedis, unless
-// cfg.AllowUnsafe is set, in which case it logs the risks at warn level on cfg.Logger and
-// opens the store. Use it at a consumer's start; for money, prefer SQLGuard, whose keys live
+// OpenRedisStore is NewRedisStore that reads the server's settings at once: it refuses a
+// server that may forget consumed keys (eviction, no persistence, settings it cannot read)
+// with an error wrapping ErrUnsafeRedis, unless cfg.AllowUnsafe is set, in which case it logs
+// the risks at warn level on cfg.Logger and opens the store. The store goes on checking every
+// cfg.CheckInterval. Use it at a consumer's start; for money, prefer SQLGuard, whose keys live
 // in the business database's transaction.
 func OpenRedisStore(ctx context.Context, rdb RedisClient, cfg RedisConfig) (*RedisStore, error) {
 	if rdb == nil {
 		return nil, errors.New("idempotency: OpenRedisStore: nil Redis client")
 	}
-	srv, err := CheckRedis(ctx, rdb)
-	switch {
-	case errors.Is(err, ErrUnsafeRedis) && cfg.AllowUnsafe:
-		log := cfg.Logger
-		if log == nil {
-			log = slog.Default()
-		}
-		log.WarnContext(ctx, "idempotency: this Redis may forget consumed messages, which are then applied twice (RedisConfig.AllowUnsafe is set)",
-			slog.String("risks", strings.Join(srv.Risks(), "; ")))
-	case err != nil:
+	store, err := NewRedisStore(rdb, cfg)
+	if err != nil {
 		return nil, err
 	}
-	return NewRedisStore(rdb, cfg)
+	if err := store.guarantee(ctx); err != nil {
+		return nil, err
+	}
+	return store, nil
 }

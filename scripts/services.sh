@@ -147,7 +147,7 @@ start_private_redis() {
 	mkdir -p "$data"
 	# redis-server --daemonize exits 0 even when the port is taken: the ping below checks.
 	redis-server --daemonize yes --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$data" \
-		--pidfile "$data/redis.pid" --logfile "$data/redis.log" --save "" --appendonly no >/dev/null
+		--pidfile "$data/redis.pid" --logfile "$data/redis.log" --save "" --appendonly yes >/dev/null
 	wait_for 30 Redis redis_ping 127.0.0.1 "$REDIS_PORT" ||
 		die "the private Redis did not come up within 30s (log: $data/redis.log)"
 }
