@@ -60,3 +60,17 @@ func TestReadTokenIsSecret(t *testing.T) {
 		t.Errorf("short token: error = %v, want one naming %s without the token", err, KeyHTTPReadToken)
 	}
 }
+
+// The example Secret's placeholder token is refused as a real one, whatever its case.
+func TestPlaceholderTokensAreRefused(t *testing.T) {
+	for env, key := range map[string]string{"OUTBOX_HTTP_ADMIN_TOKEN": KeyHTTPAdminToken, "OUTBOX_HTTP_READ_TOKEN": KeyHTTPReadToken} {
+		for _, tok := range []string{"CHANGE-ME-at-least-16-characters", "my-change-me-token-0123"} {
+			t.Setenv(env, tok)
+			_, err := load(t, "")
+			if err == nil || !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "placeholder") || strings.Contains(err.Error(), tok) {
+				t.Errorf("%s=%s: error = %v, want one naming %s as a placeholder without the token", env, tok, err, key)
+			}
+		}
+		t.Setenv(env, "")
+	}
+}

@@ -309,6 +309,22 @@ const MinPurgeRetention = time.Hour
 // MinAdminTokenLen is the shortest http.admin_token accepted.
 const MinAdminTokenLen = 16
 
+// tokenPlaceholder marks the example tokens of the shipped manifests ("CHANGE-ME-..."): a
+// token containing it was copied, not generated, and is known to everyone who read them.
+const tokenPlaceholder = "change-me"
+
+// checkToken refuses a set token that is short, has spaces or is a placeholder, naming key and
+// never echoing the token.
+func checkToken(key, t string, bad func(key, format string, args ...any)) {
+	switch {
+	case t == "":
+	case len(t) < MinAdminTokenLen || strings.ContainsAny(t, " \t\r\n"):
+		bad(key, "must be at least %d characters without spaces (got %d characters)", MinAdminTokenLen, len(t))
+	case strings.Contains(strings.ToLower(t), tokenPlaceholder):
+		bad(key, "is a placeholder of the example manifests (it contains %q): generate one, e.g. openssl rand -hex 24", "CHANGE-ME")
+	}
+}
+
 // Log configures logging.
 type Log struct {
 	// Level is a zerolog level name (log.level). Defaults to info.
@@ -478,13 +494,8 @@ func (c Config) problems() []problem {
 			bad(KeyHTTPAddr, "must be [host]:port, got %q", c.HTTP.Addr)
 		}
 	}
-	if t := c.HTTP.AdminToken; t != "" && (len(t) < MinAdminTokenLen || strings.ContainsAny(t, " \t\r\n")) {
-		// The token itself is never echoed.
-		bad(KeyHTTPAdminToken, "must be at least %d characters without spaces (got %d characters)", MinAdminTokenLen, len(t))
-	}
-	if t := c.HTTP.ReadToken; t != "" && (len(t) < MinAdminTokenLen || strings.ContainsAny(t, " \t\r\n")) {
-		bad(KeyHTTPReadToken, "must be at least %d characters without spaces (got %d characters)", MinAdminTokenLen, len(t))
-	}
+	checkToken(KeyHTTPAdminToken, c.HTTP.AdminToken, bad)
+	checkToken(KeyHTTPReadToken, c.HTTP.ReadToken, bad)
 	if c.HTTP.MaxConnections < 1 {
 		bad(KeyHTTPMaxConnections, "must be at least 1, got %d", c.HTTP.MaxConnections)
 	}
