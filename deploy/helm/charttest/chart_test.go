@@ -23,6 +23,7 @@ import (
 	"helm.sh/helm/v3/pkg/engine"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -80,6 +81,7 @@ type rendered struct {
 	podMonitor *monitoringv1.PodMonitor
 	svcMonitor *monitoringv1.ServiceMonitor
 	rule       *monitoringv1.PrometheusRule
+	netpol     *networkingv1.NetworkPolicy
 }
 
 func loadChart(t *testing.T) *chart.Chart {
@@ -169,6 +171,9 @@ func (r *rendered) decode(t *testing.T, file, doc string) {
 		obj = s
 	case "v1 Secret":
 		obj = &corev1.Secret{}
+	case "networking.k8s.io/v1 NetworkPolicy":
+		r.netpol = &networkingv1.NetworkPolicy{}
+		obj = r.netpol
 	case "policy/v1 PodDisruptionBudget":
 		r.pdb = &policyv1.PodDisruptionBudget{}
 		obj = r.pdb
@@ -281,8 +286,54 @@ func TestEveryShapeIsValidForTheBinary(t *testing.T) {
 			checkPortsAndProbes(t, r, relay, eff, tc.standalone, native)
 			checkGrace(t, d, eff)
 			checkMonitoring(t, r, tc.standalone)
+			checkNetworkPolicy(t, r, relay)
 		})
 	}
+}
+
+// checkNetworkPolicy: a NetworkPolicy selects the relay's pods and admits the relay's HTTP port
+// only from the configured peers, and the app's ports (sidecar mode) from anyone.
+func checkNetworkPolicy(t *testing.T, r rendered, relay corev1.Container) {
+	t.Helper()
+	np := r.netpol
+	if np == nil {
+		t.Fatal("no NetworkPolicy rendered")
+	}
+	if !matches(np.Spec.PodSelector, r.deployment.Spec.Template.Labels) {
+		t.Errorf("NetworkPolicy selects %v, not the pods %v", np.Spec.PodSelector.MatchLabels, r.deployment.Spec.Template.Labels)
+	}
+	relayPort := map[int32]bool{}
+	for _, p := range relay.Ports {
+		relayPort[p.ContainerPort] = true
+	}
+	for _, rule := range np.Spec.Ingress {
+		for _, p := range rule.Ports {
+			if relayPort[p.Port.IntVal] && len(rule.From) == 0 {
+				t.Errorf("the relay's port %d is open to every peer", p.Port.IntVal)
+			}
+		}
+	}
+	for _, c := range r.deployment.Spec.Template.Spec.Containers {
+		if c.Name == "outbox-relay" {
+			continue
+		}
+		for _, cp := range c.Ports {
+			if !admitsFromAnyone(np, cp.ContainerPort) {
+				t.Errorf("the app's port %d is cut off by the NetworkPolicy", cp.ContainerPort)
+			}
+		}
+	}
+}
+
+func admitsFromAnyone(np *networkingv1.NetworkPolicy, port int32) bool {
+	for _, rule := range np.Spec.Ingress {
+		for _, p := range rule.Ports {
+			if p.Port.IntVal == port && len(rule.From) == 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // checkHardened: non-root, read-only root filesystem, nothing added to the relay; no service
@@ -299,6 +350,9 @@ func checkHardened(t *testing.T, d *appsv1.Deployment, relay corev1.Container) {
 	}
 	if es := d.Spec.Template.Spec.EnableServiceLinks; es == nil || *es {
 		t.Error("enableServiceLinks is not false")
+	}
+	if a := d.Spec.Template.Spec.AutomountServiceAccountToken; a == nil || *a {
+		t.Error("automountServiceAccountToken is not false: the pod would carry a token the relay never uses")
 	}
 	if len(relay.Command) > 0 || !slices.Equal(relay.Args, []string{"run"}) {
 		t.Errorf("relay command %v args %v, want the image's entrypoint with run", relay.Command, relay.Args)
@@ -567,6 +621,12 @@ func TestBadValuesAreRefused(t *testing.T) {
 		want    string
 	}{
 		{map[string]any{"mode": "daemonset"}, "v1.31.0", "mode: must be sidecar or standalone"},
+		// Secrets under config: would land in the ConfigMap.
+		{map[string]any{"config": map[string]any{"redis": map[string]any{"password": "hunter2"}}}, "v1.31.0", "config.redis.password: a secret does not go under config:"},
+		{map[string]any{"config": map[string]any{"http": map[string]any{"admin_token": "0123456789abcdef0"}}}, "v1.31.0", "config.http.admin_token: a secret"},
+		{map[string]any{"config": map[string]any{"rocketmq": map[string]any{"secret_key": "s3cr3t"}}}, "v1.31.0", "config.rocketmq.secret_key: a secret"},
+		{map[string]any{"config": map[string]any{"mysql": map[string]any{"dsn": "relay:pw@tcp(db:3306)/shop"}}}, "v1.31.0", "config.mysql.dsn: a DSN with a password"},
+		{map[string]any{"config": map[string]any{"databases": []any{map[string]any{"name": "a", "dsn": "relay:pw@tcp(db:3306)/a"}}}}, "v1.31.0", "config.databases[0].dsn: a DSN with a password"},
 		{map[string]any{}, "v1.27.4", "nativeSidecar: needs Kubernetes 1.29 or later, the target is v1.27.4"},
 		{map[string]any{}, "v1.20.0", "pass --kube-version"},
 	} {
