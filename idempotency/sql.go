@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/mysqlerr"
@@ -69,9 +70,12 @@ func (c *SQLConfig) validate() error {
 // that it happened commit or roll back together, so neither a crash nor a lost Redis can
 // make it run twice. Rows are kept until Purge removes them. It is safe for concurrent use.
 type SQLGuard struct {
-	cfg       SQLConfig
-	insertSQL string
-	purgeSQL  string
+	cfg         SQLConfig
+	insertSQL   string
+	insertFPSQL string
+	readFPSQL   string
+	purgeSQL    string
+	noFPColumn  atomic.Bool // the table lacks the fingerprint column (a table of an earlier version)
 }
 
 // Group returns the consumer group of the guard's keys (SQLConfig.Group).
@@ -86,9 +90,11 @@ func NewSQLGuard(cfg SQLConfig) (*SQLGuard, error) {
 		return nil, err
 	}
 	return &SQLGuard{
-		cfg:       cfg,
-		insertSQL: "INSERT INTO " + schema.QuoteIdent(cfg.Table) + " (consumer_group, dedupe_key) VALUES (?, ?)",
-		purgeSQL:  "DELETE FROM " + schema.QuoteIdent(cfg.Table) + " WHERE consumer_group = ? AND created_at < NOW(6) - INTERVAL ? MICROSECOND LIMIT ?",
+		cfg:         cfg,
+		insertSQL:   "INSERT INTO " + schema.QuoteIdent(cfg.Table) + " (consumer_group, dedupe_key) VALUES (?, ?)",
+		insertFPSQL: "INSERT INTO " + schema.QuoteIdent(cfg.Table) + " (consumer_group, dedupe_key, fingerprint) VALUES (?, ?, ?)",
+		readFPSQL:   "SELECT fingerprint FROM " + schema.QuoteIdent(cfg.Table) + " WHERE consumer_group = ? AND dedupe_key = ?",
+		purgeSQL:    "DELETE FROM " + schema.QuoteIdent(cfg.Table) + " WHERE consumer_group = ? AND created_at < NOW(6) - INTERVAL ? MICROSECOND LIMIT ?",
 	}, nil
 }
 
@@ -120,6 +126,15 @@ func (g *SQLGuard) CreateTable(ctx context.Context, db Execer) error {
 // waits instead. An empty key gives ErrNoKey, a key longer than MaxSQLKeyLen bytes
 // ErrInvalidKey. The error is nil exactly when the message must not be redelivered.
 func (g *SQLGuard) Do(ctx context.Context, db Beginner, key string, fn func(ctx context.Context, tx *sql.Tx) error) (Result, error) {
+	return g.DoWithFingerprint(ctx, db, key, "", fn)
+}
+
+// DoWithFingerprint is Do that also stores fingerprint (a digest of the message's body) in the
+// dedupe row, and on a Duplicate returns the first delivery's in Result.FirstFingerprint, so
+// that a distinct event sharing the key can be told from a redelivery and reported. A table
+// without the fingerprint column (one of an earlier version: `outbox-relay migrate
+// --dedupe-table` adds it online) keeps none, and FirstFingerprint stays empty.
+func (g *SQLGuard) DoWithFingerprint(ctx context.Context, db Beginner, key, fingerprint string, fn func(ctx context.Context, tx *sql.Tx) error) (Result, error) {
 	if err := checkSQLKey(key); err != nil {
 		return Result{Outcome: Failed}, err
 	}
@@ -133,7 +148,7 @@ func (g *SQLGuard) Do(ctx context.Context, db Beginner, key string, fn func(ctx 
 			_ = tx.Rollback() // also on a duplicate, a failure and a panic in fn
 		}
 	}()
-	res, err := g.DoTx(ctx, tx, key, func(ctx context.Context) error { return fn(ctx, tx) })
+	res, err := g.DoTxWithFingerprint(ctx, tx, key, fingerprint, func(ctx context.Context) error { return fn(ctx, tx) })
 	if err != nil || res.Outcome != Applied {
 		return res, err
 	}
@@ -156,12 +171,17 @@ func (g *SQLGuard) Do(ctx context.Context, db Beginner, key string, fn func(ctx 
 // anyway would record the message as consumed without its effect. Keys are checked as in
 // Do.
 func (g *SQLGuard) DoTx(ctx context.Context, tx *sql.Tx, key string, fn func(ctx context.Context) error) (Result, error) {
+	return g.DoTxWithFingerprint(ctx, tx, key, "", fn)
+}
+
+// DoTxWithFingerprint is DoTx that keeps fingerprint as DoWithFingerprint does.
+func (g *SQLGuard) DoTxWithFingerprint(ctx context.Context, tx *sql.Tx, key, fingerprint string, fn func(ctx context.Context) error) (Result, error) {
 	if err := checkSQLKey(key); err != nil {
 		return Result{Outcome: Failed}, err
 	}
-	if _, err := tx.ExecContext(ctx, g.insertSQL, g.cfg.Group, key); err != nil {
+	if err := g.insert(ctx, tx, key, fingerprint); err != nil {
 		if mysqlerr.Number(err) == mysqlerr.DuplicateEntry {
-			return Result{Outcome: Duplicate}, nil
+			return Result{Outcome: Duplicate, FirstFingerprint: g.firstFingerprint(ctx, tx, key, fingerprint)}, nil
 		}
 		return Result{Outcome: Failed}, fmt.Errorf("idempotency: insert dedupe row for %q: %w", key, err)
 	}
@@ -169,6 +189,32 @@ func (g *SQLGuard) DoTx(ctx context.Context, tx *sql.Tx, key string, fn func(ctx
 		return Result{Outcome: Failed}, fmt.Errorf("idempotency: handler for %q: %w", key, err)
 	}
 	return Result{Outcome: Applied}, nil
+}
+
+// insert writes key's dedupe row, with fingerprint when one is given and the table has the
+// column. A table without it (error 1054, which leaves tx usable) is remembered and the row
+// written without.
+func (g *SQLGuard) insert(ctx context.Context, tx *sql.Tx, key, fingerprint string) error {
+	if fingerprint != "" && !g.noFPColumn.Load() {
+		_, err := tx.ExecContext(ctx, g.insertFPSQL, g.cfg.Group, key, fingerprint)
+		if mysqlerr.Number(err) != mysqlerr.UnknownColumn {
+			return err
+		}
+		g.noFPColumn.Store(true)
+	}
+	_, err := tx.ExecContext(ctx, g.insertSQL, g.cfg.Group, key)
+	return err
+}
+
+// firstFingerprint reads the fingerprint kept with key's row, "" when none was kept or it
+// cannot be read: a hint for logs, never a decision.
+func (g *SQLGuard) firstFingerprint(ctx context.Context, tx *sql.Tx, key, fingerprint string) string {
+	if fingerprint == "" || g.noFPColumn.Load() {
+		return ""
+	}
+	var fp sql.NullString
+	_ = tx.QueryRowContext(ctx, g.readFPSQL, g.cfg.Group, key).Scan(&fp) // best effort
+	return fp.String
 }
 
 func checkSQLKey(key string) error {

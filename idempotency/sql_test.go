@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/idempotency"
+	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 func TestSQLGuardEachOrderAppliedOnce(t *testing.T) {
@@ -287,4 +288,37 @@ func TestSQLGuardDoTxJoinsCallersTransaction(t *testing.T) {
 	if n := dedupeRows(t, b.DB.DB, "orders:refunded:SN1"); n != 0 {
 		t.Fatal("dedupe row of a failed effect survived the rollback")
 	}
+}
+
+// SQLGuard keeps the first delivery's fingerprint and returns it on a duplicate; on a dedupe
+// table of an earlier version, without the fingerprint column, it keeps none and still
+// applies each key once.
+func TestSQLGuardFingerprints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupSQL(t)
+	do := func(sn, fp string) idempotency.Result {
+		t.Helper()
+		res, err := b.Guard.DoWithFingerprint(ctx, b.DB, sn, fp, func(ctx context.Context, tx *sql.Tx) error { return applyOrder(ctx, tx, sn) })
+		if err != nil {
+			t.Fatalf("%s: %v", sn, err)
+		}
+		return res
+	}
+	if r := do("SN-1", "fp-a"); r.Outcome != idempotency.Applied {
+		t.Fatalf("first delivery: %v", r.Outcome)
+	}
+	if r := do("SN-1", "fp-b"); r.Outcome != idempotency.Duplicate || r.FirstFingerprint != "fp-a" {
+		t.Fatalf("second delivery: %v, first fingerprint %q; want a duplicate of fp-a", r.Outcome, r.FirstFingerprint)
+	}
+	if _, err := b.DB.Exec("ALTER TABLE " + schema.DedupeDefaultTable + " DROP COLUMN fingerprint"); err != nil {
+		t.Fatal(err)
+	}
+	if r := do("SN-2", "fp-c"); r.Outcome != idempotency.Applied {
+		t.Fatalf("without the column, first delivery: %v", r.Outcome)
+	}
+	if r := do("SN-2", "fp-c"); r.Outcome != idempotency.Duplicate || r.FirstFingerprint != "" {
+		t.Fatalf("without the column, second delivery: %v, %q; want a duplicate with no fingerprint", r.Outcome, r.FirstFingerprint)
+	}
+	assertEachAppliedOnce(t, b.DB.DB, 2)
 }

@@ -137,15 +137,23 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 }
 
 // DedupePlan returns the CREATE TABLE of the consumer dedupe table named table (see
-// DedupeDDL), or nothing when a table of that name exists.
+// DedupeDDL); for a table of that name that exists, the online ADD COLUMN of its nullable
+// fingerprint column when it lacks it, or nothing.
 func DedupePlan(ctx context.Context, db *sql.DB, table string) ([]Step, error) {
 	ddl, err := DedupeDDL(table)
 	if err != nil {
 		return nil, err
 	}
 	cols, err := readColumns(ctx, db, table)
-	if err != nil || len(cols) > 0 {
+	if err != nil {
 		return nil, err
+	}
+	if len(cols) > 0 {
+		if _, ok := cols["fingerprint"]; ok {
+			return nil, nil
+		}
+		alter := "ADD COLUMN `fingerprint` varbinary(64) NULL COMMENT 'digest of the first delivery''s body; NULL when the writer kept none'"
+		return []Step{{SQL: "ALTER TABLE " + QuoteIdent(table) + " " + alter + ", " + onlineClause, Alter: alter, Online: true}}, nil
 	}
 	if err := columnsHidden(ctx, db, table); err != nil {
 		return nil, err

@@ -113,6 +113,17 @@ func TestReservedWordTableNames(t *testing.T) {
 	if steps, err := schema.DedupePlan(ctx, db.DB, "key"); err != nil || len(steps) != 0 {
 		t.Fatalf("DedupePlan on an existing table = %v, %v", steps, err)
 	}
+	// A dedupe table of an earlier version gets its fingerprint column online.
+	if _, err := db.Exec("ALTER TABLE `key` DROP COLUMN fingerprint"); err != nil {
+		t.Fatal(err)
+	}
+	steps, err = schema.DedupePlan(ctx, db.DB, "key")
+	if err != nil || len(steps) != 1 || !steps[0].Online || !strings.Contains(steps[0].SQL, "ADD COLUMN `fingerprint`") {
+		t.Fatalf("DedupePlan on a table without fingerprint = %+v, %v", steps, err)
+	}
+	if err := schema.Apply(ctx, db.DB, "key", steps, false); err != nil {
+		t.Fatalf("add the fingerprint column: %v", err)
+	}
 	if got := schema.QuoteIdent("order"); got != "`order`" {
 		t.Fatalf("QuoteIdent = %s", got)
 	}

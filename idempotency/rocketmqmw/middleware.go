@@ -202,7 +202,7 @@ func NewTx(g *idempotency.SQLGuard, db idempotency.Beginner, cfg Config, handler
 		return nil, errors.New("rocketmqmw: NewTx: nil SQLGuard, database or handler")
 	}
 	return newMiddleware(cfg, g.Group(), func(ctx context.Context, id string, msg *primitive.MessageExt) (idempotency.Result, error) {
-		return g.Do(ctx, db, id, func(ctx context.Context, tx *sql.Tx) error { return handler(ctx, tx, msg) })
+		return g.DoWithFingerprint(ctx, db, id, fingerprint(msg.Body), func(ctx context.Context, tx *sql.Tx) error { return handler(ctx, tx, msg) })
 	})
 }
 

@@ -12,6 +12,8 @@ import (
 
 // Server error numbers shared by MySQL and MariaDB.
 const (
+	// UnknownColumn is ER_BAD_FIELD_ERROR: a statement named a column the table lacks.
+	UnknownColumn = 1054
 	// DuplicateEntry is ER_DUP_ENTRY: an insert hit a unique key.
 	DuplicateEntry = 1062
 	// LockWaitTimeout is ER_LOCK_WAIT_TIMEOUT: the statement gave up waiting for a row lock.
