@@ -219,6 +219,8 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 	ctx, handedOver := r.gate.handover(ctx)
 	defer handedOver()
 	r.progress.mark() // the stall clock starts now
+	// Another leader may have parked rows meanwhile: find them again.
+	r.parkedFound, r.parkReviewed = false, time.Time{}
 
 	// stopLead ends the term: no new page, no new send. It is done when ctx is, when the
 	// lock is lost and when the database stalls.
@@ -271,6 +273,7 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 		var err error
 		if empty > 0 && failures == 0 {
 			// Idle: one cheap probe instead of a pass's two page reads.
+			r.reviewParked(stopLead) // a head deleted or moved makes its parked rows due
 			var due bool
 			due, err = r.store.anyDue(stopLead, time.Now().UnixMilli())
 			if err == nil && due {
