@@ -110,28 +110,5 @@ func TestParkedKeyFollowsItsHeadUnderANewLeader(t *testing.T) {
 // written since, not the held backlog again; the held rows stay unsent.
 func TestHeldBacklogBehindAHeadDueSoonIsNotReadAgain(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	const held = 3000
-	cfg := b.config()
-	cfg.Router = heldBacklogDue(t, b, held, 30*time.Second)
-	r := b.newRelay(t, cfg)
-	ctx := context.Background()
-	if _, err := r.DrainOnce(ctx, ctx); err != nil {
-		t.Fatal(err)
-	}
-	for pass := 0; pass < 3; pass++ {
-		for k := 0; k < 5; k++ {
-			b.insert(t, outbox.Message{MsgID: fmt.Sprintf("fresh-%d-%d", pass, k), Topic: "order-events", ShardingKey: fmt.Sprintf("SN-%d-%d", pass, k), Body: []byte("f")})
-		}
-		st, err := r.DrainOnce(ctx, ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Sent != 5 || st.Read > 5 {
-			t.Fatalf("pass %d: %+v, want the 5 fresh rows read and sent, and the held backlog not read again", pass, st)
-		}
-	}
-	if n := countWhere(t, b.db.DB, "msg_id LIKE 'held-%' AND status = 0"); n != held {
-		t.Fatalf("%d of %d held rows still pending", n, held)
-	}
+	heldBacklogNotReadAgain(t, 30*time.Second)
 }

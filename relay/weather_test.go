@@ -630,10 +630,16 @@ func heldBacklogDue(t testing.TB, b *bundle, n int, due time.Duration) relay.Rou
 // rows written since, not the held backlog again, and the held rows stay unsent.
 func TestHeldBacklogIsNotReadAgain(t *testing.T) {
 	t.Parallel()
+	heldBacklogNotReadAgain(t, time.Hour)
+}
+
+// heldBacklogNotReadAgain is TestHeldBacklogIsNotReadAgain with the head due after due.
+func heldBacklogNotReadAgain(t *testing.T, due time.Duration) {
+	t.Helper()
 	b := setup(t)
 	const held = 3000
 	cfg := b.config()
-	cfg.Router = heldBacklog(t, b, held)
+	cfg.Router = heldBacklogDue(t, b, held, due)
 	r := b.newRelay(t, cfg)
 	ctx := context.Background()
 	st, err := r.DrainOnce(ctx, ctx)
