@@ -84,6 +84,7 @@ type RocketMQPublisher struct {
 	// noKeyedBatches holds, per topic whose broker refused a batch of keyed messages, the
 	// keyedPause during which its keyed messages go one request each.
 	noKeyedBatches sync.Map
+	keyedMu        sync.Mutex       // serializes the pauses' changes (not QueueOf's reads)
 	now            func() time.Time // the clock of keyed batches' pauses
 }
 
@@ -314,6 +315,8 @@ func (p *RocketMQPublisher) keyedBatchAnswered(topic string, err error) {
 	default:
 		return
 	}
+	p.keyedMu.Lock()
+	defer p.keyedMu.Unlock()
 	now := p.now()
 	pause := keyedPause{length: keyedPauseMin}
 	if v, ok := p.noKeyedBatches.Load(topic); ok {
