@@ -255,13 +255,8 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 	// The lease outlives the term: it is extended until the last send in flight is written
 	// back and the lock released (or lost), on a shutdown and on a handover alike, so that
 	// no next owner reads rows whose sends are still in flight here.
-	keep, stopKeeping := context.WithCancel(context.WithoutCancel(ctx))
-	kept := make(chan struct{})
-	go func() {
-		defer close(kept)
-		r.keepLock(keep, mutex, stopLeading, cancel)
-	}()
-	defer func() { stopKeeping(); <-kept }()
+	stopKeeping := r.goKeepLock(ctx, mutex, stopLeading, cancel)
+	defer stopKeeping()
 
 	empty, failures := 0, 0
 	// lastPolled is when a pass the poll started (not a nudge) last changed a row: rows
@@ -352,9 +347,7 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 			Msg("no answer from the database: gave the lock up for a standby")
 	}
 	cancel(nil)
-	// No extension may follow the release: with SetNXOnExtend it would take the lock again.
-	stopKeeping()
-	<-kept
+	stopKeeping() // no extension may follow the release: made with SET NX, it would retake the lock
 	uctx, ucancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer ucancel()
 	if ok, err := mutex.UnlockContext(uctx); !ok || err != nil {
@@ -363,6 +356,18 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 		r.log.Info().Msg("lock released")
 	}
 	return cause
+}
+
+// goKeepLock runs keepLock until the returned func is called, which returns once keepLock
+// has (it may be called again).
+func (r *Relay) goKeepLock(ctx context.Context, mutex *redsync.Mutex, end, abandon context.CancelCauseFunc) (stop func()) {
+	keep, stopKeeping := context.WithCancel(context.WithoutCancel(ctx))
+	kept := make(chan struct{})
+	go func() {
+		defer close(kept)
+		r.keepLock(keep, mutex, end, abandon)
+	}()
+	return func() { stopKeeping(); <-kept }
 }
 
 // keepLock extends the lock every quarter of its TTL until keep is done: past the end of
