@@ -413,8 +413,8 @@ func (r *Relay) keepLock(keep context.Context, mutex *redsync.Mutex, end, abando
 			if other, ferr := r.claimLayout(keep); ferr == nil && other != 0 {
 				// The layout key expired under us (it is set with the lock's TTL) and relays
 				// with another relay.partitions claimed the table: stop.
-				r.log.Warn().Int("other_partitions", other).Msg("relays with another relay.partitions claimed the table: stopped publishing")
 				r.metrics.LockLost()
+				r.log.Warn().Int("other_partitions", other).Msg("relays with another relay.partitions claimed the table: stopped publishing")
 				end(errLockLost)
 				return
 			}

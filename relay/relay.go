@@ -647,8 +647,8 @@ func (r *Relay) parkHeld(ctx context.Context, hold heldRows, items []item, resul
 		if _, known := r.parked[k]; known || len(r.parked) < maxParkedKeys {
 			r.parked[k] = head
 		}
-		r.log.Debug().Str("sharding_key", k.key).Int64("rows", n).Int64("head", hk.head.id).
-			Time("until", time.UnixMilli(hk.head.dueMs)).Msg("rows held behind a waiting head parked until it is due")
+		r.log.Debug().Str("sharding_key", k.key).Int64("rows", n).Int64("head", head.id).
+			Time("until", time.UnixMilli(head.dueMs)).Msg("rows held behind a waiting head parked until it is due")
 	}
 }
 
