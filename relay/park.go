@@ -139,7 +139,7 @@ func (s *store) findParked(ctx context.Context, nowMs int64, limit int) (map[ord
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	where, args := s.partitionWhere(nil)
-	rows, err := s.query(ctx, `SELECT COALESCE(topic, ''), sharding_key, next_retry_time, fail_reason FROM `+s.table+s.scanHint+`
+	rows, err := s.query(ctx, `SELECT COALESCE(topic, ''), COALESCE(sharding_key, ''), next_retry_time, fail_reason FROM `+s.table+s.scanHint+`
 		WHERE `+where+`status = 0 AND next_retry_time > ? AND is_deleted = 0 AND fail_reason LIKE ?
 		GROUP BY 1, 2, 3, 4`, append(args, nowMs, likeEscape(parkedPrefix)+"%")...)
 	if err != nil {
