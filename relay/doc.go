@@ -27,11 +27,16 @@
 //     goLate): its rows are skipped by later passes until written back (and by a pass that
 //     read them before the write-back: heldByLateUnit), and plan.go sees
 //     them unsent, so the key's later rows wait while other keys go on. Rows held behind a
-//     head due more than a minute later are parked until it is due (relay.go, parkHeld): the
-//     scan skips them instead of reading them pass after pass.
+//     head due more than a second later are parked until it is due (relay.go, parkHeld): the
+//     scan skips them instead of reading them pass after pass. Parked rows name their head
+//     (park.go), and follow it whatever happens to it: sent, dead, deleted, brought due or
+//     put off, under this leader or the next (reviewParked).
 //   - An acknowledged send is never forgotten: complete.go writes sent rows back even after
 //     the lock's validity ran out or the pass was cancelled (a detached unit's too), and
 //     leader.go lets the sends in flight, detached ones included, finish when the lock is lost.
+//   - No two owners of a table or partition at once with sends in flight: leader.go extends
+//     the lock past the end of a term that ends by shutdown or handover (group.go), until
+//     the last send in flight is written back, and releases it only then.
 //   - Failure accounting (what a failed send costs its row): incidents.go alone turns the
 //     kind of a SendError into a counted retry, a deferral or a dead row (the table of
 //     docs/decisions.md, "Failure accounting"). rocketmq_classify.go alone reads the client's

@@ -36,7 +36,8 @@ func lockDrift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millis
 // out before an extension succeeds (a frozen process), and gives the lock up when the
 // database has not answered for StallTimeout; then it goes back to waiting for the lock.
 // When ctx ends it takes no new page, waits up to ShutdownTimeout for the sends in flight,
-// writes their results back, releases the lock and returns nil. Any other return is an
+// writes their results back, releases the lock and returns nil; the lock is extended until
+// then, so that no standby takes the table while sends are in flight. Any other return is an
 // error of configuration.
 func (r *Relay) Run(ctx context.Context) error {
 	if r.rdb == nil {
@@ -218,6 +219,8 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 	ctx, handedOver := r.gate.handover(ctx)
 	defer handedOver()
 	r.progress.mark() // the stall clock starts now
+	// Another leader may have parked rows meanwhile: find them again.
+	r.parkedFound, r.parkReviewed = false, time.Time{}
 
 	// stopLead ends the term: no new page, no new send. It is done when ctx is, when the
 	// lock is lost and when the database stalls.
@@ -249,7 +252,11 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 			cancel(errShutdown)
 		}
 	}()
-	go r.keepLock(stopLead, mutex, stopLeading)
+	// The lease outlives the term: it is extended until the last send in flight is written
+	// back and the lock released (or lost), on a shutdown and on a handover alike, so that
+	// no next owner reads rows whose sends are still in flight here.
+	stopKeeping := r.goKeepLock(ctx, mutex, stopLeading, cancel)
+	defer stopKeeping()
 
 	empty, failures := 0, 0
 	// lastPolled is when a pass the poll started (not a nudge) last changed a row: rows
@@ -261,6 +268,7 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 		var err error
 		if empty > 0 && failures == 0 {
 			// Idle: one cheap probe instead of a pass's two page reads.
+			r.reviewParked(stopLead) // a head deleted or moved makes its parked rows due
 			var due bool
 			due, err = r.store.anyDue(stopLead, time.Now().UnixMilli())
 			if err == nil && due {
@@ -339,6 +347,7 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 			Msg("no answer from the database: gave the lock up for a standby")
 	}
 	cancel(nil)
+	stopKeeping() // no extension may follow the release: made with SET NX, it would retake the lock
 	uctx, ucancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer ucancel()
 	if ok, err := mutex.UnlockContext(uctx); !ok || err != nil {
@@ -349,41 +358,59 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 	return cause
 }
 
-// keepLock extends the lock every quarter of its TTL until term is done. An extension that
-// fails for want of an answer is tried again until the lock's validity runs out; one that
-// finds the lock taken, or validity run out, ends the term with errLockLost. A leader whose
-// database has left a statement unanswered for StallTimeout ends it with errStalled.
-func (r *Relay) keepLock(term context.Context, mutex *redsync.Mutex, end context.CancelCauseFunc) {
+// goKeepLock runs keepLock until the returned func is called, which returns once keepLock
+// has (it may be called again).
+func (r *Relay) goKeepLock(ctx context.Context, mutex *redsync.Mutex, end, abandon context.CancelCauseFunc) (stop func()) {
+	keep, stopKeeping := context.WithCancel(context.WithoutCancel(ctx))
+	kept := make(chan struct{})
+	go func() {
+		defer close(kept)
+		r.keepLock(keep, mutex, end, abandon)
+	}()
+	return func() { stopKeeping(); <-kept }
+}
+
+// keepLock extends the lock every quarter of its TTL until keep is done: past the end of
+// the term on a shutdown or a handover, until the sends in flight are written back. An
+// extension that fails for want of an answer is tried again until the lock's validity runs
+// out; one that finds the lock taken, or validity run out, ends the term with errLockLost.
+// A leader whose database has left a statement unanswered for StallTimeout ends it with
+// errStalled and abandons the sends in flight (abandon): nothing could be written back.
+func (r *Relay) keepLock(keep context.Context, mutex *redsync.Mutex, end, abandon context.CancelCauseFunc) {
 	t := time.NewTicker(r.cfg.LockTTL / 4)
 	defer t.Stop()
+	lost := func(msg string, err error) {
+		r.metrics.LockLost()
+		r.log.Warn().Err(err).Msg(msg)
+		end(errLockLost)
+	}
 	for {
 		select {
-		case <-term.Done():
+		case <-keep.Done():
 			return
 		case <-t.C:
 		}
 		if !r.lockValid() {
 			// Frozen past the lock's validity (SIGSTOP, a VM pause): another relay may lead.
-			r.metrics.LockLost()
-			r.log.Warn().Msg("lock validity ran out before an extension succeeded (was the process frozen?)")
-			end(errLockLost)
+			lost("lock validity ran out before an extension succeeded (was the process frozen?)", nil)
 			return
 		}
 		if r.progress.stalledFor() > r.cfg.StallTimeout {
 			end(errStalled)
+			abandon(errStalled)
 			return
 		}
 		start := time.Now()
-		ctx, c := context.WithTimeout(term, r.cfg.LockTTL/4)
+		ctx, c := context.WithTimeout(keep, r.cfg.LockTTL/4)
 		ok, err := mutex.ExtendContext(ctx)
 		c()
-		if term.Err() != nil {
+		if keep.Err() != nil {
 			return
 		}
 		switch {
 		case ok && err == nil:
 			r.setValidity(start)
-			if other, ferr := r.claimLayout(term); ferr == nil && other != 0 {
+			if other, ferr := r.claimLayout(keep); ferr == nil && other != 0 {
 				// The layout key expired under us (it is set with the lock's TTL) and relays
 				// with another relay.partitions claimed the table: stop.
 				r.metrics.LockLost()
@@ -392,14 +419,10 @@ func (r *Relay) keepLock(term context.Context, mutex *redsync.Mutex, end context
 				return
 			}
 		case !r.lockValid():
-			r.metrics.LockLost()
-			r.log.Warn().Err(err).Msg("lock validity ran out before an extension succeeded")
-			end(errLockLost)
+			lost("lock validity ran out before an extension succeeded", err)
 			return
 		case isLockTaken(err):
-			r.metrics.LockLost()
-			r.log.Warn().Err(err).Msg("lock extension refused: another relay holds the lock")
-			end(errLockLost)
+			lost("lock extension refused: another relay holds the lock", err)
 			return
 		default:
 			r.log.Debug().Err(err).Msg("lock extension failed; trying again while the lock is valid")

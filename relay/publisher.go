@@ -57,9 +57,9 @@ type Publisher interface {
 // RocketMQPublisher implements it.
 type KeyBatcher interface {
 	// QueueOf names the queue that messages of topic with shardingKey go to, or returns
-	// false when it cannot tell (the topic's route not yet known, or its broker refusing
-	// batches of keyed messages): the relay then sends each key's messages one request at
-	// a time. Keyed messages given to Send together had one name here.
+	// false when it cannot tell (the topic's route not yet known), or will not (its broker
+	// refused a batch of keyed messages lately): the relay then sends each key's messages
+	// one request at a time. Keyed messages given to Send together had one name here.
 	QueueOf(topic, shardingKey string) (queue string, ok bool)
 }
 

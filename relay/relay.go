@@ -271,8 +271,13 @@ type Relay struct {
 	late     sync.WaitGroup
 	lateDone chan struct{}
 	// parked remembers, per ordered key whose held rows were parked (parkHeld), the head
-	// they wait for. Used by the pass's goroutine only.
-	parked map[orderKey]heldHead
+	// they wait for; parkedFound says whether those parked before this term were found
+	// (reviewParked), parkReviewed when the heads were last looked at. Used by the pass's
+	// goroutine only. parkReview asks for a look at once (a broker's recovery moved heads).
+	parked       map[orderKey]heldHead
+	parkedFound  bool
+	parkReviewed time.Time
+	parkReview   atomic.Bool
 	// sawWork, set by a Group, wakes the other partitions this process holds after a pass
 	// that found rows: writers write to every partition, so where one partition's polling
 	// found work the others' likely will, and their adaptive polls need not wait it out.
@@ -369,6 +374,7 @@ func (r *Relay) DrainOnce(stop, ctx context.Context) (Stats, error) {
 // units (publish): they go on after the pass, and the leader waits for them (waitLate) before
 // its term ends.
 func (r *Relay) drain(stop, ctx context.Context, fence func() bool, detach bool) (Stats, error) {
+	r.reviewParked(stop)
 	pass := r.beginPass()
 	nowMs := time.Now().UnixMilli()
 	scanCtx, cancelScan := context.WithCancel(ctx)
@@ -495,6 +501,7 @@ func (r *Relay) judge(ctx context.Context, items []item, results []result) {
 			r.log.Warn().Err(err).Msg("broker recovered; rows deferred during its incident wait out their deferral")
 		} else if n > 0 {
 			r.log.Info().Int64("rows", n).Msg("broker recovered: rows deferred during its incident are due now")
+			r.parkReview.Store(true) // the rows parked behind them follow
 		}
 	}
 }
@@ -567,9 +574,10 @@ func (r *Relay) goLate(ctx context.Context, ru *running, items []item, fence fun
 }
 
 // parkAfter is how far in the future a held key's head must be due for the key's held rows
-// to be parked: further than any broker-incident deferral (30 s, +25 % jitter), which a
-// broker's recovery brings forward (hastenDeferred) without knowing of parked rows.
-const parkAfter = time.Minute
+// to be parked: a head due sooner is read again with them, a pass or two, which costs less
+// than their park and the write that makes them due. Whatever then moves the head (a broker's
+// recovery bringing deferred rows forward, an operator), reviewParked moves its rows along.
+const parkAfter = time.Second
 
 // maxParkedKeys bounds the parked keys remembered for an early unpark.
 const maxParkedKeys = 100000
@@ -599,7 +607,7 @@ func (h *heldRows) add(k orderKey, head heldHead, id int64) {
 // head is (store.park), so that the scan skips them until then and a pass costs the same
 // whatever the backlog held behind a waiting head. A parked key whose head was sent or went
 // dead before its time (an operator brought it forward) is made due again now
-// (store.unpark).
+// (store.unpark); reviewParked does the same for a head deleted or moved.
 func (r *Relay) parkHeld(ctx context.Context, hold heldRows, items []item, results []result) {
 	nowMs := time.Now().UnixMilli()
 	for i, it := range items {
@@ -620,7 +628,15 @@ func (r *Relay) parkHeld(ctx context.Context, hold heldRows, items []item, resul
 		if hk.head.dueMs <= nowMs+parkAfter.Milliseconds() {
 			continue // due soon: read again, as any held row
 		}
-		n, err := r.store.park(ctx, hk.ids, hk.head.dueMs)
+		// The ordered check names the nearest unsent row below the page as the head: for rows
+		// written after a parked backlog, one of its parked rows, due with the real head.
+		// The head remembered (and named in the rows' reason) stays the older one, whose
+		// send or move brings the key forward.
+		head := hk.head
+		if old, known := r.parked[k]; known && old.id < head.id && old.dueMs == head.dueMs {
+			head = old
+		}
+		n, err := r.store.park(ctx, hk.ids, head.dueMs, head.id)
 		if err != nil {
 			r.log.Warn().Err(err).Str("sharding_key", k.key).Msg("held rows not parked; they are read again each pass")
 			continue
@@ -628,16 +644,11 @@ func (r *Relay) parkHeld(ctx context.Context, hold heldRows, items []item, resul
 		if r.parked == nil {
 			r.parked = map[orderKey]heldHead{}
 		}
-		// The ordered check names the nearest unsent row below the page as the head: for rows
-		// written after a parked backlog, one of its parked rows, due with the real head.
-		// The head remembered stays the older one, whose send brings the key forward.
-		old, known := r.parked[k]
-		keepOld := known && old.id < hk.head.id && old.dueMs == hk.head.dueMs
-		if !keepOld && (known || len(r.parked) < maxParkedKeys) {
-			r.parked[k] = hk.head
+		if _, known := r.parked[k]; known || len(r.parked) < maxParkedKeys {
+			r.parked[k] = head
 		}
-		r.log.Debug().Str("sharding_key", k.key).Int64("rows", n).Int64("head", hk.head.id).
-			Time("until", time.UnixMilli(hk.head.dueMs)).Msg("rows held behind a waiting head parked until it is due")
+		r.log.Debug().Str("sharding_key", k.key).Int64("rows", n).Int64("head", head.id).
+			Time("until", time.UnixMilli(head.dueMs)).Msg("rows held behind a waiting head parked until it is due")
 	}
 }
 

@@ -81,8 +81,11 @@ type RocketMQPublisher struct {
 
 	unreplicated unreplicatedLog
 	watch        connWatch
-	// noKeyedBatches holds the topics whose broker refused a batch of keyed messages.
+	// noKeyedBatches holds, per topic whose broker refused a batch of keyed messages, the
+	// keyedPause during which its keyed messages go one request each.
 	noKeyedBatches sync.Map
+	keyedMu        sync.Mutex       // serializes the pauses' changes (not QueueOf's reads)
+	now            func() time.Time // the clock of keyed batches' pauses
 }
 
 // NewRocketMQPublisher checks cfg and returns a publisher; no connection is made until the
@@ -111,6 +114,7 @@ func NewRocketMQPublisher(cfg RocketMQConfig) (*RocketMQPublisher, error) {
 		instance:  fmt.Sprintf("outbox-relay-%d-%s", os.Getpid(), randomHex(4)),
 		producers: map[string][]client{},
 		queues:    newQueueChooser(cfg.Log),
+		now:       time.Now,
 	}, nil
 }
 
@@ -210,8 +214,8 @@ func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Mess
 		return AtBroker(wait.addr, fmt.Errorf("%w: %w", ErrBrokerUnreachable, wait))
 	}
 	err = p.sendTo(ctx, prod, route, out, mq)
-	if keyedBatch && err != nil {
-		p.keyedBatchFailed(topic, err)
+	if keyedBatch {
+		p.keyedBatchAnswered(topic, err)
 	}
 	for resend := 0; resend < maxResends && errors.Is(err, errConnectionLost) && ctx.Err() == nil; resend++ {
 		// The connection of this send was lost, not the broker: send again at once, on the
@@ -256,10 +260,10 @@ var errKeysOnSeveralQueues = errors.New("the batch's sharding keys go to differe
 
 // QueueOf implements KeyBatcher: the queue that messages of topic with shardingKey go to
 // (the stable hash queue, ordered route or not), once a send to topic made its queues known,
-// and as long as its broker has not refused a batch of keyed messages.
+// and unless its broker refused a batch of keyed messages within the pause that followed.
 func (p *RocketMQPublisher) QueueOf(topic, shardingKey string) (string, bool) {
 	topic = p.qualified(topic)
-	if _, off := p.noKeyedBatches.Load(topic); off {
+	if v, off := p.noKeyedBatches.Load(topic); off && p.now().Before(v.(keyedPause).until) {
 		return "", false
 	}
 	q, ok := p.queues.keyQueue(topic, shardingKey)
@@ -279,19 +283,53 @@ func (p *RocketMQPublisher) oneQueue(topic string, msgs []*Message) bool {
 	return ok
 }
 
-// keyedBatchFailed stops batches of keyed messages to topic when its broker refused one (a
-// 5.x proxy validating a FIFO topic reads a batch as NORMAL: the client's batch request
-// carries none of its messages' properties): they go one request a message from then on.
-func (p *RocketMQPublisher) keyedBatchFailed(topic string, err error) {
+// Keyed batches to a topic whose broker refused one stop for keyedPauseMin, then are tried
+// again; each refusal of the batch that tries again doubles the pause, up to keyedPauseMax.
+// A refusal may be passing (an ACL grant not yet landed, a code this version does not know)
+// or lasting (a 5.x proxy validating a FIFO topic reads a batch as NORMAL: the client's batch
+// request carries none of its messages' properties); either way a pause costs requests, not
+// messages, and a lasting refusal costs one refused batch per keyedPauseMax.
+const (
+	keyedPauseMin = time.Minute
+	keyedPauseMax = 16 * time.Minute
+)
+
+// keyedPause is a topic's pause of keyed batches: until when, and how long it was.
+type keyedPause struct {
+	until  time.Time
+	length time.Duration
+}
+
+// keyedBatchAnswered records the answer to a batch of keyed messages to topic: a refusal
+// (refused, misconfigured or permanent) pauses the topic's keyed batches (keyedPauseMin,
+// doubled by each refusal after a pause), a success ends the pause and its doubling.
+func (p *RocketMQPublisher) keyedBatchAnswered(topic string, err error) {
+	if err == nil {
+		if _, was := p.noKeyedBatches.LoadAndDelete(topic); was {
+			p.cfg.Log.Info().Str("topic", topic).Msg("the broker took a batch of keyed messages again: this topic's keyed messages go in batches")
+		}
+		return
+	}
 	switch KindOf(err) {
 	case SendRefused, SendMisconfigured, SendPermanent:
 	default:
 		return
 	}
-	if _, was := p.noKeyedBatches.LoadOrStore(topic, true); !was {
-		p.cfg.Log.Warn().Str("topic", topic).Err(err).
-			Msg("the broker refused a batch of keyed messages: this topic's keyed messages go one request each")
+	p.keyedMu.Lock()
+	defer p.keyedMu.Unlock()
+	now := p.now()
+	pause := keyedPause{length: keyedPauseMin}
+	if v, ok := p.noKeyedBatches.Load(topic); ok {
+		old := v.(keyedPause)
+		if now.Before(old.until) {
+			return // a batch sent before the pause began: paused already
+		}
+		pause.length = min(2*old.length, keyedPauseMax)
 	}
+	pause.until = now.Add(pause.length)
+	p.noKeyedBatches.Store(topic, pause)
+	p.cfg.Log.Warn().Str("topic", topic).Err(err).Dur("for", pause.length).
+		Msg("the broker refused a batch of keyed messages: this topic's keyed messages go one request each for a while, then a batch tries again")
 }
 
 // maxResends bounds the immediate re-sends of a send whose connection was lost. Each costs

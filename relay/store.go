@@ -220,22 +220,23 @@ func (s *store) unsentUpTo(ctx context.Context, keys []string, maxID int64, orde
 	return out, due, nil
 }
 
-// park makes the pending rows ids, held behind an unsent row of their key that is not due
-// before untilMs, due at untilMs: the scan stops reading them until their head may go. Only
-// pending rows due earlier are moved; the status is not touched.
-func (s *store) park(ctx context.Context, ids []int64, untilMs int64) (int64, error) {
+// park makes the pending rows ids, held behind the unsent row head of their key that is not
+// due before untilMs, due at untilMs, their reason naming head (parkedReason): the scan stops
+// reading them until their head may go. Only pending rows due earlier are moved; the status
+// is not touched.
+func (s *store) park(ctx context.Context, ids []int64, untilMs, head int64) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var total int64
 	for start := 0; start < len(ids); start += maxIDsPerStatement {
 		chunk := ids[start:min(start+maxIDsPerStatement, len(ids))]
-		args := make([]any, 0, len(chunk)+2)
-		args = append(args, untilMs)
+		args := make([]any, 0, len(chunk)+3)
+		args = append(args, untilMs, parkedReason(head))
 		for _, id := range chunk {
 			args = append(args, id)
 		}
 		args = append(args, untilMs)
-		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET next_retry_time = ?
+		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET next_retry_time = ?, fail_reason = ?
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status = 0 AND next_retry_time < ? AND is_deleted = 0`, args...)
 		if err != nil {
 			return total, fmt.Errorf("park held rows of %s: %w", s.name, err)

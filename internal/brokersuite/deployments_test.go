@@ -175,7 +175,7 @@ func TestProxyDeliversEveryRow(t *testing.T) {
 // TestProxyFIFOMessageGroups: an ordered route to a 5.x FIFO topic through the proxy: each
 // sharding key travels as the message group (__SHARDINGKEY, which the proxy requires on a
 // FIFO topic) and the messages of a key are in one queue in row order; the proxy's refusal
-// of batches of keyed messages turns them off for the topic.
+// of batches of keyed messages pauses them for the topic (a minute, longer than the test).
 func TestProxyFIFOMessageGroups(t *testing.T) {
 	b := proxyTarget(t)
 	e := newEnv(t, b)
@@ -196,8 +196,8 @@ func TestProxyFIFOMessageGroups(t *testing.T) {
 	})
 	// 5.3.3's proxy refuses a batch of keyed messages on a FIFO topic ("TopicMessageType
 	// validate failed, the expected type is FIFO, but actual type is NORMAL": the client's
-	// batch request carries none of its messages' properties). The relay turns keyed batches
-	// off for the topic at the first refusal and sends the refused lanes' rows one a request:
+	// batch request carries none of its messages' properties). The relay pauses keyed batches
+	// for the topic at the first refusal and sends the refused lanes' rows one a request:
 	// at most one refused batch per queue (4) besides a request per row.
 	if n := strings.Count(relay.Out.String(), "refused a batch of keyed messages"); n != 1 {
 		t.Errorf("the refusal of keyed batches logged %d times, want once", n)
