@@ -141,8 +141,8 @@ func TestSearchPlansUseIndexes(t *testing.T) {
 	s := Search{Key: "SN-1001", Topic: "orders", Status: 3, From: now.Add(-time.Hour), To: now}
 	cases := []struct {
 		name, stmt, plan, key string
-		args             []any
-		types            []string
+		args                  []any
+		types                 []string
 	}{
 		{"msg_id", sqlFindMsgID, "msg_id", "uk_msg_id", []any{"m-1006"}, []string{"const"}},
 		{"sharding key", sqlFindSharding, "sharding_key", "idx_sharding_id", []any{"cust-3", int64(1 << 62)}, []string{"range", "ref"}},
