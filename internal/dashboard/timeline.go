@@ -37,8 +37,8 @@ func Timeline(m ops.Found) []Event {
 	ev := []Event{{At: at(m.CreateTime), Step: "written", Kind: "info",
 		Detail: fmt.Sprintf("committed by the application: topic %s, tag %q, keys %q, sharding key %q", m.Topic, m.Tag, m.MsgKeys, m.ShardingKey)}}
 	if m.RetryCount > 0 {
-		ev = append(ev, Event{Step: "attempts", Kind: "warn", Detail: fmt.Sprintf("%d failed attempts counted of %d allowed (%d retries after the first);"+
-			" the table keeps the last attempt's reason only", m.RetryCount, m.MaxRetryCount+1, m.MaxRetryCount)})
+		ev = append(ev, Event{Step: "attempts", Kind: "warn", Detail: fmt.Sprintf("%d failed attempt%s counted of %d allowed (%d retries after the first);"+
+			" the table keeps the last attempt's reason only", m.RetryCount, plural(m.RetryCount), m.MaxRetryCount+1, m.MaxRetryCount)})
 	}
 	if m.FailReason != "" {
 		detail := "last failure: " + m.FailReason
@@ -113,4 +113,11 @@ func atMillis(ms int64) *time.Time {
 	}
 	t := time.UnixMilli(ms).UTC()
 	return &t
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }
