@@ -97,8 +97,8 @@ func (s *BrokerState) set(state string, now time.Time) {
 	}
 }
 
-// acked records a send to broker name at addr acknowledged after d.
-func (h *brokerHealth) acked(name, addr string, d time.Duration) {
+// update runs f on the state of the broker at addr (created when new) under mu.
+func (h *brokerHealth) update(addr string, f func(s *BrokerState, now time.Time)) {
 	if addr == "" {
 		return
 	}
@@ -108,41 +108,42 @@ func (h *brokerHealth) acked(name, addr string, d time.Duration) {
 	if h.brokers == nil {
 		h.brokers = map[string]*BrokerState{}
 	}
-	s := h.entry(h.brokers, addr, now)
-	s.Name, s.LastOK, s.LastDuration = name, now, float64(d.Microseconds())/1000
-	if d >= SlowSend || (!s.LastErrorAt.IsZero() && now.Sub(s.LastErrorAt) < slowFor && s.State == StateSlow) {
-		s.set(StateSlow, now)
-		return
-	}
-	s.set(StateHealthy, now)
+	f(h.entry(h.brokers, addr, now), now)
+}
+
+// acked records a send to broker name at addr acknowledged after d.
+func (h *brokerHealth) acked(name, addr string, d time.Duration) {
+	h.update(addr, func(s *BrokerState, now time.Time) {
+		s.Name, s.LastOK, s.LastDuration = name, now, float64(d.Microseconds())/1000
+		if d >= SlowSend || (!s.LastErrorAt.IsZero() && now.Sub(s.LastErrorAt) < slowFor && s.State == StateSlow) {
+			s.set(StateSlow, now)
+			return
+		}
+		s.set(StateHealthy, now)
+	})
 }
 
 // failed records a send to the broker at addr that failed with err (classified: a *SendError).
 func (h *brokerHealth) failed(addr string, err error) {
-	if addr == "" || err == nil {
+	if err == nil {
 		return
 	}
-	now := h.clock()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.brokers == nil {
-		h.brokers = map[string]*BrokerState{}
-	}
-	s := h.entry(h.brokers, addr, now)
-	s.LastError, s.LastErrorAt = err.Error(), now
-	switch KindOf(err) {
-	case SendMisconfigured:
-		s.set(StateRefusing, now)
-	case SendUnreachable:
-		s.set(StateFailing, now)
-	case SendTransient:
-		var se *SendError
-		if errors.As(err, &se) && se.Code >= 0 {
-			s.set(StateFailing, now) // busy, flow control, a system error: the broker's answer
-		} else if s.State != StateFailing {
-			s.set(StateSlow, now) // no answer in time, a dropped connection
+	h.update(addr, func(s *BrokerState, now time.Time) {
+		s.LastError, s.LastErrorAt = err.Error(), now
+		switch KindOf(err) {
+		case SendMisconfigured:
+			s.set(StateRefusing, now)
+		case SendUnreachable:
+			s.set(StateFailing, now)
+		case SendTransient:
+			var se *SendError
+			if errors.As(err, &se) && se.Code >= 0 {
+				s.set(StateFailing, now) // busy, flow control, a system error: the broker's answer
+			} else if s.State != StateFailing {
+				s.set(StateSlow, now) // no answer in time, a dropped connection
+			}
 		}
-	}
+	})
 }
 
 // BrokerStates returns what the publisher knows of each broker it sent to, by address, with

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/dashboard"
 	"github.com/outbox-relay/outbox-relay/relay"
@@ -22,29 +23,30 @@ func brokerPanel(pub *relay.RocketMQPublisher, dbs []*runDatabase, accessKey str
 			for _, rl := range d.relays {
 				brokers, topics := rl.Incidents()
 				for _, b := range brokers {
-					k := [2]string{rl.Table(), b.Broker}
-					if i, ok := incidents[k]; ok {
-						if b.Since.Before(p.Incidents[i].Since) {
-							p.Incidents[i].BrokerIncident = b
-						}
-						continue
-					}
-					incidents[k] = len(p.Incidents)
-					p.Incidents = append(p.Incidents, dashboard.TableIncident{Database: d.Name, Table: rl.Table(), BrokerIncident: b})
+					keepEarliest(&p.Incidents, incidents, [2]string{rl.Table(), b.Broker},
+						dashboard.TableIncident{Database: d.Name, Table: rl.Table(), BrokerIncident: b},
+						func(x dashboard.TableIncident) time.Time { return x.Since })
 				}
 				for _, t := range topics {
-					k := [2]string{rl.Table(), t.Topic}
-					if i, ok := refusals[k]; ok {
-						if t.Since.Before(p.Refusals[i].Since) {
-							p.Refusals[i].TopicRefusal = t
-						}
-						continue
-					}
-					refusals[k] = len(p.Refusals)
-					p.Refusals = append(p.Refusals, dashboard.TableRefusal{Database: d.Name, Table: rl.Table(), TopicRefusal: t})
+					keepEarliest(&p.Refusals, refusals, [2]string{rl.Table(), t.Topic},
+						dashboard.TableRefusal{Database: d.Name, Table: rl.Table(), TopicRefusal: t},
+						func(x dashboard.TableRefusal) time.Time { return x.Since })
 				}
 			}
 		}
 		return p
 	}
+}
+
+// keepEarliest adds item to list under key, or, when key is there already (another partition's
+// relay of the same table), keeps the one that started first.
+func keepEarliest[T any](list *[]T, seen map[[2]string]int, key [2]string, item T, since func(T) time.Time) {
+	if i, ok := seen[key]; ok {
+		if since(item).Before(since((*list)[i])) {
+			(*list)[i] = item
+		}
+		return
+	}
+	seen[key] = len(*list)
+	*list = append(*list, item)
 }

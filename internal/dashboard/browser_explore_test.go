@@ -31,19 +31,8 @@ import (
 // the chart's failed attempts; the rows are delivered once the broker is back.
 // OUTBOX_TEST_SCREENSHOTS=dir keeps the screenshots there.
 func TestBrowserExplorer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: the browser test builds and runs the relay")
-	}
-	node, chromium := browserTools(t)
-	rlog.SetLogLevel("error")
-	db := testenv.MySQL(t)
-	_, prefix := testenv.Redis(t)
+	node, chromium, db, prefix := browserSetup(t)
 	ctx := context.Background()
-	for _, tb := range []string{table, otherTable} {
-		if err := schema.Migrate(ctx, db.DB, tb); err != nil {
-			t.Fatal(err)
-		}
-	}
 	exec1 := func(q string, args ...any) {
 		t.Helper()
 		if _, err := db.Exec(q, args...); err != nil {
@@ -132,4 +121,23 @@ func readyz(t *testing.T, p *relayProcess) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// browserSetup skips under -short, finds the browser tools (browserTools) and gives the test
+// a database with both tables and a Redis prefix of its own.
+func browserSetup(t *testing.T) (node, chromium string, db *testenv.DB, prefix string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: the browser test builds and runs the relay")
+	}
+	node, chromium = browserTools(t)
+	rlog.SetLogLevel("error")
+	db = testenv.MySQL(t)
+	_, prefix = testenv.Redis(t)
+	for _, tb := range []string{table, otherTable} {
+		if err := schema.Migrate(context.Background(), db.DB, tb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return node, chromium, db, prefix
 }

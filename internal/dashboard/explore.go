@@ -148,16 +148,8 @@ type RowAnswer struct {
 
 // handleRow returns one row of any status: database (optional with one database), table, id.
 func (d *Dashboard) handleRow(w http.ResponseWriter, r *http.Request) {
-	if !d.canRead(w, r) {
-		return
-	}
-	src, table, ok := d.table(w, r.URL.Query().Get("database"), r.URL.Query().Get("table"))
+	src, table, id, ok := d.rowRequest(w, r)
 	if !ok {
-		return
-	}
-	id, err := strconv.ParseInt(r.URL.Query().Get("id"), 10, 64)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "id must be a row id")
 		return
 	}
 	m, err := ops.MessageBody(r.Context(), src.DB, table, id, maxBodyChars)
@@ -170,4 +162,22 @@ func (d *Dashboard) handleRow(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, RowAnswer{Database: src.Name, Table: table, MessageDetail: m,
 			StatusName: outbox.Status(m.Status).String(), Timeline: Timeline(m.Found)})
 	}
+}
+
+// rowRequest reads the row a request names (database, optional with one database; table;
+// id) after checking the read permission; it answers the refusal and returns false otherwise.
+func (d *Dashboard) rowRequest(w http.ResponseWriter, r *http.Request) (*source, string, int64, bool) {
+	if !d.canRead(w, r) {
+		return nil, "", 0, false
+	}
+	src, table, ok := d.table(w, r.URL.Query().Get("database"), r.URL.Query().Get("table"))
+	if !ok {
+		return nil, "", 0, false
+	}
+	id, err := strconv.ParseInt(r.URL.Query().Get("id"), 10, 64)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "id must be a row id")
+		return nil, "", 0, false
+	}
+	return src, table, id, true
 }
