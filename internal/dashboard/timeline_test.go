@@ -23,7 +23,9 @@ func TestTimelineByStatus(t *testing.T) {
 		want  string // in the last step's detail
 	}{
 		{"pending, never tried", func(f *ops.Found) {}, "written due", "due now"},
-		{"failed, counted", func(f *ops.Found) { f.Status, f.RetryCount, f.FailReason, f.NextRetryTime = 1, 2, "busy", 1_800_000_100_000 },
+		{"failed, counted", func(f *ops.Found) {
+			f.Status, f.RetryCount, f.FailReason, f.NextRetryTime = 1, 2, "busy", 1_800_000_100_000
+		},
 			"written attempts failed due", "due at this time"},
 		{"deferred by an incident", func(f *ops.Found) { f.Status, f.FailReason = 1, "refused "+deferredMark }, "written failed due", ""},
 		{"sent", func(f *ops.Found) { f.Status, f.SentTime = 2, 1_800_000_090_000 }, "written sent stored audit", "requeues are not recorded"},
