@@ -46,7 +46,9 @@ async function explore(page) {
   await page.locator('#x-by').selectOption('key');
   await page.locator('#x-value').fill(seed.order);
   await page.locator('#x-search').click();
-  await until('the order\'s rows', async () => (await page.locator('#x-results tbody tr').count()) === 3);
+  // The handed rows stay listed until the answer comes: wait for the order's own rows.
+  await until('the order\'s rows', async () => (await page.locator('#x-results tbody tr[data-msg-id="payment-1001"]').count()) === 1 &&
+    (await page.locator('#x-results tbody tr').count()) === 3);
   const tables = await page.locator('#x-results tbody tr td:first-child').allTextContents();
   assert.deepEqual([...new Set(tables)].sort(), [seed.other, seed.table].sort());
   assert.match(await page.locator('#x-notice').textContent(), /3 messages found \(rows created in the window/);
