@@ -60,7 +60,9 @@ func (d *Dashboard) handleBrokers(w http.ResponseWriter, r *http.Request) {
 		ans := BrokersAnswer{Now: time.Now().UTC(), BrokerPanel: BrokerPanel{NameServers: []relay.BrokerState{},
 			Brokers: []relay.BrokerState{}, Incidents: []TableIncident{}, Refusals: []TableRefusal{}}}
 		if d.cfg.Brokers != nil {
-			ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+			// Not the request's context: a page that goes away must not make the probes
+			// fail, and every page within CacheFor shares the answer.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 3*time.Second)
 			ans.BrokerPanel, ans.Known = d.cfg.Brokers(ctx), true
 			cancel()
 		}
