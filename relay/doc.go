@@ -47,6 +47,10 @@
 //     row's status and retry count as read.
 //   - A database stall is a statement left unanswered (progress.go), never a slow broker.
 //   - One layout of partitions at a time: layout.go.
+//   - What the dashboard shows, read without a query: the per-minute sent/failed/dead counts
+//     (activity.go, fed with the Prometheus counters), each broker's state and circuit and the
+//     name servers' probes (brokerhealth.go), and each relay's open incidents
+//     (incidentreport.go).
 //
 // With Config.TracerProvider set, every message sent gets an OpenTelemetry producer span, a
 // child of the writer's trace context stored in the row, whose own context the message

@@ -65,6 +65,8 @@ type Metrics struct {
 
 	mu     sync.Mutex
 	tables map[[2]string]*TableMetrics
+	// now is the clock of the dashboard's activity minutes (time.Now; tests set their own).
+	now func() time.Time
 }
 
 // NewMetrics creates the metrics with the default options and registers them with reg (a
@@ -141,6 +143,7 @@ func NewMetricsWith(reg prometheus.Registerer, opts MetricsOptions) *Metrics {
 			Name: "outbox_relay_sent_unreplicated_total", Help: "Messages the broker stored on its master without replicating or flushing them as configured (status), marked sent.",
 		}, []string{"status"}),
 		tables: map[[2]string]*TableMetrics{},
+		now:    time.Now,
 	}
 	m.SetBuildInfo(moduleVersion())
 	for _, st := range []string{"SLAVE_NOT_AVAILABLE", "FLUSH_SLAVE_TIMEOUT", "FLUSH_DISK_TIMEOUT"} {
@@ -219,6 +222,7 @@ func (m *Metrics) Table(database, table string) *TableMetrics {
 		writeBacks: m.writeBacks.WithLabelValues(database, table),
 		pairs:      map[[2]string]pairCounters{},
 		topics:     map[string]bool{},
+		minutes:    &minuteRing{now: m.now},
 	}
 	// Every gauge and counter is created at zero by WithLabelValues; leader too, explicitly.
 	t.leader.Set(0)
@@ -262,6 +266,8 @@ type TableMetrics struct {
 	pairs  map[[2]string]pairCounters // topic and tag labels -> their counters
 	topics map[string]bool            // topics with a label of their own
 	others int                        // pairs admitted under the budget
+
+	minutes *minuteRing // the last hour's counts, for the dashboard (activity.go)
 }
 
 // pairCounters are the counters of one topic and tag label pair, created together so that
@@ -274,6 +280,7 @@ type pairCounters struct {
 func (t *TableMetrics) Published(topic, tag string, n int) {
 	if t != nil && n > 0 {
 		t.pair(topic, tag).published.Add(float64(n))
+		t.minutes.add(n, 0, 0)
 	}
 }
 
@@ -281,6 +288,7 @@ func (t *TableMetrics) Published(topic, tag string, n int) {
 func (t *TableMetrics) Failed(topic, tag string, n int) {
 	if t != nil && n > 0 {
 		t.pair(topic, tag).failed.Add(float64(n))
+		t.minutes.add(0, n, 0)
 	}
 }
 
@@ -288,6 +296,7 @@ func (t *TableMetrics) Failed(topic, tag string, n int) {
 func (t *TableMetrics) Dead(topic, tag string, n int) {
 	if t != nil && n > 0 {
 		t.pair(topic, tag).dead.Add(float64(n))
+		t.minutes.add(0, 0, n)
 	}
 }
 

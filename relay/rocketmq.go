@@ -81,6 +81,7 @@ type RocketMQPublisher struct {
 
 	unreplicated unreplicatedLog
 	watch        connWatch
+	health       brokerHealth // per broker, for the dashboard (brokerhealth.go)
 	// noKeyedBatches holds, per topic whose broker refused a batch of keyed messages, the
 	// keyedPause during which its keyed messages go one request each.
 	noKeyedBatches sync.Map
@@ -380,6 +381,7 @@ func (p *RocketMQPublisher) sendTo(ctx context.Context, prod client, route Route
 	res, err := prod.SendSync(ctx, out...)
 	if err != nil {
 		err = p.classify(ctx, err, out[0].Topic, len(out) > 1)
+		p.health.failed(BrokerOf(err), err)
 		var se *SendError
 		if errors.Is(context.Cause(ctx), errConnectionDropped) && errors.As(err, &se) && !errors.Is(err, errConnectionLost) {
 			// The broker closed the connection the send waited on: whether it stored the
@@ -405,6 +407,7 @@ func brokerFault(err error) bool {
 // address the client chose, so that the relay judges incidents per broker, and tells the
 // queue chooser which broker answered.
 func (p *RocketMQPublisher) attributeBroker(ctx context.Context, req, reply any, next primitive.Invoker) error {
+	start := time.Now()
 	err := next(ctx, req, reply)
 	pc, ok := primitive.GetProducerCtx(ctx)
 	if !ok {
@@ -415,6 +418,7 @@ func (p *RocketMQPublisher) attributeBroker(ctx context.Context, req, reply any,
 		return AtBroker(pc.BrokerAddr, err)
 	}
 	p.queues.sent(pc.MQ.BrokerName, pc.BrokerAddr)
+	p.health.acked(pc.MQ.BrokerName, pc.BrokerAddr, time.Since(start))
 	return nil
 }
 

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # browser-test.sh installs what the dashboard's browser test needs when it is missing (Debian's
 # chromium package, node and npm, and `npm ci` in internal/dashboard/testdata/browser), then
-# runs that test (TestBrowser). `browser-test.sh install` only installs. Playwright's own
+# runs those tests (TestBrowser, TestBrowserExplorer). `browser-test.sh install` only installs. Playwright's own
 # browser downloads are never used: the test drives /usr/bin/chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,4 +27,4 @@ fi
 [ "${1:-}" = install ] && exit 0
 
 if [ -f bin/services.env ]; then set -a && . bin/services.env && set +a; fi
-exec go test -count=1 -run '^TestBrowser$' -v ./internal/dashboard/
+exec go test -count=1 -run '^TestBrowser(Explorer)?$' -v ./internal/dashboard/

@@ -111,11 +111,14 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 		}
 		db := d.Database
 		sources = append(sources, dashboard.Source{Name: d.Name, Label: d.Label(), DB: d.pool, Tables: d.Tables,
-			LockKey: func(table string) string { return cfg.LockKeyIn(db, table) }, Partitions: cfg.Relay.Partitions})
+			LockKey: func(table string) string { return cfg.LockKeyIn(db, table) }, Partitions: cfg.Relay.Partitions,
+			Activity: func(table string) []relay.MinuteActivity { return metrics.Activity(db.Label(), table) }})
 	}
 
 	ui, err := dashboard.New(rconn.LockReader(), dashboard.Config{Databases: sources, AdminToken: cfg.HTTP.AdminToken,
-		ReadToken: cfg.HTTP.ReadToken, OpenReads: cfg.HTTP.Loopback(), Hosts: cfg.HTTP.Hosts, Logger: &log})
+		ReadToken: cfg.HTTP.ReadToken, OpenReads: cfg.HTTP.Loopback(), Hosts: cfg.HTTP.Hosts, Logger: &log,
+		Brokers: brokerPanel(pub, dbs, cfg.RocketMQ.AccessKey),
+		Secrets: []string{cfg.RocketMQ.SecretKey, cfg.HTTP.AdminToken, cfg.HTTP.ReadToken}})
 	if err != nil {
 		return err
 	}

@@ -195,16 +195,8 @@ func (d *Dashboard) handleDead(w http.ResponseWriter, r *http.Request) {
 // handleMessage returns one dead row with its body: database (optional with one
 // database), table, id.
 func (d *Dashboard) handleMessage(w http.ResponseWriter, r *http.Request) {
-	if !d.canRead(w, r) {
-		return
-	}
-	src, table, ok := d.table(w, r.URL.Query().Get("database"), r.URL.Query().Get("table"))
+	src, table, id, ok := d.rowRequest(w, r)
 	if !ok {
-		return
-	}
-	id, err := strconv.ParseInt(r.URL.Query().Get("id"), 10, 64)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "id must be a row id")
 		return
 	}
 	m, err := ops.DeadBody(r.Context(), src.DB, table, id, maxBodyChars)

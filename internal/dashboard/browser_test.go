@@ -146,19 +146,8 @@ func startRelayListening(t testing.TB, host string, tables int, dbEnv []string, 
 // without the token and from another site, then requeue of one, a selection and a filter,
 // each delivered by the running relay. OUTBOX_TEST_SCREENSHOTS=dir keeps the screenshots there.
 func TestBrowser(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: the browser test builds and runs the relay")
-	}
-	node, chromium := browserTools(t)
-	rlog.SetLogLevel("error")
-	db := testenv.MySQL(t)
-	_, prefix := testenv.Redis(t)
+	node, chromium, db, prefix := browserSetup(t)
 	ctx := context.Background()
-	for _, tb := range []string{table, otherTable} {
-		if err := schema.Migrate(ctx, db.DB, tb); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// Rows the relay leaves alone (delayed, retrying later, sent) and dead rows to requeue.
 	later := time.Now().Add(time.Hour).UnixMilli()
 	mustExec := func(q string, args ...any) {
@@ -314,19 +303,8 @@ func TestBrowserTwoDatabases(t *testing.T) {
 // until the read token is entered in the page, then a hostile body still renders as text
 // (issue 23, row 1).
 func TestBrowserReadToken(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: the browser test builds and runs the relay")
-	}
-	node, chromium := browserTools(t)
-	rlog.SetLogLevel("error")
-	db := testenv.MySQL(t)
-	_, prefix := testenv.Redis(t)
+	node, chromium, db, prefix := browserSetup(t)
 	ctx := context.Background()
-	for _, tb := range []string{table, otherTable} {
-		if err := schema.Migrate(ctx, db.DB, tb); err != nil {
-			t.Fatal(err)
-		}
-	}
 	hostileBody := `<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">`
 	hostileReason := `<img src=x onerror="window.__pwned=3">`
 	if _, err := db.Exec("INSERT INTO `"+table+"` (msg_id, topic, content, status, fail_reason) VALUES ('hostile-1', 'orders', ?, 3, ?)", hostileBody, hostileReason); err != nil {

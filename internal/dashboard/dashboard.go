@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -41,6 +42,9 @@ type Source struct {
 	// Partitions is relay.partitions: above 1 the page shows each partition's lock, whose key
 	// is relay.PartitionLockKey of the table's. Defaults to 0: one lock per table.
 	Partitions int
+	// Activity returns this process's counts of a table's last hour, per minute
+	// (relay.Metrics.Activity): the page's chart. Defaults to none: the chart is empty.
+	Activity func(table string) []relay.MinuteActivity
 }
 
 // Config configures a Dashboard.
@@ -72,6 +76,12 @@ type Config struct {
 	CacheFor time.Duration
 	// Logger receives the requeue audit lines and sampling errors. Defaults to no logging.
 	Logger *zerolog.Logger
+	// Brokers returns the broker panel (brokers.go). Defaults to none: the page says the
+	// process does not know.
+	Brokers func(ctx context.Context) BrokerPanel
+	// Secrets are removed from every text of the broker panel (rocketmq.secret_key, say).
+	// Defaults to none.
+	Secrets []string
 }
 
 func (c *Config) setDefaults() {
@@ -136,7 +146,8 @@ type Dashboard struct {
 	sources []*source
 	mux     *http.ServeMux
 
-	cache overviewCache
+	cache   overviewCache
+	brokers brokerCache
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -173,6 +184,7 @@ func New(rdb redis.Cmdable, cfg Config) (*Dashboard, error) {
 	d.mux.HandleFunc("GET /ui/api/message", d.handleMessage)
 	d.mux.HandleFunc("POST /ui/api/requeue", d.handleRequeue)
 	d.mux.HandleFunc("GET /ui/api/requeue", d.handleRequeue) // answers 405, not the file server's 404
+	d.routeExplorer()
 	return d, nil
 }
 

@@ -9,6 +9,9 @@
 // CDN); it renders data only through text nodes, under a strict Content-Security-Policy. Its
 // JSON API (api.go) calls the same internal/ops operations as the CLI. Reading needs nothing;
 // requeue needs http.admin_token as a bearer token and a same-origin request (auth.go).
-// The activity is a ring of samples kept in memory (activity.go), filled from the
-// (status, next_retry_time) index at start and then one window at a time.
+// The table's activity is a ring of samples kept in memory (activity.go), filled from the
+// (status, next_retry_time) index at start and then one window at a time; the chart is drawn
+// from the relay's own per-minute counters (Source.Activity, /ui/api/counters). The broker
+// panel (brokers.go) shows what the relay knows of the name servers and brokers; the message
+// explorer (explore.go, timeline.go) finds rows of any status and tells a row's story.
 package dashboard

@@ -52,9 +52,11 @@ async function refresh() {
   clearTimeout(state.timer);
   let every = 5;
   try {
-    const o = await getJSON('api/overview');
+    const [o, c] = await Promise.all([getJSON('api/overview'), getJSON('api/counters').catch(() => [])]);
     every = o.refresh_seconds || every;
+    state.counters = c;
     renderOverview(o);
+    refreshBrokers(); // explorer.js
     $('overview-error').hidden = true;
   } catch (e) {
     $('overview-error').textContent = 'Cannot load the overview: ' + e.message;
@@ -86,6 +88,7 @@ function renderOverview(o) {
     const keep = sel.value;
     sel.replaceChildren(...o.tables.map((t) => el('option', { value: t.database + '/' + t.table, textContent: tableTitle(t) })));
     if (names.includes(keep)) sel.value = keep;
+    fillExplorerTables(o.tables); // explorer.js
     loadDead(false);
   }
 }
@@ -115,9 +118,10 @@ function tableCard(t) {
       count('dead', fmtNum(s.dead), s.dead ? 'bad' : '', 'dead'),
       count('due now (backlog)', fmtNum(s.due), '', 'due'),
       count('oldest due for', s.due ? fmtAge(s.oldest_due_age_seconds) : '–', s.oldest_due_age_seconds > 60 ? 'warn' : '', 'oldest'),
-      count('sent', fmtNum(s.sent), '', 'sent')),
+      count('sent', fmtNum(s.sent), '', 'sent'),
+      count('handed (the broker delivers)', fmtNum(s.handed), '', 'handed')),
     t.partitions ? partitionLine(t.partitions) : lockLine(t.lock),
-    activity(t.activity));
+    activity(t.activity, (state.counters || []).find((c) => c.database === t.database && c.table === t.table)));
   if (t.error) card.append(el('p', { class: 'error', textContent: t.error }));
   return card;
 }
@@ -150,16 +154,22 @@ function partitionLine(ps) {
 
 const SVG = 'http://www.w3.org/2000/svg';
 
-function activity(a) {
+// activity draws the last hour: this relay's own counters per minute (c, from
+// /ui/api/counters) when it has them, else the table's samples (a); the table's figures, from
+// its index and whichever relay moved the rows, follow on a line of their own.
+function activity(a, c) {
   const box = el('div', { class: 'activity' });
-  const perMin = 60 / (a.bucket_seconds || 60);
-  const mins = Math.round(((a.buckets || []).length * a.bucket_seconds) / 60);
+  const own = c && c.minutes && c.minutes.length ? c : null;
+  const width = own ? 60 : a.bucket_seconds;
+  const perMin = 60 / (width || 60);
+  const b = own ? own.minutes : (a.buckets || []);
+  const mins = Math.round((b.length * width) / 60);
+  const src = own || a;
   box.append(el('div', { class: 'legend', data: { activity: '' } },
-    'last ' + mins + ' min:',
-    el('i', { class: 'sent' }), fmtNum(a.sent) + ' sent',
-    el('i', { class: 'failed' }), fmtNum(a.failed) + ' failed',
-    el('i', { class: 'dead' }), fmtNum(a.dead) + ' dead'));
-  const b = a.buckets || [];
+    (own ? 'this relay, ' : '') + 'last ' + mins + ' min:',
+    el('i', { class: 'sent' }), fmtNum(src.sent) + ' sent',
+    el('i', { class: 'failed' }), fmtNum(src.failed) + (own ? ' failed attempts' : ' failed'),
+    el('i', { class: 'dead' }), fmtNum(src.dead) + ' dead'));
   const w = 300, h = 48;
   const max = Math.max(1, ...b.map((x) => Math.max(x.sent, x.failed, x.dead)));
   const svg = document.createElementNS(SVG, 'svg');
@@ -178,9 +188,13 @@ function activity(a) {
     svg.append(line);
   }
   const title = document.createElementNS(SVG, 'title');
-  title.textContent = 'per ' + a.bucket_seconds + 's; peak ' + fmtNum(max) + ' (' + fmtNum(max * perMin) + '/min)';
+  title.textContent = 'per ' + width + 's; peak ' + fmtNum(max) + ' (' + fmtNum(max * perMin) + '/min)';
   svg.append(title);
   box.append(svg);
+  if (own) {
+    box.append(el('div', { class: 'table-line', data: { tableActivity: '' } }, 'the table, all relays (from its index): ' +
+      fmtNum(a.sent) + ' sent, ' + fmtNum(a.failed) + ' failed, ' + fmtNum(a.dead) + ' dead'));
+  }
   if (a.error) box.append(el('p', { class: 'error', textContent: 'activity: ' + a.error }));
   return box;
 }

@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/dashboard"
+	"github.com/outbox-relay/outbox-relay/relay"
+)
+
+// brokerPanel returns the dashboard's broker panel: the publisher's brokers and name servers,
+// and each table's open incidents and refused topics (one line per table, the earliest of
+// its partitions' relays). accessKey is named; the secret key never is.
+func brokerPanel(pub *relay.RocketMQPublisher, dbs []*runDatabase, accessKey string) func(context.Context) dashboard.BrokerPanel {
+	return func(ctx context.Context) dashboard.BrokerPanel {
+		p := dashboard.BrokerPanel{NameServers: pub.NameServerStates(ctx), Brokers: pub.BrokerStates(),
+			Incidents: []dashboard.TableIncident{}, Refusals: []dashboard.TableRefusal{}, AccessKey: accessKey}
+		for _, d := range dbs {
+			incidents := map[[2]string]int{} // table, broker -> index in p.Incidents
+			refusals := map[[2]string]int{}
+			for _, rl := range d.relays {
+				brokers, topics := rl.Incidents()
+				for _, b := range brokers {
+					keepEarliest(&p.Incidents, incidents, [2]string{rl.Table(), b.Broker},
+						dashboard.TableIncident{Database: d.Name, Table: rl.Table(), BrokerIncident: b},
+						func(x dashboard.TableIncident) time.Time { return x.Since })
+				}
+				for _, t := range topics {
+					keepEarliest(&p.Refusals, refusals, [2]string{rl.Table(), t.Topic},
+						dashboard.TableRefusal{Database: d.Name, Table: rl.Table(), TopicRefusal: t},
+						func(x dashboard.TableRefusal) time.Time { return x.Since })
+				}
+			}
+		}
+		return p
+	}
+}
+
+// keepEarliest adds item to list under key, or, when key is there already (another partition's
+// relay of the same table), keeps the one that started first.
+func keepEarliest[T any](list *[]T, seen map[[2]string]int, key [2]string, item T, since func(T) time.Time) {
+	if i, ok := seen[key]; ok {
+		if since(item).Before(since((*list)[i])) {
+			(*list)[i] = item
+		}
+		return
+	}
+	seen[key] = len(*list)
+	*list = append(*list, item)
+}

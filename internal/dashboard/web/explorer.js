@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: Apache-2.0
+// outbox-relay dashboard: the broker panel and the message explorer. Loaded after app.js,
+// whose helpers ($, el, getJSON, fmtNum, fmtAge, fmtTime) it uses; like app.js it renders
+// every value from the server as text, never as markup.
+'use strict';
+
+const STATUS_NAMES = ['pending', 'failed', 'sent', 'dead', 'handed'];
+const explorer = { last: null, before: 0, loaded: false };
+
+// ---- broker panel ----
+
+function sinceText(iso, now) {
+  const t = new Date(iso);
+  if (!iso || isNaN(t) || t.getFullYear() < 2000) return '–';
+  return fmtAge((now - t) / 1000) + ' ago';
+}
+
+function stateCell(s) { return el('td', {}, el('span', { class: 'state ' + s, textContent: s })); }
+
+function brokerRow(kind, b, now) {
+  const tr = el('tr', { data: { broker: b.addr, state: b.state } },
+    el('td', { textContent: kind }), el('td', { textContent: b.name || '' }), el('td', { class: 'mono', textContent: b.addr }),
+    stateCell(b.state), el('td', { textContent: sinceText(b.since, now) }),
+    el('td', { textContent: b.circuit ? b.circuit + (b.circuit === 'open' ? ' since ' + sinceText(b.circuit_since, now) + ', one probe a second' : '') : '' }),
+    el('td', { textContent: b.last_ok && new Date(b.last_ok).getFullYear() > 2000 ? sinceText(b.last_ok, now) + (b.last_duration_ms ? ' (' + b.last_duration_ms.toFixed(1) + ' ms)' : '') : '–' }),
+    el('td', { class: 'reason', title: b.last_error || '', textContent: b.last_error ? b.last_error + ' (' + sinceText(b.last_error_at, now) + ')' : '' }));
+  return tr;
+}
+
+function renderBrokers(p) {
+  const now = new Date(p.now);
+  const rows = [...p.name_servers.map((b) => brokerRow('name server', b, now)), ...p.brokers.map((b) => brokerRow('broker', b, now))];
+  $('b-table').tBodies[0].replaceChildren(...rows);
+  const notes = [];
+  const table = (x) => (state.multi ? x.database + ' / ' : '') + x.table;
+  for (const i of p.incidents) {
+    const who = i.broker === 'cluster' ? 'no broker reachable (name servers or route)' : 'broker ' + i.broker;
+    notes.push(el('li', { class: 'bad', data: { incident: i.broker } }, table(i) + ': ' + who + ' failing for ' + sinceText(i.since, now).replace(' ago', '') +
+      ' — rows wait, no retry spent; last error: ' + i.last_error));
+  }
+  for (const r of p.refusals) {
+    notes.push(el('li', { class: 'bad', data: { refusal: r.topic } }, table(r) + ': topic ' + r.topic + ' refused for the relay\'s configuration since ' +
+      sinceText(r.since, now) + ' (access key ' + (p.access_key ? '"' + p.access_key + '"' : 'none: no ACL credentials configured') +
+      ') — rows wait, none goes dead; last refusal: ' + r.last_error));
+  }
+  if (!p.known) notes.push(el('li', {}, 'This process does not publish: it knows nothing of the broker.'));
+  $('b-notes').replaceChildren(...notes);
+  const states = [...p.name_servers, ...p.brokers].map((b) => b.state);
+  const bad = p.incidents.length + p.refusals.length + states.filter((s) => s === 'failing' || s === 'refusing').length;
+  const slow = states.filter((s) => s === 'slow').length;
+  const sum = $('b-summary');
+  sum.textContent = bad ? 'trouble: ' + bad + ' problem' + (bad > 1 ? 's' : '') : slow ? 'slow' : states.length ? 'healthy' : 'no sends yet';
+  sum.className = 'badge state ' + (bad ? 'failing' : slow ? 'slow' : 'healthy');
+}
+
+async function refreshBrokers() {
+  try {
+    renderBrokers(await getJSON('api/brokers'));
+  } catch (e) {
+    $('b-notes').replaceChildren(el('li', { class: 'bad', textContent: 'Cannot load the broker panel: ' + e.message }));
+  }
+}
+
+// ---- message explorer ----
+
+function fillExplorerTables(tables) {
+  const sel = $('x-table');
+  const keep = sel.value;
+  sel.replaceChildren(el('option', { value: '', textContent: 'every table' }),
+    ...tables.map((t) => el('option', { value: t.database + '/' + t.table, textContent: tableTitle(t) })));
+  if ([...sel.options].some((o) => o.value === keep)) sel.value = keep;
+}
+
+function searchParams() {
+  const p = new URLSearchParams();
+  const by = $('x-by').value;
+  const v = $('x-value').value.trim();
+  if (by && v) p.set(by, v);
+  for (const [k, id] of [['topic', 'x-topic'], ['tag', 'x-tag'], ['status', 'x-status']]) if ($(id).value.trim()) p.set(k, $(id).value.trim());
+  const t = $('x-table').value;
+  if (t) { const i = t.indexOf('/'); p.set('database', t.slice(0, i)); p.set('table', t.slice(i + 1)); }
+  const epoch = (id) => ($(id).value ? Math.floor(new Date($(id).value).getTime() / 1000) : 0);
+  const to = epoch('x-to') || Math.floor(Date.now() / 1000) + 60;
+  const from = epoch('x-from') || to - 86400 - 60;
+  if (!(by === 'msg_id' || by === 'sharding_key') || !v) { p.set('from', String(from)); p.set('to', String(to)); }
+  p.set('limit', '50');
+  return p;
+}
+
+async function find(more) {
+  const p = more ? explorer.last : searchParams();
+  if (more) p.set('before', String(explorer.before)); else p.delete('before');
+  explorer.last = p;
+  try {
+    const a = await getJSON('api/search?' + p);
+    const rows = a.messages.map((m) => {
+      const tr = el('tr', { data: { msgId: m.msg_id, id: String(m.id) } },
+        el('td', { textContent: (state.multi ? m.database + ' / ' : '') + m.table }), el('td', { class: 'mono', textContent: m.id }),
+        el('td', { class: 'mono', textContent: m.msg_id }), stateCell(m.status_name), el('td', { textContent: m.topic }),
+        el('td', { textContent: m.tag }), el('td', { class: 'mono', textContent: m.msg_keys }), el('td', { textContent: fmtTime(m.create_time) }),
+        el('td', { textContent: m.retry_count + '/' + (m.max_retry_count + 1) }),
+        el('td', { class: 'reason', title: m.fail_reason, textContent: m.fail_reason }));
+      tr.addEventListener('click', () => openRow(m.database, m.table, m.id));
+      return tr;
+    });
+    if (more) $('x-results').tBodies[0].append(...rows); else $('x-results').tBodies[0].replaceChildren(...rows);
+    explorer.before = a.before;
+    $('x-more').hidden = !a.before;
+    const n = $('x-results').tBodies[0].rows.length;
+    let text = fmtNum(n) + ' message' + (n === 1 ? '' : 's') + ' found (' + planText(a.plan) + ')';
+    if (a.scanned) text += '; read ' + a.scanned;
+    if (a.more && a.more.length) text += '; more in ' + a.more.join(', ') + ': choose the table to page';
+    $('x-notice').textContent = text;
+    $('x-notice').className = '';
+    if (n === 1 && !more) openRow(a.messages[0].database, a.messages[0].table, a.messages[0].id);
+  } catch (e) {
+    $('x-notice').textContent = 'Cannot search: ' + e.message;
+    $('x-notice').className = 'error';
+  }
+}
+
+function planText(plan) {
+  return { msg_id: 'by its unique msg_id', sharding_key: 'through the sharding key index', window: 'rows created in the window, newest first' }[plan] || plan;
+}
+
+async function openRow(database, table, id) {
+  try {
+    const m = await getJSON('api/row?' + new URLSearchParams({ database, table, id: String(id) }));
+    $('r-msgid').textContent = m.msg_id;
+    $('r-status').textContent = m.status_name;
+    $('r-status').className = 'badge state ' + m.status_name;
+    $('r-timeline').replaceChildren(...m.timeline.map((e) => el('li', { class: e.kind, data: { step: e.step } },
+      e.at ? el('time', { textContent: fmtTime(e.at) }) : '', el('b', { textContent: e.step }), ' ' + e.detail)));
+    const fields = [['table', (state.multi ? m.database + ' / ' : '') + m.table], ['id', m.id], ['topic', m.topic], ['tag', m.tag],
+      ['keys', m.msg_keys], ['sharding key', m.sharding_key], ['status', m.status + ' (' + m.status_name + ')'],
+      ['tries', m.retry_count + ' of ' + (m.max_retry_count + 1)], ['reason', m.fail_reason], ['created', fmtTime(m.create_time)],
+      ['updated', fmtTime(m.update_time)], ['next_retry_time', m.next_retry_time ? fmtTime(new Date(m.next_retry_time)) + ' (' + m.next_retry_time + ')' : '0'],
+      ['sent_time', m.sent_time ? fmtTime(new Date(m.sent_time)) : '0'], ['properties', m.properties]];
+    $('r-fields').replaceChildren(...fields.flatMap(([k, v]) => [el('dt', { textContent: k }), el('dd', { textContent: String(v ?? '') })]));
+    $('r-size').textContent = fmtNum(m.content_chars) + ' characters' + (m.truncated ? ', first ' + fmtNum(m.content.length) + ' shown' : '');
+    $('r-body').textContent = m.content; // text, never markup
+    $('row').hidden = false;
+  } catch (e) {
+    $('x-notice').textContent = 'Cannot open message ' + id + ': ' + e.message;
+    $('x-notice').className = 'error';
+  }
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  $('find').addEventListener('submit', (ev) => { ev.preventDefault(); $('row').hidden = true; find(false); });
+  $('x-more').addEventListener('click', () => find(true));
+});
