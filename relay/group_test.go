@@ -346,48 +346,62 @@ func TestPartitionThatFoundRowsWakesItsSiblings(t *testing.T) {
 // BenchmarkOrderedUnderDroppedConnections drains 40 ordered keys × 30 events, with one
 // relay on the whole table and one relay holding 8 partitions, first on a healthy broker
 // (drops=0) and then with the broker dropping 3 % of the connections before storing and 3 %
-// after (lost acks), and reports rows/s of each, so that one run gives the ratio:
+// after (lost acks), and reports rows/s of each, so that one run gives the ratio. The
+// credentials=acl runs do the same against a broker that checks every request's ACL
+// signature, with a publisher given credentials (the client then installs its signer):
 //
 //	go test -run '^$' -bench OrderedUnderDroppedConnections -benchtime 1x ./relay/
 func BenchmarkOrderedUnderDroppedConnections(b *testing.B) {
-	for _, parts := range []int{1, 8} {
-		for _, drops := range []float64{0, 0.03} {
-			b.Run(fmt.Sprintf("partitions=%d/drops=%g", parts, drops), func(b *testing.B) {
-				for i := 0; i < b.N; i++ {
-					b.StopTimer()
-					bu := setup(b)
-					bu.migrate(b, parts)
-					router, err := relay.NewPatternRouter(relay.PatternRule{Topic: "order-events", Route: relay.Route{Ordered: true}})
-					if err != nil {
-						b.Fatal(err)
-					}
-					cfg := bu.config()
-					cfg.Router, cfg.Partitions, cfg.LockTTL = router, parts, time.Second
-					const keys, events = 40, 30
-					for seq := 0; seq < events; seq++ {
-						msgs := make([]outbox.Message, keys)
-						for k := range msgs {
-							key := fmt.Sprintf("SN%03d", k)
-							msgs[k] = outbox.Message{MsgID: fmt.Sprintf("%s-%06d", key, seq), Topic: "order-events", ShardingKey: key, Body: []byte("x")}
-						}
-						bu.insert(b, msgs...)
-					}
-					bu.broker.SetFaults(rmqtest.Faults{DropBeforeStore: drops, DropAfterStore: drops})
-					// The application's writers commit and hold transactions open beside it;
-					// their rows (topic orders) go through the same relay and the same drops.
-					stopWriters := busyWriters(b, bu)
-					b.StartTimer()
-					start := time.Now()
-					stop := runGroup(b, bu.newGroup(b, cfg))
-					eventually(b, 5*time.Minute, "every ordered row sent", func() bool {
-						return countWhere(b, bu.db.DB, "topic = 'order-events' AND status = 2") == keys*events
-					})
-					b.ReportMetric(float64(keys*events)/time.Since(start).Seconds(), "rows/s")
-					b.StopTimer()
-					stopWriters()
-					stop()
+	for _, creds := range []map[string]string{nil, {"relay-ak": "relay-sk"}} {
+		for _, parts := range []int{1, 8} {
+			for _, drops := range []float64{0, 0.03} {
+				name := fmt.Sprintf("partitions=%d/drops=%g", parts, drops)
+				if creds != nil {
+					name += "/credentials=acl"
 				}
-			})
+				b.Run(name, func(b *testing.B) { benchOrderedUnderDrops(b, parts, drops, creds) })
+			}
+		}
+	}
+}
+
+// benchOrderedUnderDrops is one run of BenchmarkOrderedUnderDroppedConnections.
+func benchOrderedUnderDrops(b *testing.B, parts int, drops float64, creds map[string]string) {
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		bu := setupWith(b, rmqtest.Options{Credentials: creds})
+		bu.migrate(b, parts)
+		router, err := relay.NewPatternRouter(relay.PatternRule{Topic: "order-events", Route: relay.Route{Ordered: true}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg := bu.config()
+		cfg.Router, cfg.Partitions, cfg.LockTTL = router, parts, time.Second
+		const keys, events = 40, 30
+		for seq := 0; seq < events; seq++ {
+			msgs := make([]outbox.Message, keys)
+			for k := range msgs {
+				key := fmt.Sprintf("SN%03d", k)
+				msgs[k] = outbox.Message{MsgID: fmt.Sprintf("%s-%06d", key, seq), Topic: "order-events", ShardingKey: key, Body: []byte("x")}
+			}
+			bu.insert(b, msgs...)
+		}
+		bu.broker.SetFaults(rmqtest.Faults{DropBeforeStore: drops, DropAfterStore: drops})
+		// The application's writers commit and hold transactions open beside it;
+		// their rows (topic orders) go through the same relay and the same drops.
+		stopWriters := busyWriters(b, bu)
+		b.StartTimer()
+		start := time.Now()
+		stop := runGroup(b, bu.newGroup(b, cfg))
+		eventually(b, 5*time.Minute, "every ordered row sent", func() bool {
+			return countWhere(b, bu.db.DB, "topic = 'order-events' AND status = 2") == keys*events
+		})
+		b.ReportMetric(float64(keys*events)/time.Since(start).Seconds(), "rows/s")
+		b.StopTimer()
+		stopWriters()
+		stop()
+		if n := bu.broker.ACLRefusals(); n != 0 {
+			b.Fatalf("%d requests refused for their ACL signature", n)
 		}
 	}
 }

@@ -41,7 +41,8 @@ func setup(t testing.TB) *bundle {
 	return setupWith(t, rmqtest.Options{})
 }
 
-// setupWith is setup with a broker started with opts.
+// setupWith is setup with a broker started with opts; with opts.Credentials, the publisher
+// signs its requests with one of them.
 func setupWith(t testing.TB, opts rmqtest.Options) *bundle {
 	t.Helper()
 	db := testenv.MySQL(t)
@@ -55,10 +56,14 @@ func setupWith(t testing.TB, opts rmqtest.Options) *bundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(broker.Close)
-	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{
+	cfg := relay.RocketMQConfig{
 		NameServers: []string{broker.NameServerAddr()},
 		SendTimeout: 2 * time.Second,
-	})
+	}
+	for ak, sk := range opts.Credentials { // a broker checking signatures: the publisher signs
+		cfg.AccessKey, cfg.SecretKey = ak, sk
+	}
+	pub, err := relay.NewRocketMQPublisher(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,6 +62,7 @@ type Metrics struct {
 	sendFails   *prometheus.CounterVec
 	misconfig   *prometheus.GaugeVec
 	unrepl      *prometheus.CounterVec
+	connWatch   *prometheus.GaugeVec
 
 	mu     sync.Mutex
 	tables map[[2]string]*TableMetrics
@@ -142,6 +143,9 @@ func NewMetricsWith(reg prometheus.Registerer, opts MetricsOptions) *Metrics {
 		unrepl: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outbox_relay_sent_unreplicated_total", Help: "Messages the broker stored on its master without replicating or flushing them as configured (status), marked sent.",
 		}, []string{"status"}),
+		connWatch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "outbox_relay_rocketmq_connection_watch", Help: "1 while the sends of the producer group are watched for dropped connections (sent again at once when theirs closes); 0 when they are not and a dropped connection costs its sends the send timeout.",
+		}, []string{"group"}),
 		tables: map[[2]string]*TableMetrics{},
 		now:    time.Now,
 	}
@@ -152,7 +156,7 @@ func NewMetricsWith(reg prometheus.Registerer, opts MetricsOptions) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.published, m.failed, m.dead, m.pending, m.oldestDue, m.deadRows, m.publishTime,
 			m.batchTime, m.leader, m.lockWait, m.lockLosses, m.writeBacks, m.partOwned, m.members, m.buildInfo,
-			m.sendFails, m.misconfig, m.unrepl)
+			m.sendFails, m.misconfig, m.unrepl, m.connWatch)
 	}
 	return m
 }
@@ -474,4 +478,17 @@ func (t *TableMetrics) SetMisconfigured(topic string, on bool) {
 		return
 	}
 	t.m.misconfig.DeleteLabelValues(t.database, t.table, topic)
+}
+
+// ConnectionWatch sets outbox_relay_rocketmq_connection_watch of producer group: 1 when every
+// producer's sends are watched for dropped connections, else 0.
+func (m *Metrics) ConnectionWatch(group string, active bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if active {
+		v = 1
+	}
+	m.connWatch.WithLabelValues(group).Set(v)
 }

@@ -736,6 +736,7 @@ func realSeries(t *testing.T) map[string]map[string]bool {
 	tm.Published("orders", "created", 1)
 	tm.ObservePublish(time.Millisecond)
 	tm.SetMisconfigured("payments", true)       // a series exists only while a topic is refused
+	m.ConnectionWatch("outbox-relay", true)     // a series exists once a producer group started
 	tx := txcheck.NewMetrics(reg, testDatabase) // the check responder's, with check groups
 	tx.Observe("outbox-tx", txcheck.Rollback, txcheck.ReasonSent, 1)
 	tx.Recovered("outbox-tx")
@@ -897,7 +898,9 @@ func TestMetricsDocMatchesTheRelay(t *testing.T) {
 	raw := readRepoFile(t, "docs/metrics.md")
 	doc := string(raw)
 	reg := prometheus.NewRegistry()
-	tm := relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: testRoutes}).Table(testDatabase, testTable)
+	m := relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: testRoutes})
+	m.ConnectionWatch("outbox-relay", true) // a series exists once a producer group started
+	tm := m.Table(testDatabase, testTable)
 	tm.InitPartitions(2)
 	tm.SetMisconfigured("payments", true) // a series exists only while a topic is refused
 	text := scrape(t, reg)

@@ -149,6 +149,7 @@ func (p *RocketMQPublisher) producer(group string) (client, error) {
 			prods = append(prods, client{Producer: prod, n: c, watched: watched})
 		}
 		p.producers[group] = prods
+		p.reportWatch(group, prods)
 	}
 	return prods[p.next.Add(1)%uint32(len(prods))], nil
 }
@@ -179,11 +180,30 @@ func (p *RocketMQPublisher) newProducer(group string, c int) (prod rocketmq.Prod
 	if err != nil {
 		return nil, false, fmt.Errorf("relay: new producer %s: %w", group, err)
 	}
-	watched = p.watch.hookClient(prod) // before Start: the client's interceptor is set unguarded
+	active := p.watch.hookClient(prod) // before Start: the client's interceptor is set unguarded
 	if err := prod.Start(); err != nil {
 		return nil, false, fmt.Errorf("relay: start producer %s: %w", group, err)
 	}
-	return prod, watched, nil
+	return prod, active != nil && active(), nil
+}
+
+// reportWatch logs whether the sends of group's producers prods are watched for dropped
+// connections, and sets outbox_relay_rocketmq_connection_watch to say so.
+func (p *RocketMQPublisher) reportWatch(group string, prods []client) {
+	watched := 0
+	for _, c := range prods {
+		if c.watched {
+			watched++
+		}
+	}
+	p.cfg.Metrics.ConnectionWatch(group, watched == len(prods))
+	if watched == len(prods) {
+		p.cfg.Log.Info().Str("group", group).Bool("credentials", p.cfg.AccessKey != "").
+			Msg("rocketmq: dropped connections detected: sends waiting on a closed connection are sent again at once")
+		return
+	}
+	p.cfg.Log.Warn().Str("group", group).Bool("credentials", p.cfg.AccessKey != "").Int("watched", watched).Int("producers", len(prods)).
+		Msg("rocketmq: dropped connections NOT detected (the client's layout is not the pinned one): a send on a closed connection waits for its send timeout")
 }
 
 // Send publishes msgs in one request (a batch when there are several). See

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -34,55 +35,135 @@ var errConnectionDropped = errors.New("the connection the send waited on was clo
 // connWatchTick is how often the pending sends' connections are looked at.
 const connWatchTick = 2 * time.Millisecond
 
-// hookClient lets w watch the sends of prod: it registers w's remoting interceptor with the
-// client behind prod, which must not be started yet, and finds the client's tables of
-// connections and of requests waiting for an answer. It returns false when the client is not
-// laid out as the pinned rocketmq-client-go is: the watcher is then off and a dropped
-// connection costs its sends their timeout, as before. TestConnWatchHooksTheClient fails when
-// an upgrade of the client moves what it needs.
-func (w *connWatch) hookClient(prod rocketmq.Producer) (ok bool) {
+// hookClient lets w watch the sends of prod, which must not be started yet: it installs w's
+// remoting interceptor in the client behind prod so that the client's own interceptor (the
+// ACL signer, with credentials) runs after it, and returns the func that tells, once prod is
+// started, whether w's interceptor is the one the client calls. It returns nil when the
+// client is not laid out as the pinned rocketmq-client-go is: the watcher is then off and a
+// dropped connection costs its sends their timeout. TestConnWatchHooksTheClient fails when an
+// upgrade of the client moves what it needs.
+//
+// The client's Start registers its ACL signer with RegisterInterceptor, which replaces the
+// interceptor installed before (and which no one may call once the client runs: the field
+// is read unguarded by every request). So, before Start, the signer is made here (the
+// client's RegisterACL), chained behind ours, and the credentials are taken out of the
+// client's options, which only Start and RegisterACL read: Start then registers nothing
+// (docs/decisions.md, "The connection watcher with ACL credentials").
+func (w *connWatch) hookClient(prod rocketmq.Producer) (active func() bool) {
 	defer func() {
 		if recover() != nil {
-			ok = false
+			active = nil
 		}
 	}()
-	field := func(v reflect.Value, name string) reflect.Value {
-		for v.Kind() == reflect.Interface || v.Kind() == reflect.Pointer {
-			if v.IsNil() {
-				return reflect.Value{}
-			}
-			v = v.Elem()
-		}
-		if v.Kind() != reflect.Struct {
+	c, ok := clientOf(prod)
+	if !ok {
+		return nil
+	}
+	if !c.creds.IsEmpty() {
+		c.rmq.RegisterACL()
+		*c.creds = primitive.Credentials{}
+	}
+	ours := w.interceptor(c.conns, c.responses)
+	if own := *c.interceptor; own != nil {
+		c.remote.RegisterInterceptor(ours, own)
+	} else {
+		c.remote.RegisterInterceptor(ours)
+	}
+	return func() bool { return probeInterceptor(*c.interceptor) }
+}
+
+// pinnedClient is what the watcher uses of the pinned client's insides.
+type pinnedClient struct {
+	rmq    interface{ RegisterACL() } // *internal.rmqClient
+	remote interface {
+		RegisterInterceptor(...primitive.Interceptor)
+	} // *remote.remotingClient
+	// creds are the client's credentials (option.Credentials), interceptor the remoting
+	// client's interceptor; conns and responses its tables of connections and of requests
+	// waiting for an answer.
+	creds            *primitive.Credentials
+	interceptor      *primitive.Interceptor
+	conns, responses *sync.Map
+}
+
+// clientOf finds the insides of prod's client, which must not be started yet.
+func clientOf(prod rocketmq.Producer) (c pinnedClient, ok bool) {
+	p := reflect.ValueOf(prod)
+	if p.Kind() != reflect.Pointer || p.IsNil() {
+		return c, false
+	}
+	state := field(p, "state") // in *producer.defaultProducer: created, not started
+	if !state.IsValid() || state.Kind() != reflect.Int32 || atomic.LoadInt32((*int32)(addr(state))) != 0 {
+		return c, false
+	}
+	v := field(p, "client")        // internal.RMQClient, a *internal.rmqClient
+	rc := field(v, "remoteClient") // remote.RemotingClient, a *remote.remotingClient
+	if !v.IsValid() || v.Kind() != reflect.Interface || !rc.IsValid() || rc.Kind() != reflect.Interface {
+		return c, false
+	}
+	if c.rmq, ok = reflect.NewAt(v.Type(), addr(v)).Elem().Interface().(interface{ RegisterACL() }); !ok {
+		return c, false
+	}
+	if c.remote, ok = reflect.NewAt(rc.Type(), addr(rc)).Elem().Interface().(interface {
+		RegisterInterceptor(...primitive.Interceptor)
+	}); !ok {
+		return c, false
+	}
+	creds := field(field(v, "option"), "Credentials")
+	icpt := field(rc, "interceptor")
+	table, responses := field(rc, "connectionTable"), field(rc, "responseTable")
+	if !typed[primitive.Credentials](creds) || !typed[primitive.Interceptor](icpt) ||
+		!typed[sync.Map](table) || !typed[sync.Map](responses) {
+		return c, false
+	}
+	c.creds, c.interceptor = (*primitive.Credentials)(addr(creds)), (*primitive.Interceptor)(addr(icpt))
+	c.conns, c.responses = (*sync.Map)(addr(table)), (*sync.Map)(addr(responses))
+	return c, true
+}
+
+// field returns the field name of the struct v is, points to or holds, or the zero Value.
+func field(v reflect.Value, name string) reflect.Value {
+	for v.IsValid() && (v.Kind() == reflect.Interface || v.Kind() == reflect.Pointer) {
+		if v.IsNil() {
 			return reflect.Value{}
 		}
-		return v.FieldByName(name)
+		v = v.Elem()
 	}
-	v := field(reflect.ValueOf(prod), "client") // in *producer.defaultProducer
-	if !v.IsValid() {
+	if !v.IsValid() || v.Kind() != reflect.Struct {
+		return reflect.Value{}
+	}
+	return v.FieldByName(name)
+}
+
+// typed reports whether v is an addressable field of type T.
+func typed[T any](v reflect.Value) bool {
+	return v.IsValid() && v.Type() == reflect.TypeFor[T]() && v.CanAddr()
+}
+
+// addr is the address of the addressable field v.
+func addr(v reflect.Value) unsafe.Pointer { return unsafe.Pointer(v.UnsafeAddr()) }
+
+// probeKey marks the context of probeInterceptor's call, which the watcher's interceptor
+// answers with errProbed without going on.
+type probeKey struct{}
+
+var errProbed = errors.New("the connection watcher's interceptor runs first")
+
+// probeInterceptor reports whether the watcher's interceptor is the first that installed
+// calls (nil: none is). A client's own interceptor called first with the probe's nil request
+// panics or fails otherwise: not active.
+func probeInterceptor(installed primitive.Interceptor) (active bool) {
+	defer func() {
+		if recover() != nil {
+			active = false
+		}
+	}()
+	if installed == nil {
 		return false
 	}
-	rc := field(v, "remoteClient") // in *internal.rmqClient
-	if !rc.IsValid() || rc.Kind() != reflect.Interface || !rc.CanAddr() {
-		return false
-	}
-	table := field(rc, "connectionTable") // in *remote.remotingClient
-	if !table.IsValid() || table.Type() != reflect.TypeFor[sync.Map]() || !table.CanAddr() {
-		return false
-	}
-	responses := field(rc, "responseTable")
-	if !responses.IsValid() || responses.Type() != reflect.TypeFor[sync.Map]() || !responses.CanAddr() {
-		return false
-	}
-	remote, ok := reflect.NewAt(rc.Type(), unsafe.Pointer(rc.UnsafeAddr())).Elem().Interface().(interface {
-		RegisterInterceptor(...primitive.Interceptor)
-	})
-	if !ok {
-		return false
-	}
-	remote.RegisterInterceptor(w.interceptor((*sync.Map)(unsafe.Pointer(table.UnsafeAddr())),
-		(*sync.Map)(unsafe.Pointer(responses.UnsafeAddr()))))
-	return true
+	err := installed(context.WithValue(context.Background(), probeKey{}, true), nil, nil,
+		func(context.Context, any, any) error { return nil })
+	return errors.Is(err, errProbed)
 }
 
 // connWatch cancels sends whose connection the client dropped. One goroutine looks at the
@@ -136,6 +217,9 @@ func (w *connWatch) watch(ctx context.Context) (context.Context, func()) {
 // request's opaque for the watched send the request belongs to.
 func (w *connWatch) interceptor(conns, responses *sync.Map) primitive.Interceptor {
 	return func(ctx context.Context, req, reply any, next primitive.Invoker) error {
+		if ctx.Value(probeKey{}) != nil {
+			return errProbed
+		}
 		if s, ok := ctx.Value(watchKey{}).(*watchedSend); ok {
 			pc, ok := primitive.GetProducerCtx(ctx)
 			if opaque, known := opaqueOf(req); ok && known && pc.BrokerAddr != "" {

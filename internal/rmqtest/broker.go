@@ -104,6 +104,9 @@ func newBroker(s *Server) *broker {
 func (b *broker) wait() { b.wg.Wait() }
 
 func (b *broker) serve(c *conn, req *command) {
+	if b.s.aclRefused(c, req) {
+		return
+	}
 	switch req.Code {
 	case reqSendMessage, reqSendMessageV2, reqSendBatchMessage:
 		b.enqueueSend(c, req)

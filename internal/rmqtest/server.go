@@ -62,6 +62,11 @@ type Options struct {
 	// RandSource drives fault injection, so that a seeded source gives the same faults
 	// on every run. Defaults to a PCG source seeded from the clock.
 	RandSource rand.Source
+	// Credentials, when not empty, are the ACL users (access key to secret key): the broker
+	// refuses every request not signed by one of them with NO_PERMISSION (16), as a broker
+	// with ACL on does for 4.x-style signatures (acl.go). The name server checks none.
+	// Defaults to none: no request is checked.
+	Credentials map[string]string
 	// Logf receives the server's few log lines (unknown request codes, once each).
 	// Defaults to the standard library logger.
 	Logf func(format string, args ...any)
@@ -203,6 +208,7 @@ type Server struct {
 	stopChecks  chan struct{}
 	perm        atomic.Int32 // the broker permission: 6, or 4 when read-only
 	maxMsgSize  atomic.Int64
+	aclRefusals atomic.Int64
 }
 
 // Start starts the name server and the broker on loopback and returns once both accept connections.
