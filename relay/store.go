@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -339,6 +340,22 @@ func (s *store) markSent(ctx context.Context, retryCount int, ids []int64, nowMs
 	return total, nil
 }
 
+// maxStoredCount is the largest retry_count written: the contract's column is a signed INT,
+// and a count written past it is refused (error 1264) under strict sql_mode, with the whole
+// statement. A row at the limit (an adopted table's "retry for ever" max_retry_count) keeps
+// it; whether it goes dead is still decided on the true count.
+const maxStoredCount = math.MaxInt32
+
+// maxStoredTime bounds a next_retry_time written (epoch ms, year 9999): a backoff beyond it
+// is no schedule, and next_retry_time + anything must not overflow in SQL either.
+const maxStoredTime = 253402300799999
+
+// boundedCount is count as it may be written to retry_count.
+func boundedCount(count int) int { return max(0, min(count, maxStoredCount)) }
+
+// boundedTime is ms as it may be written to next_retry_time.
+func boundedTime(ms int64) int64 { return min(ms, maxStoredTime) }
+
 // failure is one failed row of a write-back.
 type failure struct {
 	id     int64
@@ -353,7 +370,7 @@ func (s *store) markRetry(ctx context.Context, retryCount int, fails []failure, 
 	for start := 0; start < len(fails); start += maxIDsPerStatement {
 		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
 		reasonSQL, reasonArgs := s.reasonCase(chunk)
-		args := []any{retryCount + 1, retryCount + 1, retryCount + 1, nextMs}
+		args := []any{boundedCount(retryCount + 1), retryCount + 1, retryCount + 1, boundedTime(nextMs)}
 		args = append(args, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
 		args = append(args, retryCount)
@@ -377,7 +394,7 @@ func (s *store) markTransientRetry(ctx context.Context, retryCount int, fails []
 	for start := 0; start < len(fails); start += maxIDsPerStatement {
 		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
 		reasonSQL, reasonArgs := s.reasonCase(chunk)
-		args := []any{retryCount + 1, nextMs}
+		args := []any{boundedCount(retryCount + 1), boundedTime(nextMs)}
 		args = append(args, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
 		args = append(args, retryCount)
@@ -400,7 +417,7 @@ func (s *store) markDeferred(ctx context.Context, retryCount int, fails []failur
 	for start := 0; start < len(fails); start += maxIDsPerStatement {
 		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
 		reasonSQL, reasonArgs := s.reasonCase(chunk)
-		args := append([]any{nextMs}, reasonArgs...)
+		args := append([]any{boundedTime(nextMs)}, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
 		args = append(args, retryCount)
 		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET status = 1, next_retry_time = ?, fail_reason = `+reasonSQL+`
