@@ -145,9 +145,17 @@ func (c *completer) writeWithRetry(batch []completion) (Stats, error) {
 		if err == nil {
 			if attempt > 0 {
 				c.r.log.Info().Int("attempts", attempt+1).Msg("write-back recovered: publishing resumes")
+				c.r.progress.accepted()
 				c.setFailing(false)
 			}
 			return st, nil
+		}
+		// Refused writes count on the stall clock: a leader whose write-backs keep failing
+		// gives its lock up for a standby (leader.go), and /healthz says so. A read-only
+		// server's connections are dropped at once, so that the retry dials again.
+		c.r.progress.refused()
+		if mysqlerr.ReadOnly(err) {
+			c.r.redial(ctx)
 		}
 		attempt++
 		if c.ctx.Err() != nil {
@@ -188,7 +196,10 @@ func (c *completer) setFailing(on bool) {
 // mark of ours could overwrite the new leader's judgement. Every statement is also guarded by
 // the row's status and retry count as read, so a result never overwrites a newer state.
 func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st Stats, fence func() bool) (Stats, []row, []result, error) {
-	nowMs := time.Now().UnixMilli()
+	nowMs, err := r.dbNow(ctx)
+	if err != nil {
+		return st, rows, results, err
+	}
 	stale := func() bool { return fence != nil && !fence() }
 	var deadIdx []int
 	sentIdx := map[int][]int{} // by retry count as read
@@ -292,8 +303,8 @@ func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st 
 // isolate writes rows back one at a time after a set-based write-back was refused for the
 // values of some row (mysqlerr.RowSpecific), and marks each row the database still refuses
 // alone dead, with the refusal as its reason: one row's refusal costs that row, never the
-// table. A row whose dead mark is refused as well is left as it is (logged at error level);
-// the rows that failed otherwise (no answer, a read-only server) are returned to be retried.
+// table. The rows that failed otherwise (no answer, a read-only server), and those whose dead
+// mark is refused as well (every write refused, not one row's), are returned to be retried.
 func (r *Relay) isolate(ctx context.Context, rows []row, results []result, st Stats, fence func() bool) (Stats, []row, []result, error) {
 	var leftRows []row
 	var leftRes []result
@@ -315,16 +326,19 @@ func (r *Relay) isolate(ctx context.Context, rows []row, results []result, st St
 			reason = "sent (acknowledged by the broker), but " + reason
 		}
 		n, derr := r.store.markDead(ctx, []failure{{rw.id, reason}})
-		log := r.log.Error().Int64("id", rw.id).Str("msg_id", rw.msgID).Str("topic", rw.topic).Str("reason", reason)
 		if derr != nil {
-			log.AnErr("dead_mark_error", derr).Msg("the database refuses this row's write-back and its dead mark: left as it is")
+			// Its dead mark refused too: a refusal of every write (a trigger on the whole
+			// table), not of this row; retried with the others, publishing paused.
+			leftRows, leftRes = append(leftRows, rows[i]), append(leftRes, results[i])
+			errs = append(errs, err)
 			continue
 		}
 		st.Dead += int(n)
 		if n > 0 {
 			r.metrics.Dead(rw.topic, rw.tag, 1)
 		}
-		log.Msg("message dead: the database refuses its write-back")
+		r.log.Error().Int64("id", rw.id).Str("msg_id", rw.msgID).Str("topic", rw.topic).Str("reason", reason).
+			Msg("message dead: the database refuses its write-back")
 	}
 	return st, leftRows, leftRes, errors.Join(errs...)
 }

@@ -217,7 +217,8 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 	// the sends in flight finish and are written back, then the lock is released.
 	ctx, handedOver := r.gate.handover(ctx)
 	defer handedOver()
-	r.progress.mark() // the stall clock starts now
+	r.progress.restart() // the stall clock starts now
+	r.checkDatabase(ctx) // the database's clock, and whether it accepts writes
 
 	// stopLead ends the term: no new page, no new send. It is done when ctx is, when the
 	// lock is lost and when the database stalls.
@@ -262,7 +263,7 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 		if empty > 0 && failures == 0 {
 			// Idle: one cheap probe instead of a pass's two page reads.
 			var due bool
-			due, err = r.store.anyDue(stopLead, time.Now().UnixMilli())
+			due, err = r.store.anyDue(stopLead)
 			if err == nil && due {
 				st, err = r.drain(stopLead, abort, r.lockValid, true)
 			}
@@ -369,6 +370,7 @@ func (r *Relay) keepLock(term context.Context, mutex *redsync.Mutex, end context
 			end(errLockLost)
 			return
 		}
+		r.checkDatabaseAsync(term)
 		if r.progress.stalledFor() > r.cfg.StallTimeout {
 			end(errStalled)
 			return
@@ -491,7 +493,12 @@ func (r *Relay) sampleBacklogEvery(ctx context.Context, every time.Duration) {
 }
 
 func (r *Relay) sampleBacklog(ctx context.Context) {
-	pending, oldest, err := r.store.backlog(ctx, time.Now())
+	nowMs, err := r.dbNow(ctx)
+	if err != nil {
+		r.log.Warn().Err(err).Msg("backlog sample failed")
+		return
+	}
+	pending, oldest, err := r.store.backlog(ctx, time.UnixMilli(nowMs))
 	if err != nil {
 		r.log.Warn().Err(err).Msg("backlog sample failed")
 		return

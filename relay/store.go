@@ -103,10 +103,10 @@ func (s *store) partitionWhere(args []any) (string, []any) {
 	return schema.QuoteIdent(schema.PartitionColumn) + " = ? AND ", append(args, s.partition)
 }
 
-// anyDue reports whether a row may be due at nowMs: one statement of two index range seeks
-// that the idle relay runs instead of a pass (soft-deleted rows may make it say yes; the
-// pass then finds nothing, as it would have anyway).
-func (s *store) anyDue(ctx context.Context, nowMs int64) (bool, error) {
+// anyDue reports whether a row may be due by the database's clock: one statement of two
+// index range seeks that the idle relay runs instead of a pass (soft-deleted rows may make it
+// say yes; the pass then finds nothing, as it would have anyway).
+func (s *store) anyDue(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var n int
@@ -114,7 +114,7 @@ func (s *store) anyDue(ctx context.Context, nowMs int64) (bool, error) {
 	// level down (key_len 12: every part used).
 	where, args := s.partitionWhere(nil)
 	err := s.queryRow(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM `+s.table+`
-		WHERE `+where+`status IN (0, 1) AND next_retry_time <= ? LIMIT 1) due`, append(args, nowMs)...).Scan(&n)
+		WHERE `+where+`status IN (0, 1) AND next_retry_time <= `+dbNowSQL+` LIMIT 1) due`, args...).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("probe due rows of %s: %w", s.name, err)
 	}

@@ -97,7 +97,8 @@ type StatusReport struct {
 }
 
 // Status counts the rows of table by status, and the unsent ones by topic, and measures the
-// backlog: how many rows are due at now and for how long the oldest has been.
+// backlog: how many rows are due at now and for how long the oldest has been. now is the
+// database's clock (DBNow): a host's clock ahead of it would age every row.
 func Status(ctx context.Context, db *sql.DB, table string, now time.Time) (StatusReport, error) {
 	r := StatusReport{Table: table, ByTopic: []TopicCount{}}
 	q, err := query(sqlCountByStatus, table)
