@@ -72,3 +72,31 @@ func TestRowRefusedByTriggerCostsOnlyItsRow(t *testing.T) {
 		return countWhere(t, b.db.DB, "msg_id LIKE 'later-%' AND status = 2") == 20
 	})
 }
+
+// TestWriteBacksRefusedGiveTheLockUp: a leader whose every write-back is refused (a trigger
+// here; a read-only server, a revoked grant in production) once kept its lock for ever, since
+// a refusal counted as the database's progress, and /healthz stayed green. Refused writes now
+// count on the stall clock: the leader reports itself stalled and gives the lock up, and a
+// standby takes over.
+func TestWriteBacksRefusedGiveTheLockUp(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	cfg.StallTimeout = 3 * time.Second
+	first := b.newRelay(t, cfg)
+	run(t, first)
+	eventually(t, 30*time.Second, "the first relay leading", func() bool { return first.Health().Leader })
+	second := b.newRelay(t, cfg)
+	run(t, second)
+	if _, err := b.db.Exec(`CREATE TRIGGER refuse_updates BEFORE UPDATE ON local_message FOR EACH ROW
+		SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'updates refused by a trigger'`); err != nil {
+		t.Fatal(err)
+	}
+	b.insert(t, outbox.Message{MsgID: "refused", Topic: "orders", Body: []byte("r")})
+	stalled := false
+	eventually(t, 30*time.Second, "the first relay stalled and the second leading", func() bool {
+		h := first.Health()
+		stalled = stalled || (h.Stalled && h.WritesRefused > 0)
+		return stalled && second.Health().Leader
+	})
+}
