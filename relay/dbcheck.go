@@ -92,12 +92,21 @@ func (r *Relay) checkDatabase(ctx context.Context) {
 	}
 }
 
-// checkDatabaseAsync runs checkDatabase in a goroutine of its own, unless one still runs:
-// the lock's extension never waits for the database.
+// checkEvery bounds how often checkDatabaseAsync asks: an idle leader's load on its database
+// grows by one cheap statement per second at most (a lock TTL of 2 s renews every 0.5 s).
+const checkEvery = time.Second
+
+// checkDatabaseAsync runs checkDatabase in a goroutine of its own, unless one still runs or
+// the last began less than checkEvery ago: the lock's extension never waits for the database.
 func (r *Relay) checkDatabaseAsync(ctx context.Context) {
+	now := int64(time.Since(r.progress.start))
+	if last := r.lastCheck.Load(); last != 0 && now-last < int64(checkEvery) {
+		return
+	}
 	if !r.checking.CompareAndSwap(false, true) {
 		return
 	}
+	r.lastCheck.Store(now)
 	go func() {
 		defer r.checking.Store(false)
 		r.checkDatabase(ctx)

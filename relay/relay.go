@@ -250,8 +250,9 @@ type Relay struct {
 	log       zerolog.Logger
 	incidents *incidents
 	progress  progress
-	clock     dbClock     // the database's clock (dbcheck.go)
-	checking  atomic.Bool // a checkDatabaseAsync runs
+	clock     dbClock      // the database's clock (dbcheck.go)
+	checking  atomic.Bool  // a checkDatabaseAsync runs
+	lastCheck atomic.Int64 // when the last began, nanoseconds after progress.start
 
 	leading      atomic.Bool
 	validUntil   atomic.Int64 // the lock's validity, nanoseconds after progress.start
