@@ -6,13 +6,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,89 +17,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
-// mariadb is a MariaDB server of one test's own: its root pool (over the socket) and port.
-type mariadb struct {
-	root *sql.DB
-	port int
-}
-
-// startMariaDB starts a private MariaDB server with its data under dir, on a free loopback
-// port, and stops it at cleanup. Without mariadbd the test is Unavailable (it fails under
-// CI=true).
-func startMariaDB(t *testing.T, dir string, serverID int) *mariadb {
-	t.Helper()
-	bin, err := exec.LookPath("mariadbd")
-	if err != nil {
-		if bin, err = exec.LookPath("/usr/sbin/mariadbd"); err != nil {
-			testenv.Unavailable(t, "mariadbd (a private MariaDB server)", err)
-		}
-	}
-	install, err := exec.LookPath("mariadb-install-db")
-	if err != nil {
-		testenv.Unavailable(t, "mariadb-install-db", err)
-	}
-	var userArgs []string
-	if os.Geteuid() == 0 { // mariadbd refuses to run as root: its files belong to mysql
-		userArgs = []string{"--user=mysql"}
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if len(userArgs) > 0 {
-		if u, err := user.Lookup("mysql"); err == nil {
-			uid, _ := strconv.Atoi(u.Uid)
-			gid, _ := strconv.Atoi(u.Gid)
-			_ = os.Chown(dir, uid, gid)
-		}
-	}
-	out, err := exec.Command(install, append(userArgs, "--datadir="+filepath.Join(dir, "db"),
-		"--auth-root-authentication-method=normal", "--skip-test-db")...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("mariadb-install-db: %v\n%s", err, out)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	sock := filepath.Join(dir, "mariadbd.sock")
-	cmd := exec.Command(bin, append([]string{"--no-defaults"}, append(userArgs,
-		"--datadir="+filepath.Join(dir, "db"), "--socket="+sock, "--pid-file="+filepath.Join(dir, "mariadbd.pid"),
-		"--bind-address=127.0.0.1", "--port="+strconv.Itoa(port), "--server-id="+strconv.Itoa(serverID),
-		"--log-bin=mariadb-bin", "--binlog-format=ROW", "--innodb-buffer-pool-size=32M",
-		"--innodb-log-file-size=16M", "--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci")...)...)
-	logf, err := os.Create(filepath.Join(dir, "mariadbd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start mariadbd: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-		logf.Close()
-	})
-	root, err := sql.Open("mysql", "root@unix("+sock+")/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { root.Close() })
-	testenv.Eventually(t, 60*time.Second, "the private MariaDB answering", func() bool { return root.Ping() == nil })
-	return &mariadb{root: root, port: port}
-}
-
-func (m *mariadb) exec(t *testing.T, stmts ...string) {
-	t.Helper()
-	for _, s := range stmts {
-		if _, err := m.root.Exec(s); err != nil {
-			t.Fatalf("%s: %v", s, err)
-		}
-	}
-}
-
 // TestFailoverToANewPrimaryWithTheOldOneReadOnly: a MySQL failover that leaves the old primary
 // running read-only (Aurora's failover, an orchestrator or MHA switchover) once stopped the
 // table until a restart: the pool kept its connections to the old server, every write-back
@@ -116,26 +26,8 @@ func (m *mariadb) exec(t *testing.T, stmts ...string) {
 // by the same relay, which still stops at once when asked.
 func TestFailoverToANewPrimaryWithTheOldOneReadOnly(t *testing.T) {
 	t.Parallel()
-	dir, err := os.MkdirTemp("/tmp", "dbmoves-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil { // the servers' account must reach their data
-		t.Fatal(err)
-	}
-	old := startMariaDB(t, filepath.Join(dir, "old"), 1)
-	standby := startMariaDB(t, filepath.Join(dir, "new"), 2)
-	old.exec(t, "CREATE USER 'repl'@'127.0.0.1' IDENTIFIED BY 'repl'",
-		"GRANT REPLICATION SLAVE ON *.* TO 'repl'@'127.0.0.1'")
-	standby.exec(t, fmt.Sprintf("CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%d, MASTER_USER='repl', MASTER_PASSWORD='repl', MASTER_USE_GTID=current_pos", old.port),
-		"START SLAVE")
-	// The relay's account may not write on a read-only server (no SUPER, no READ_ONLY ADMIN).
-	old.exec(t, "CREATE DATABASE outbox CHARACTER SET utf8mb4",
-		"CREATE USER 'relay'@'127.0.0.1' IDENTIFIED BY 'relay'",
-		"GRANT ALL PRIVILEGES ON outbox.* TO 'relay'@'127.0.0.1'")
-	dsn := func(addr string) string { return "relay:relay@tcp(" + addr + ")/outbox?interpolateParams=true" }
-	oldAddr, newAddr := fmt.Sprintf("127.0.0.1:%d", old.port), fmt.Sprintf("127.0.0.1:%d", standby.port)
+	dbs := testenv.StartReplicated(t)
+	dsn, oldAddr, newAddr := dbs.DSN, dbs.Primary, dbs.Replica
 	direct, err := sql.Open("mysql", dsn(oldAddr))
 	if err != nil {
 		t.Fatal(err)
@@ -201,16 +93,7 @@ func TestFailoverToANewPrimaryWithTheOldOneReadOnly(t *testing.T) {
 
 	// The switch: the old primary goes read-only and stays up, the replica catches up and
 	// is promoted, and the proxy sends new connections to it; the relay's stay on the old.
-	old.exec(t, "SET GLOBAL read_only = 1")
-	var pos string
-	if err := old.root.QueryRow("SELECT @@gtid_binlog_pos").Scan(&pos); err != nil {
-		t.Fatal(err)
-	}
-	var caught int
-	if err := standby.root.QueryRow("SELECT MASTER_GTID_WAIT(?, 20)", pos).Scan(&caught); err != nil || caught != 0 {
-		t.Fatalf("the replica did not catch up with %s: %v (%d)", pos, err, caught)
-	}
-	standby.exec(t, "STOP SLAVE", "RESET SLAVE ALL")
+	dbs.Failover(t)
 	proxy.SetTarget(newAddr)
 	switched := time.Now()
 
