@@ -533,8 +533,12 @@ func Purge(ctx context.Context, db *sql.DB, table string, opts PurgeOptions) (Pu
 	if err := db.QueryRowContext(ctx, cutoffQ, int64(opts.OlderThan.Seconds())).Scan(&res.Cutoff); err != nil {
 		return res, fmt.Errorf("purge %s: read database clock: %w", table, err)
 	}
-	// sent_time is written by the relay from its own clock, in epoch ms.
-	sentCutoff := time.Now().Add(-opts.OlderThan).UnixMilli()
+	// sent_time is written on the database's clock, in epoch ms.
+	dbNow, err := DBNow(ctx, db)
+	if err != nil {
+		return res, fmt.Errorf("purge %s: %w", table, err)
+	}
+	sentCutoff := dbNow.Add(-opts.OlderThan).UnixMilli()
 	if opts.DryRun {
 		q, _ := query(sqlPurgeCount, table)
 		for _, st := range purgedStatuses {
