@@ -106,8 +106,8 @@ func New(cfg Config) (*Producer, error) {
 	}
 	t := schema.QuoteIdent(cfg.Writer.Table())
 	return &Producer{
-		cfg:      cfg,
-		table:    cfg.Writer.Table(),
+		cfg:   cfg,
+		table: cfg.Writer.Table(),
 		// sent_time and next_retry_time on the database's clock, as the relay writes them.
 		markSQL:  "UPDATE " + t + " SET status = 2, sent_time = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED), next_retry_time = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) WHERE msg_id = ? AND status IN (0,1)",
 		relaySQL: "UPDATE " + t + " SET next_retry_time = 0 WHERE msg_id = ? AND status IN (0,1)",
