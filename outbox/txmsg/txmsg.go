@@ -105,10 +105,10 @@ func New(cfg Config) (*Producer, error) {
 		cfg.SendTimeout = 3 * time.Second
 	}
 	t := schema.QuoteIdent(cfg.Writer.Table())
+	// markSQL writes sent_time and next_retry_time on the database's clock, as the relay does.
 	return &Producer{
-		cfg:   cfg,
-		table: cfg.Writer.Table(),
-		// sent_time and next_retry_time on the database's clock, as the relay writes them.
+		cfg:      cfg,
+		table:    cfg.Writer.Table(),
 		markSQL:  "UPDATE " + t + " SET status = 2, sent_time = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED), next_retry_time = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) WHERE msg_id = ? AND status IN (0,1)",
 		relaySQL: "UPDATE " + t + " SET next_retry_time = 0 WHERE msg_id = ? AND status IN (0,1)",
 		addrs:    map[string]string{},
