@@ -337,6 +337,7 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 		return cause
 	case errors.Is(cause, errStalled):
 		r.log.Error().Str("lock", r.cfg.LockKey).Float64("no_answer_s", r.progress.since().Seconds()).
+			Float64("writes_refused_s", r.progress.refusingFor().Seconds()).
 			Msg("no answer from the database: gave the lock up for a standby")
 	}
 	cancel(nil)

@@ -93,10 +93,11 @@ func TestWriteBacksRefusedGiveTheLockUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.insert(t, outbox.Message{MsgID: "refused", Topic: "orders", Body: []byte("r")})
-	stalled := false
+	stalled, took := false, false
 	eventually(t, 30*time.Second, "the first relay stalled and the second leading", func() bool {
 		h := first.Health()
 		stalled = stalled || (h.Stalled && h.WritesRefused > 0)
-		return stalled && second.Health().Leader
+		took = took || second.Health().Leader
+		return stalled && took
 	})
 }
