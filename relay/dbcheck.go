@@ -117,6 +117,8 @@ func (r *Relay) checkDatabaseAsync(ctx context.Context) {
 // and returns how many it dropped: database/sql dials again for the next statements. A
 // connection in use is left to its statement; the next check finds it if it is one of them.
 func (r *Relay) redial(ctx context.Context) int {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout) // a full pool makes Conn wait
+	defer cancel()
 	idle := r.db.Stats().Idle
 	var held []*sql.Conn
 	defer func() {
