@@ -7,6 +7,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/mysqlerr"
 )
 
 // completion is one published page's outcome, waiting to be written back.
@@ -134,12 +136,26 @@ func (c *completer) writeWithRetry(batch []completion) (Stats, error) {
 		}
 		var err error
 		st, rows, results, err = c.r.writeBack(ctx, rows, results, st, c.fence)
+		if err != nil && mysqlerr.RowSpecific(err) {
+			// One row's values refused (a trigger, a constraint, a column at its limit): the
+			// rows go one at a time, and the one refused alone goes dead; the rest of the
+			// table goes on.
+			st, rows, results, err = c.r.isolate(ctx, rows, results, st, c.fence)
+		}
 		if err == nil {
 			if attempt > 0 {
 				c.r.log.Info().Int("attempts", attempt+1).Msg("write-back recovered: publishing resumes")
+				c.r.progress.accepted()
 				c.setFailing(false)
 			}
 			return st, nil
+		}
+		// Refused writes count on the stall clock: a leader whose write-backs keep failing
+		// gives its lock up for a standby (leader.go), and /healthz says so. A read-only
+		// server's connections are dropped at once, so that the retry dials again.
+		c.r.progress.refused()
+		if mysqlerr.ReadOnly(err) {
+			c.r.redial(ctx)
 		}
 		attempt++
 		if c.ctx.Err() != nil {
@@ -180,7 +196,10 @@ func (c *completer) setFailing(on bool) {
 // mark of ours could overwrite the new leader's judgement. Every statement is also guarded by
 // the row's status and retry count as read, so a result never overwrites a newer state.
 func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st Stats, fence func() bool) (Stats, []row, []result, error) {
-	nowMs := time.Now().UnixMilli()
+	nowMs, err := r.dbNow(ctx)
+	if err != nil {
+		return st, rows, results, err
+	}
 	stale := func() bool { return fence != nil && !fence() }
 	var deadIdx []int
 	sentIdx := map[int][]int{} // by retry count as read
@@ -277,6 +296,49 @@ func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st 
 	leftRes := make([]result, len(failedIdx))
 	for n, i := range failedIdx {
 		leftRows[n], leftRes[n] = rows[i], results[i]
+	}
+	return st, leftRows, leftRes, errors.Join(errs...)
+}
+
+// isolate writes rows back one at a time after a set-based write-back was refused for the
+// values of some row (mysqlerr.RowSpecific), and marks each row the database still refuses
+// alone dead, with the refusal as its reason: one row's refusal costs that row, never the
+// table. The rows that failed otherwise (no answer, a read-only server), and those whose dead
+// mark is refused as well (every write refused, not one row's), are returned to be retried.
+func (r *Relay) isolate(ctx context.Context, rows []row, results []result, st Stats, fence func() bool) (Stats, []row, []result, error) {
+	var leftRows []row
+	var leftRes []result
+	var errs []error
+	for i := range rows {
+		var err error
+		st, _, _, err = r.writeBack(ctx, rows[i:i+1], results[i:i+1], st, fence)
+		switch {
+		case err == nil:
+			continue
+		case !mysqlerr.RowSpecific(err):
+			leftRows, leftRes = append(leftRows, rows[i]), append(leftRes, results[i])
+			errs = append(errs, err)
+			continue
+		}
+		rw := &rows[i]
+		reason := "write-back refused by the database: " + err.Error()
+		if results[i].kind == sent {
+			reason = "sent (acknowledged by the broker), but " + reason
+		}
+		n, derr := r.store.markDead(ctx, []failure{{rw.id, reason}})
+		if derr != nil {
+			// Its dead mark refused too: a refusal of every write (a trigger on the whole
+			// table), not of this row; retried with the others, publishing paused.
+			leftRows, leftRes = append(leftRows, rows[i]), append(leftRes, results[i])
+			errs = append(errs, err)
+			continue
+		}
+		st.Dead += int(n)
+		if n > 0 {
+			r.metrics.Dead(rw.topic, rw.tag, 1)
+		}
+		r.log.Error().Int64("id", rw.id).Str("msg_id", rw.msgID).Str("topic", rw.topic).Str("reason", reason).
+			Msg("message dead: the database refuses its write-back")
 	}
 	return st, leftRows, leftRes, errors.Join(errs...)
 }

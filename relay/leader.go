@@ -218,7 +218,8 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 	// the sends in flight finish and are written back, then the lock is released.
 	ctx, handedOver := r.gate.handover(ctx)
 	defer handedOver()
-	r.progress.mark() // the stall clock starts now
+	r.progress.restart() // the stall clock starts now
+	r.checkDatabase(ctx) // the database's clock, and whether it accepts writes
 	// Another leader may have parked rows meanwhile: find them again.
 	r.parkedFound, r.parkReviewed = false, time.Time{}
 
@@ -270,7 +271,7 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 			// Idle: one cheap probe instead of a pass's two page reads.
 			r.reviewParked(stopLead) // a head deleted or moved makes its parked rows due
 			var due bool
-			due, err = r.store.anyDue(stopLead, time.Now().UnixMilli())
+			due, err = r.store.anyDue(stopLead)
 			if err == nil && due {
 				st, err = r.drain(stopLead, abort, r.lockValid, true)
 			}
@@ -344,6 +345,7 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 		return cause
 	case errors.Is(cause, errStalled):
 		r.log.Error().Str("lock", r.cfg.LockKey).Float64("no_answer_s", r.progress.since().Seconds()).
+			Float64("writes_refused_s", r.progress.refusingFor().Seconds()).
 			Msg("no answer from the database: gave the lock up for a standby")
 	}
 	cancel(nil)
@@ -395,6 +397,7 @@ func (r *Relay) keepLock(keep context.Context, mutex *redsync.Mutex, end, abando
 			lost("lock validity ran out before an extension succeeded (was the process frozen?)", nil)
 			return
 		}
+		r.checkDatabaseAsync(keep)
 		if r.progress.stalledFor() > r.cfg.StallTimeout {
 			end(errStalled)
 			abandon(errStalled)
@@ -514,7 +517,12 @@ func (r *Relay) sampleBacklogEvery(ctx context.Context, every time.Duration) {
 }
 
 func (r *Relay) sampleBacklog(ctx context.Context) {
-	pending, oldest, err := r.store.backlog(ctx, time.Now())
+	nowMs, err := r.dbNow(ctx)
+	if err != nil {
+		r.log.Warn().Err(err).Msg("backlog sample failed")
+		return
+	}
+	pending, oldest, err := r.store.backlog(ctx, time.UnixMilli(nowMs))
 	if err != nil {
 		r.log.Warn().Err(err).Msg("backlog sample failed")
 		return

@@ -55,7 +55,11 @@ func (r *Relay) reviewParked(ctx context.Context) {
 		if now.Sub(r.parkReviewed) < parkFindAgain {
 			return // the last search failed: not on every pass
 		}
-		found, err := r.store.findParked(ctx, now.UnixMilli(), maxParkedKeys)
+		nowMs, err := r.dbNow(ctx) // due times are the database's clock
+		if err != nil {
+			return
+		}
+		found, err := r.store.findParked(ctx, nowMs, maxParkedKeys)
 		if err != nil {
 			r.parkReviewed = now
 			r.log.Warn().Err(err).Msg("parked rows not looked for (again in a minute); till then they wait until their head's due time")
@@ -74,6 +78,10 @@ func (r *Relay) reviewParked(ctx context.Context) {
 		ids = append(ids, h.id)
 	}
 	heads, err := r.store.headStates(ctx, ids)
+	var nowMs int64
+	if err == nil {
+		nowMs, err = r.dbNow(ctx)
+	}
 	if err != nil {
 		r.log.Warn().Err(err).Msg("heads of parked keys not read; looked at again later")
 		return
@@ -83,7 +91,7 @@ func (r *Relay) reviewParked(ctx context.Context) {
 			continue // still holding its key until the parked rows' due time
 		}
 		delete(r.parked, k)
-		n, err := r.store.unpark(ctx, k, h.id, h.dueMs, now.UnixMilli())
+		n, err := r.store.unpark(ctx, k, h.id, h.dueMs, nowMs)
 		if err != nil {
 			r.log.Warn().Err(err).Str("sharding_key", k.key).Msg("head of a parked key gone or moved; its rows wait until its old due time")
 			continue

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/outbox-relay/outbox-relay/internal/mysqlerr"
 )
 
 // progress is the stall clock: it remembers when the database last answered the relay (a
@@ -21,6 +23,12 @@ type progress struct {
 	start      time.Time    // monotonic origin
 	last       atomic.Int64 // last answer, nanoseconds after start
 	unanswered atomic.Int64 // first statement sent since the last answer; 0: none
+	// refusing is since when the database has refused the relay's writes (a read-only
+	// server found by checkDatabase, write-backs failing over and over); 0: it accepts them.
+	// A refusal of every write is no progress: it counts on the stall clock like silence.
+	refusing atomic.Int64
+	// readOnly is since when checkDatabase has found the server read-only; 0: writable.
+	readOnly atomic.Int64
 }
 
 func (p *progress) now() int64 { return max(1, int64(time.Since(p.start))) }
@@ -32,6 +40,14 @@ func (p *progress) mark() {
 	}
 	p.last.Store(p.now())
 	p.unanswered.Store(0)
+}
+
+// restart starts a leader's term: the database has just answered (the lock's holder read
+// it), and no refusal of an earlier term counts.
+func (p *progress) restart() {
+	p.mark()
+	p.accepted()
+	p.foundReadOnly(false)
 }
 
 // begin records that a statement is sent.
@@ -48,26 +64,67 @@ func (p *progress) end(err error) {
 	}
 }
 
+// refused records that the database refuses the relay's writes (the first time starts the
+// count).
+func (p *progress) refused() {
+	if p != nil {
+		p.refusing.CompareAndSwap(0, p.now())
+	}
+}
+
+// accepted records that the database accepts writes again.
+func (p *progress) accepted() {
+	if p != nil {
+		p.refusing.Store(0)
+	}
+}
+
+// foundReadOnly records whether checkDatabase found the server read-only.
+func (p *progress) foundReadOnly(on bool) {
+	if p == nil {
+		return
+	}
+	if on {
+		p.readOnly.CompareAndSwap(0, p.now())
+	} else {
+		p.readOnly.Store(0)
+	}
+}
+
+// refusingFor returns how long the database has refused the relay's writes (write-backs
+// failing, or the server found read-only); 0 when it accepts them.
+func (p *progress) refusingFor() time.Duration {
+	var d time.Duration
+	for _, f := range []int64{p.refusing.Load(), p.readOnly.Load()} {
+		if f != 0 {
+			d = max(d, time.Since(p.start)-time.Duration(f))
+		}
+	}
+	return d
+}
+
 // since returns how long ago the database last answered.
 func (p *progress) since() time.Duration {
 	return time.Since(p.start) - time.Duration(p.last.Load())
 }
 
-// stalledFor returns how long a statement has gone unanswered with no answer since; 0 when
-// every statement sent was answered.
+// stalledFor returns how long a statement has gone unanswered with no answer since, or the
+// database has refused the relay's writes, whichever is longer; 0 when every statement sent
+// was answered and writes are accepted.
 func (p *progress) stalledFor() time.Duration {
 	u := p.unanswered.Load()
 	if u == 0 {
-		return 0
+		return p.refusingFor()
 	}
-	return time.Since(p.start) - time.Duration(u)
+	return max(time.Since(p.start)-time.Duration(u), p.refusingFor())
 }
 
 // isDatabaseAnswer reports whether err is the server's own answer (an error packet), as
-// opposed to a timeout or a broken connection.
+// opposed to a timeout or a broken connection. A read-only server's refusal is no answer:
+// the connection leads to a server that can do nothing for the relay (mysqlerr.ReadOnly).
 func isDatabaseAnswer(err error) bool {
 	var me *mysql.MySQLError
-	return errors.As(err, &me)
+	return errors.As(err, &me) && !mysqlerr.ReadOnly(err)
 }
 
 // Health is what a relay reports about itself for health checks.
@@ -78,8 +135,12 @@ type Health struct {
 	// SinceProgress is how long ago the database last answered the relay.
 	SinceProgress time.Duration
 	// Stalled is true when the leader has left a statement unanswered, with no answer
-	// since, for StallTimeout. A leader waiting on a slow broker is not stalled.
+	// since, or its writes have been refused (a read-only server, write-backs failing), for
+	// StallTimeout. A leader waiting on a slow broker is not stalled.
 	Stalled bool
+	// WritesRefused is how long the database has refused the leader's writes; 0 when it
+	// accepts them.
+	WritesRefused time.Duration
 	// LockWait is how long a standby has been waiting for the lock; 0 while leader.
 	LockWait time.Duration
 	// FailingBrokers are the brokers in an incident and since when.
@@ -98,6 +159,9 @@ func (r *Relay) Health() Health {
 		MisconfiguredTopics: r.incidents.misconfiguredTopics(),
 	}
 	h.Stalled = h.Leader && r.progress.stalledFor() > r.cfg.StallTimeout
+	if h.Leader {
+		h.WritesRefused = r.progress.refusingFor()
+	}
 	if ws := r.waitingSince.Load(); ws != 0 && !h.Leader {
 		h.LockWait = time.Since(r.progress.start) - time.Duration(ws)
 	}

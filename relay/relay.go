@@ -125,6 +125,10 @@ type Config struct {
 	// NewGroup for its partitions, else LockKey + ":layout".
 	layoutKey string
 
+	// now is the relay's own clock, time.Now unless a test sets it: only the database's
+	// clock is carried forward on it between readings (dbClock).
+	now func() time.Time
+
 	// perRowWriteBack writes results back with one UPDATE per row, as seed 002's relay did,
 	// instead of the set-based UPDATEs. For the benchmark only (relay/bench_test.go measures
 	// the set-based write-back against it); nothing else sets it.
@@ -187,6 +191,9 @@ func (c *Config) setDefaults() {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 15 * time.Second
 	}
+	if c.now == nil {
+		c.now = time.Now
+	}
 	if c.Logger == nil {
 		nop := zerolog.Nop()
 		c.Logger = &nop
@@ -243,6 +250,9 @@ type Relay struct {
 	log       zerolog.Logger
 	incidents *incidents
 	progress  progress
+	clock     dbClock      // the database's clock (dbcheck.go)
+	checking  atomic.Bool  // a checkDatabaseAsync runs
+	lastCheck atomic.Int64 // when the last began, nanoseconds after progress.start
 
 	leading      atomic.Bool
 	validUntil   atomic.Int64 // the lock's validity, nanoseconds after progress.start
@@ -375,8 +385,11 @@ func (r *Relay) DrainOnce(stop, ctx context.Context) (Stats, error) {
 // its term ends.
 func (r *Relay) drain(stop, ctx context.Context, fence func() bool, detach bool) (Stats, error) {
 	r.reviewParked(stop)
+	nowMs, err := r.dbNow(ctx)
+	if err != nil {
+		return Stats{}, err
+	}
 	pass := r.beginPass()
-	nowMs := time.Now().UnixMilli()
 	scanCtx, cancelScan := context.WithCancel(ctx)
 	defer cancelScan()
 	pages := make(chan *page, 1)
@@ -496,7 +509,11 @@ func (r *Relay) judge(ctx context.Context, items []item, results []result) {
 		// The rows deferred during the incident hold deferrals of up to 30 s, grown while
 		// the broker failed: bring them forward, so that an outage's rows follow the broker's
 		// return within a pass instead of waiting them out.
-		n, err := r.store.hastenDeferred(ctx, time.Now().UnixMilli(), deferredMark)
+		nowMs, err := r.dbNow(ctx)
+		var n int64
+		if err == nil {
+			n, err = r.store.hastenDeferred(ctx, nowMs, deferredMark)
+		}
 		if err != nil {
 			r.log.Warn().Err(err).Msg("broker recovered; rows deferred during its incident wait out their deferral")
 		} else if n > 0 {
@@ -609,7 +626,11 @@ func (h *heldRows) add(k orderKey, head heldHead, id int64) {
 // dead before its time (an operator brought it forward) is made due again now
 // (store.unpark); reviewParked does the same for a head deleted or moved.
 func (r *Relay) parkHeld(ctx context.Context, hold heldRows, items []item, results []result) {
-	nowMs := time.Now().UnixMilli()
+	nowMs, err := r.dbNow(ctx)
+	if err != nil {
+		r.log.Warn().Err(err).Msg("held rows not parked: they are read again by the next pass")
+		return
+	}
 	for i, it := range items {
 		if it.msg == nil || len(r.parked) == 0 || (results[i].kind != sent && results[i].kind != dead) {
 			continue

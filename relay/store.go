@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -102,10 +103,10 @@ func (s *store) partitionWhere(args []any) (string, []any) {
 	return schema.QuoteIdent(schema.PartitionColumn) + " = ? AND ", append(args, s.partition)
 }
 
-// anyDue reports whether a row may be due at nowMs: one statement of two index range seeks
-// that the idle relay runs instead of a pass (soft-deleted rows may make it say yes; the
-// pass then finds nothing, as it would have anyway).
-func (s *store) anyDue(ctx context.Context, nowMs int64) (bool, error) {
+// anyDue reports whether a row may be due by the database's clock: one statement of two
+// index range seeks that the idle relay runs instead of a pass (soft-deleted rows may make it
+// say yes; the pass then finds nothing, as it would have anyway).
+func (s *store) anyDue(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var n int
@@ -113,7 +114,7 @@ func (s *store) anyDue(ctx context.Context, nowMs int64) (bool, error) {
 	// level down (key_len 12: every part used).
 	where, args := s.partitionWhere(nil)
 	err := s.queryRow(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM `+s.table+`
-		WHERE `+where+`status IN (0, 1) AND next_retry_time <= ? LIMIT 1) due`, append(args, nowMs)...).Scan(&n)
+		WHERE `+where+`status IN (0, 1) AND next_retry_time <= `+dbNowSQL+` LIMIT 1) due`, args...).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("probe due rows of %s: %w", s.name, err)
 	}
@@ -340,6 +341,22 @@ func (s *store) markSent(ctx context.Context, retryCount int, ids []int64, nowMs
 	return total, nil
 }
 
+// maxStoredCount is the largest retry_count written: the contract's column is a signed INT,
+// and a count written past it is refused (error 1264) under strict sql_mode, with the whole
+// statement. A row at the limit (an adopted table's "retry for ever" max_retry_count) keeps
+// it; whether it goes dead is still decided on the true count.
+const maxStoredCount = math.MaxInt32
+
+// maxStoredTime bounds a next_retry_time written (epoch ms, year 9999): a backoff beyond it
+// is no schedule, and next_retry_time + anything must not overflow in SQL either.
+const maxStoredTime = 253402300799999
+
+// boundedCount is count as it may be written to retry_count.
+func boundedCount(count int) int { return max(0, min(count, maxStoredCount)) }
+
+// boundedTime is ms as it may be written to next_retry_time.
+func boundedTime(ms int64) int64 { return min(ms, maxStoredTime) }
+
 // failure is one failed row of a write-back.
 type failure struct {
 	id     int64
@@ -354,7 +371,7 @@ func (s *store) markRetry(ctx context.Context, retryCount int, fails []failure, 
 	for start := 0; start < len(fails); start += maxIDsPerStatement {
 		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
 		reasonSQL, reasonArgs := s.reasonCase(chunk)
-		args := []any{retryCount + 1, retryCount + 1, retryCount + 1, nextMs}
+		args := []any{boundedCount(retryCount + 1), retryCount + 1, retryCount + 1, boundedTime(nextMs)}
 		args = append(args, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
 		args = append(args, retryCount)
@@ -378,7 +395,7 @@ func (s *store) markTransientRetry(ctx context.Context, retryCount int, fails []
 	for start := 0; start < len(fails); start += maxIDsPerStatement {
 		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
 		reasonSQL, reasonArgs := s.reasonCase(chunk)
-		args := []any{retryCount + 1, nextMs}
+		args := []any{boundedCount(retryCount + 1), boundedTime(nextMs)}
 		args = append(args, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
 		args = append(args, retryCount)
@@ -401,7 +418,7 @@ func (s *store) markDeferred(ctx context.Context, retryCount int, fails []failur
 	for start := 0; start < len(fails); start += maxIDsPerStatement {
 		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
 		reasonSQL, reasonArgs := s.reasonCase(chunk)
-		args := append([]any{nextMs}, reasonArgs...)
+		args := append([]any{boundedTime(nextMs)}, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
 		args = append(args, retryCount)
 		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET status = 1, next_retry_time = ?, fail_reason = `+reasonSQL+`

@@ -72,6 +72,10 @@ func newRunDatabases(cfg config.Config) ([]*runDatabase, error) {
 			closeDatabases(out)
 			return nil, fmt.Errorf("database %s: %w", db.Name, err)
 		}
+		// A failover moves the database: the pool's connections are dialled again within
+		// these, whatever else finds out (docs/runbook.md, "MySQL failover").
+		pool.SetConnMaxLifetime(cfg.MySQL.ConnMaxLifetime)
+		pool.SetConnMaxIdleTime(cfg.MySQL.ConnMaxIdleTime)
 		d := &runDatabase{Database: db, qualify: cfg.MultiDatabase(), pool: pool}
 		d.setWhy(errors.New("not checked yet"))
 		out = append(out, d)

@@ -136,7 +136,11 @@ func (a *app) databaseStatus(ctx context.Context, rdb *redisconn.Conn, d config.
 	defer db.Close()
 	var out []ops.StatusReport
 	for _, table := range d.Tables {
-		r, err := ops.Status(ctx, db, table, time.Now())
+		now, err := ops.DBNow(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		r, err := ops.Status(ctx, db, table, now)
 		if err != nil {
 			return nil, err
 		}

@@ -215,7 +215,10 @@ func openMySQL(ctx context.Context, dsn string) (*sql.DB, error) {
 }
 
 // mysqlPool returns a pool of the database that connects on first use, with
-// interpolateParams on unless the DSN says otherwise: it saves a round trip per statement.
+// interpolateParams on unless the DSN says otherwise: it saves a round trip per statement;
+// and rejectReadOnly on unless the DSN says otherwise: a statement refused by a read-only
+// server (errors 1290, 1836, 1792: the old primary after a failover) drops its connection,
+// and database/sql runs it again on a new one, which reaches the new primary.
 func mysqlPool(dsn string) (*sql.DB, error) {
 	mc, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -223,6 +226,9 @@ func mysqlPool(dsn string) (*sql.DB, error) {
 	}
 	if !strings.Contains(dsn, "interpolateParams=") {
 		mc.InterpolateParams = true
+	}
+	if !strings.Contains(dsn, "rejectReadOnly=") {
+		mc.RejectReadOnly = true
 	}
 	// Every statement of the relay has a context deadline; the driver's own timeouts are the
 	// backstop for a connection that stops answering (a black-holed path, a hung server).
@@ -265,6 +271,20 @@ func (c readCommitted) Connect(ctx context.Context) (driver.Conn, error) {
 		return nil, fmt.Errorf("set the session's isolation level: %w", err)
 	}
 	return conn, nil
+}
+
+// acceptsWrites checks that the database the pool reaches answers and accepts writes: a
+// read-only server (a replica, or the old primary left running after a failover) answers a
+// ping, but the relay can write nothing back there.
+func acceptsWrites(ctx context.Context, db *sql.DB) error {
+	var readOnly bool
+	if err := db.QueryRowContext(ctx, "SELECT @@global.read_only <> 0 OR @@innodb_read_only <> 0").Scan(&readOnly); err != nil {
+		return err
+	}
+	if readOnly {
+		return errors.New("the server is read-only (a replica, or the old primary after a failover): the relay can write nothing back")
+	}
+	return nil
 }
 
 func routerFrom(routes []config.Route) (relay.Router, error) {
@@ -317,7 +337,11 @@ func serveHTTP(hc config.HTTP, reg *prometheus.Registry, dbs []*runDatabase, rdb
 		for _, d := range dbs {
 			for _, r := range d.relays {
 				if h := r.Health(); h.Stalled {
-					http.Error(w, fmt.Sprintf("stalled: %s: no answer from the database for %.1fs", d.tableName(r.Name()), h.SinceProgress.Seconds()), http.StatusServiceUnavailable)
+					msg := fmt.Sprintf("stalled: %s: no answer from the database for %.1fs", d.tableName(r.Name()), h.SinceProgress.Seconds())
+					if h.WritesRefused > 0 {
+						msg = fmt.Sprintf("stalled: %s: the database has refused the relay's writes for %.1fs (read-only after a failover? a revoked grant?)", d.tableName(r.Name()), h.WritesRefused.Seconds())
+					}
+					http.Error(w, msg, http.StatusServiceUnavailable)
 					return
 				}
 			}
@@ -335,7 +359,7 @@ func serveHTTP(hc config.HTTP, reg *prometheus.Registry, dbs []*runDatabase, rdb
 			}
 			if err := d.why(); err != nil {
 				problems = append(problems, what+": not relayed yet: "+err.Error())
-			} else if err := d.pool.PingContext(ctx); err != nil {
+			} else if err := acceptsWrites(ctx, d.pool); err != nil {
 				problems = append(problems, what+": "+err.Error())
 			}
 		}

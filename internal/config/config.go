@@ -78,6 +78,13 @@ type MySQL struct {
 	// Tables, when not empty, lists several outbox tables to relay and overrides Table
 	// (mysql.tables). Defaults to empty.
 	Tables []string
+	// ConnMaxLifetime closes a pooled connection this long after it was dialled
+	// (mysql.conn_max_lifetime), in every database's pool, so that connections move to a
+	// new primary after a failover even where nothing else finds out. Defaults to 5m.
+	ConnMaxLifetime time.Duration
+	// ConnMaxIdleTime closes a pooled connection idle this long (mysql.conn_max_idle_time).
+	// Defaults to 1m.
+	ConnMaxIdleTime time.Duration
 }
 
 // Redis holds the connection used for the leader lock and nudges: one node (Addr), a
@@ -423,6 +430,9 @@ func (c Config) problems() []problem {
 	}
 	c.RocketMQ.TLS.problems(bad)
 	out = append(out, c.checkGroupProblems()...)
+
+	positive(bad, KeyMySQLConnMaxLifetime, c.MySQL.ConnMaxLifetime)
+	positive(bad, KeyMySQLConnMaxIdleTime, c.MySQL.ConnMaxIdleTime)
 
 	// relay
 	positive(bad, KeyRelayPollInterval, c.Relay.PollInterval)

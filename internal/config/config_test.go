@@ -54,7 +54,7 @@ func mustLoad(t *testing.T, yaml string, args ...string) Config {
 func TestDefaults(t *testing.T) {
 	t.Parallel()
 	want := Config{
-		MySQL:    MySQL{DSN: testDSN, Table: "local_message", Tables: []string{}},
+		MySQL:    MySQL{DSN: testDSN, Table: "local_message", Tables: []string{}, ConnMaxLifetime: 5 * time.Minute, ConnMaxIdleTime: time.Minute},
 		Redis:    Redis{Addr: "127.0.0.1:6379", Addrs: []string{}},
 		RocketMQ: RocketMQ{NameServers: []string{"127.0.0.1:9876"}, Group: "outbox-relay", SendTimeout: 3 * time.Second, TransactionCheckGroups: []string{}},
 		Relay: Relay{

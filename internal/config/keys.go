@@ -14,6 +14,9 @@ const (
 	KeyMySQLDSN    = "mysql.dsn"
 	KeyMySQLTable  = "mysql.table"
 	KeyMySQLTables = "mysql.tables"
+	// Every database pool's connection lifetime and idle time (the databases list's too).
+	KeyMySQLConnMaxLifetime = "mysql.conn_max_lifetime"
+	KeyMySQLConnMaxIdleTime = "mysql.conn_max_idle_time"
 
 	// KeyDatabases lists several databases, each {name, dsn, tables}; in the environment,
 	// OUTBOX_DATABASES is a JSON array of such objects.
@@ -92,6 +95,8 @@ var defaults = []struct {
 	{KeyMySQLDSN, ""}, // required: Config.problems
 	{KeyMySQLTable, "local_message"},
 	{KeyMySQLTables, []string{}},
+	{KeyMySQLConnMaxLifetime, 5 * time.Minute},
+	{KeyMySQLConnMaxIdleTime, time.Minute},
 	{KeyDatabases, []any{}},
 	{KeyRedisAddr, "127.0.0.1:6379"},
 	{KeyRedisPassword, ""},

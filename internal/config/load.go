@@ -77,6 +77,9 @@ func decode(v *viper.Viper, file string, environ []string) (Config, []problem, e
 			DSN:    d.str(KeyMySQLDSN),
 			Table:  d.str(KeyMySQLTable),
 			Tables: d.list(KeyMySQLTables),
+
+			ConnMaxLifetime: d.duration(KeyMySQLConnMaxLifetime),
+			ConnMaxIdleTime: d.duration(KeyMySQLConnMaxIdleTime),
 		},
 		Databases: dbs,
 		Redis: Redis{

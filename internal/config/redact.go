@@ -101,7 +101,8 @@ func (c Config) YAML() ([]byte, error) {
 		dbs[i] = yamlDatabase{d.Name, d.DSN, nonNil(d.Tables)}
 	}
 	doc := yamlConfig{
-		MySQL:     yamlMySQL{r.MySQL.DSN, r.MySQL.Table, nonNil(r.MySQL.Tables)},
+		MySQL: yamlMySQL{r.MySQL.DSN, r.MySQL.Table, nonNil(r.MySQL.Tables),
+			fmtDuration(r.MySQL.ConnMaxLifetime), fmtDuration(r.MySQL.ConnMaxIdleTime)},
 		Databases: dbs,
 		Redis: yamlRedis{r.Redis.Addr, r.Redis.Password, r.Redis.DB,
 			nonNil(r.Redis.Addrs), r.Redis.MasterName, r.Redis.SentinelPassword, r.Redis.Username, r.Redis.Cluster},
@@ -167,6 +168,9 @@ type yamlMySQL struct {
 	DSN    string   `yaml:"dsn"`
 	Table  string   `yaml:"table"`
 	Tables []string `yaml:"tables"`
+
+	ConnMaxLifetime string `yaml:"conn_max_lifetime"`
+	ConnMaxIdleTime string `yaml:"conn_max_idle_time"`
 }
 
 type yamlDatabase struct {

@@ -125,7 +125,11 @@ func (d *Dashboard) overview(ctx context.Context) Overview {
 		o.Databases = append(o.Databases, DatabaseView{Name: s.Name, Label: s.Label})
 		for _, t := range s.Tables {
 			v := TableView{Database: s.Name, Table: t, Activity: s.activity.view(t)}
-			st, err := ops.Status(ctx, s.DB, t, now)
+			dbNow, err := ops.DBNow(ctx, s.DB) // ages on the database's clock
+			var st ops.StatusReport
+			if err == nil {
+				st, err = ops.Status(ctx, s.DB, t, dbNow)
+			}
 			if err != nil {
 				v.Error = err.Error()
 			}

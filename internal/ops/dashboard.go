@@ -252,6 +252,17 @@ func RecentActivity(ctx context.Context, db *sql.DB, table string, from, to, wid
 	return out, nil
 }
 
+// DBNow returns the database's clock, to the millisecond: the clock every age and due time
+// is measured on (create_time is written by it), so that a host whose clock is off reports
+// true ages.
+func DBNow(ctx context.Context, db *sql.DB) (time.Time, error) {
+	var ms int64
+	if err := db.QueryRowContext(ctx, sqlClockMs).Scan(&ms); err != nil {
+		return time.Time{}, fmt.Errorf("read the database clock: %w", err)
+	}
+	return time.UnixMilli(ms), nil
+}
+
 // DBClock returns the database's clock in epoch seconds: the clock of update_time.
 func DBClock(ctx context.Context, db *sql.DB) (int64, error) {
 	var now int64

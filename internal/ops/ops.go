@@ -97,7 +97,8 @@ type StatusReport struct {
 }
 
 // Status counts the rows of table by status, and the unsent ones by topic, and measures the
-// backlog: how many rows are due at now and for how long the oldest has been.
+// backlog: how many rows are due at now and for how long the oldest has been. now is the
+// database's clock (DBNow): a host's clock ahead of it would age every row.
 func Status(ctx context.Context, db *sql.DB, table string, now time.Time) (StatusReport, error) {
 	r := StatusReport{Table: table, ByTopic: []TopicCount{}}
 	q, err := query(sqlCountByStatus, table)
@@ -532,8 +533,12 @@ func Purge(ctx context.Context, db *sql.DB, table string, opts PurgeOptions) (Pu
 	if err := db.QueryRowContext(ctx, cutoffQ, int64(opts.OlderThan.Seconds())).Scan(&res.Cutoff); err != nil {
 		return res, fmt.Errorf("purge %s: read database clock: %w", table, err)
 	}
-	// sent_time is written by the relay from its own clock, in epoch ms.
-	sentCutoff := time.Now().Add(-opts.OlderThan).UnixMilli()
+	// sent_time is written on the database's clock, in epoch ms.
+	dbNow, err := DBNow(ctx, db)
+	if err != nil {
+		return res, fmt.Errorf("purge %s: %w", table, err)
+	}
+	sentCutoff := dbNow.Add(-opts.OlderThan).UnixMilli()
 	if opts.DryRun {
 		q, _ := query(sqlPurgeCount, table)
 		for _, st := range purgedStatuses {

@@ -103,4 +103,6 @@ const (
 
 	// sqlClock reads the database clock in epoch seconds, the clock of update_time.
 	sqlClock = "SELECT UNIX_TIMESTAMP(NOW())"
+	// sqlClockMs is the database's clock in epoch ms.
+	sqlClockMs = "SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
 )

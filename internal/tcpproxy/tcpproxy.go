@@ -16,10 +16,10 @@ import (
 // Proxy forwards connections accepted on Addr to the target.
 type Proxy struct {
 	ln       net.Listener
-	target   string
 	commands atomic.Int64
 
 	mu     sync.Mutex
+	target string // where new connections go
 	frozen bool
 	thawed chan struct{} // closed when not frozen
 	closed bool
@@ -52,6 +52,15 @@ func (p *Proxy) Freeze() {
 		p.frozen = true
 		p.thawed = make(chan struct{})
 	}
+}
+
+// SetTarget sends the connections accepted from now on to target (host:port) and leaves the
+// open ones where they are, the way a failover's proxy or DNS change moves new connections to
+// the new primary while old ones stay on the old.
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
 }
 
 // Thaw resumes forwarding.
@@ -92,7 +101,10 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
-		server, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		server, err := net.Dial("tcp", target)
 		if err != nil {
 			client.Close()
 			continue

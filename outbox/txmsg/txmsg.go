@@ -105,10 +105,11 @@ func New(cfg Config) (*Producer, error) {
 		cfg.SendTimeout = 3 * time.Second
 	}
 	t := schema.QuoteIdent(cfg.Writer.Table())
+	// markSQL writes sent_time and next_retry_time on the database's clock, as the relay does.
 	return &Producer{
 		cfg:      cfg,
 		table:    cfg.Writer.Table(),
-		markSQL:  "UPDATE " + t + " SET status = 2, sent_time = ?, next_retry_time = ? WHERE msg_id = ? AND status IN (0,1)",
+		markSQL:  "UPDATE " + t + " SET status = 2, sent_time = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED), next_retry_time = CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) WHERE msg_id = ? AND status IN (0,1)",
 		relaySQL: "UPDATE " + t + " SET next_retry_time = 0 WHERE msg_id = ? AND status IN (0,1)",
 		addrs:    map[string]string{},
 		conns:    map[string]*remoting.Conn{},
@@ -270,8 +271,8 @@ func (p *Producer) Finish(ctx context.Context, db outbox.Execer, h *Half, commit
 	if !ok {
 		return fmt.Errorf("%w: END_TRANSACTION of %s: %w", ErrLeftToRelay, h.msgID, err)
 	}
-	now := p.now().UnixMilli() // a settled row's next_retry_time is when it was settled (purge, activity)
-	if _, err := db.ExecContext(ctx, p.markSQL, now, now, h.msgID); err != nil {
+	// A settled row's next_retry_time is when it was settled (purge, activity).
+	if _, err := db.ExecContext(ctx, p.markSQL, h.msgID); err != nil {
 		return fmt.Errorf("%w: %s committed on the broker but not marked sent (the relay sends it again): %w", ErrLeftToRelay, h.msgID, err)
 	}
 	return nil
