@@ -94,7 +94,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	}
 	defer stopTracing()
 
-	deps := relayDeps{router: router, metrics: metrics, tracer: tp, lockClients: rconn.Redlock}
+	deps := relayDeps{router: router, metrics: metrics, tracer: tp, lockClients: rconn.Redlock, budget: setupMemory(cfg.Relay, log)}
 	var sources []dashboard.Source
 	for _, d := range dbs {
 		deps.log = log
@@ -176,6 +176,8 @@ type relayDeps struct {
 	log     zerolog.Logger
 	// lockClients are the Redlock masters, when lock.redlock_addrs lists them.
 	lockClients []redis.UniversalClient
+	// budget bounds the message bodies that every relay of the process holds at once.
+	budget *relay.MemoryBudget
 }
 
 // tableRelayConfig is the relay.Config of one table of db: the one place where the
@@ -188,7 +190,7 @@ func tableRelayConfig(cfg config.Config, db config.Database, table string, deps 
 		Database: db.Label(),
 		LockKey:  cfg.LockKeyIn(db, table), LockClients: deps.lockClients, LockTTL: cfg.Lock.TTL, ShutdownTimeout: cfg.Relay.ShutdownTimeout,
 		DisableNudge: !cfg.Relay.Nudge, Logger: &deps.log, Metrics: deps.metrics, TracerProvider: deps.tracer,
-		Partitions: cfg.Relay.Partitions,
+		Partitions: cfg.Relay.Partitions, MemoryBudget: deps.budget,
 	}
 	if cfg.Relay.Unrouted == config.UnroutedDead {
 		rcfg.Unrouted = relay.UnroutedDead

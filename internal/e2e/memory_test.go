@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/outbox-relay/outbox-relay/outbox"
+)
+
+// chartMemoryLimit returns the memory limit of the relay container in the Helm chart
+// (deploy/helm/outbox-relay/values.yaml, resources.limits.memory), in bytes.
+func chartMemoryLimit(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy/helm/outbox-relay/values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values struct {
+		Resources struct {
+			Limits struct{ Memory string }
+		}
+	}
+	if err := yaml.Unmarshal(b, &values); err != nil {
+		t.Fatal(err)
+	}
+	q := values.Resources.Limits.Memory
+	for suffix, unit := range map[string]int{"Mi": 1 << 20, "Gi": 1 << 30} {
+		if n, err := strconv.Atoi(strings.TrimSuffix(q, suffix)); err == nil && strings.HasSuffix(q, suffix) {
+			return n * unit
+		}
+	}
+	t.Fatalf("the chart's resources.limits.memory %q is not in Mi or Gi", q)
+	return 0
+}
+
+// peakRSSKB is process pid's peak resident memory in KiB (VmHWM).
+func peakRSSKB(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			n, _ := strconv.Atoi(strings.Fields(rest)[0])
+			return n
+		}
+	}
+	t.Fatal("no VmHWM")
+	return 0
+}
+
+// TestLargeBodiesStayUnderTheMemoryLimit: a backlog of 60 legal bodies of 3.8 MB (under
+// relay.max_body_bytes, random so that compression saves little) is delivered, each row once,
+// by a relay run with the Helm chart's memory limit (as relay.memory_limit, which the chart's
+// container gets from its cgroup), whose peak RSS stays under that limit: the memory budget
+// holds back reading while bodies are in flight.
+func TestLargeBodiesStayUnderTheMemoryLimit(t *testing.T) {
+	limit := chartMemoryLimit(t)
+	e := newEnv(t)
+	const n, size = 60, 3_800_000
+	raw := make([]byte, size*3/4)
+	for i := 0; i < n; i++ {
+		if _, err := rand.Read(raw); err != nil {
+			t.Fatal(err)
+		}
+		m := outbox.Message{MsgID: fmt.Sprintf("large-%02d", i), Topic: "large", Body: []byte(base64.StdEncoding.EncodeToString(raw))}
+		if err := e.writer.InsertNoTx(context.Background(), e.db.DB, []outbox.Message{m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A send of 3.8 MB to the test's broker may take more than the tests' usual 1 s.
+	p := e.startRelay(t, "OUTBOX_RELAY_MEMORY_LIMIT="+strconv.Itoa(limit), "OUTBOX_ROCKETMQ_SEND_TIMEOUT=10s")
+	eventually(t, 120*time.Second, "every large row sent", func() bool { return e.count(t, "status = 2") == n })
+	peak := peakRSSKB(t, p.Cmd.Process.Pid)
+	if testing.Verbose() {
+		for _, l := range jsonLogLines(p.Out.String()) {
+			if m, _ := l["message"].(string); strings.HasPrefix(m, "memory:") {
+				t.Log(l)
+			}
+		}
+	}
+	t.Logf("%d bodies of %d bytes sent; the relay's peak RSS: %d MiB (limit %d MiB)", n, size, peak>>10, limit>>20)
+	ids := map[string]bool{}
+	for _, m := range e.broker.Messages("large") {
+		ids[m.Properties[outbox.MsgIDProperty]] = true
+	}
+	if len(ids) != n {
+		t.Errorf("the broker holds %d distinct messages of the %d rows", len(ids), n)
+	}
+	if peak<<10 >= limit {
+		t.Errorf("the relay's peak RSS is %d MiB, not under the memory limit of %d MiB", peak>>10, limit>>20)
+	}
+}
