@@ -18,7 +18,6 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rs/zerolog"
@@ -311,7 +310,7 @@ func lockHolderText(ctx context.Context, rdb redis.UniversalClient, key string) 
 func serveHTTP(hc config.HTTP, reg *prometheus.Registry, dbs []*runDatabase, rdb redis.UniversalClient, ui http.Handler, log zerolog.Logger) (*httpserve.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/ui/", ui)
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("/metrics", newMetricsPage(reg))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		for _, d := range dbs {
 			for _, r := range d.relays {
