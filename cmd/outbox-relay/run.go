@@ -387,7 +387,7 @@ func serveHTTP(hc config.HTTP, reg *prometheus.Registry, dbs []*runDatabase, rdb
 			fmt.Fprintln(w, s)
 		}
 	})
-	srv, err := httpserve.Listen(hc.Addr, mux, httpserve.Limits{MaxConnections: hc.MaxConnections})
+	srv, err := httpserve.Listen(hc.Addr, mux, httpserve.Limits{MaxConnections: hc.MaxConnections, ReservedPaths: []string{"/healthz", "/readyz"}})
 	if err != nil {
 		return nil, fmt.Errorf("http.addr %s: %w", hc.Addr, err)
 	}
