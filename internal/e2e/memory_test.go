@@ -50,21 +50,7 @@ func chartMemoryLimit(t *testing.T) int {
 }
 
 // peakRSSKB is process pid's peak resident memory in KiB (VmHWM).
-func peakRSSKB(t *testing.T, pid int) int {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			n, _ := strconv.Atoi(strings.Fields(rest)[0])
-			return n
-		}
-	}
-	t.Fatal("no VmHWM")
-	return 0
-}
+func peakRSSKB(t *testing.T, pid int) int { return procStatusKB(t, pid, "VmHWM") }
 
 // TestLargeBodiesStayUnderTheMemoryLimit: a backlog of 60 legal bodies of 3.8 MB (under
 // relay.max_body_bytes, random so that compression saves little) is delivered, each row once,

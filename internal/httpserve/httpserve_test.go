@@ -22,16 +22,7 @@ func serve(t *testing.T, max int, h http.Handler) *Server {
 	return s
 }
 
-func get(addr string) (int, error) {
-	c := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Get("http://" + addr + "/")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, nil
-}
+func get(addr string) (int, error) { return getPath(addr, "/") }
 
 // At the limit, connections stalled in their headers make room for a new request.
 func TestStalledConnectionsMakeRoom(t *testing.T) {
