@@ -42,6 +42,9 @@
 //     row's status and retry count as read.
 //   - A database stall is a statement left unanswered (progress.go), never a slow broker.
 //   - One layout of partitions at a time: layout.go.
+//   - Bounded memory: the bodies held at once (pages read and not yet published, sends of
+//     detached units) are bounded by Config.MemoryBudget (budget.go), which scan.go takes
+//     room in before each page; it holds back reading only.
 //
 // With Config.TracerProvider set, every message sent gets an OpenTelemetry producer span, a
 // child of the writer's trace context stored in the row, whose own context the message
