@@ -346,7 +346,7 @@ func BenchmarkCeilings(b *testing.B) {
 				var ids []int64
 				c := cursor{next: -1 << 62}
 				for {
-					rows, _, _, err := r.readPage(ctx, int(outbox.StatusPending), time.Now().UnixMilli(), c, 500)
+					rows, _, _, err := r.readPage(ctx, int(outbox.StatusPending), time.Now().UnixMilli(), c, 500, int64(r.cfg.MaxPageBytes))
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -694,7 +694,7 @@ func BenchmarkScanTick(b *testing.B) {
 					c := cursor{next: -1 << 62}
 					for {
 						var err error
-						buf, _, _, err = r.readPage(context.Background(), status, nowMs, c, 500)
+						buf, _, _, err = r.readPage(context.Background(), status, nowMs, c, 500, int64(r.cfg.MaxPageBytes))
 						if err != nil {
 							b.Fatal(err)
 						}

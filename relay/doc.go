@@ -51,6 +51,9 @@
 //     (activity.go, fed with the Prometheus counters), each broker's state and circuit and the
 //     name servers' probes (brokerhealth.go), and each relay's open incidents
 //     (incidentreport.go).
+//   - Bounded memory: the bodies held at once (pages read and not yet published, sends of
+//     detached units) are bounded by Config.MemoryBudget (budget.go), which scan.go takes
+//     room in before each page; it holds back reading only.
 //
 // With Config.TracerProvider set, every message sent gets an OpenTelemetry producer span, a
 // child of the writer's trace context stored in the row, whose own context the message

@@ -66,6 +66,10 @@ type Config struct {
 	// when its bodies reach it. Bodies over MaxBodyBytes are recognised by their length and
 	// never loaded. Defaults to 8 MiB.
 	MaxPageBytes int
+	// MemoryBudget, shared by the relays of a process, bounds the bodies they hold at once
+	// (read and not yet published, or in sends still running): the scan reads further rows
+	// only while it has room. Defaults to nil: only MaxPageBytes bounds a page.
+	MemoryBudget *MemoryBudget
 	// DisableBatchSend sends every message in a request of its own. By default messages of
 	// one topic without delay level go in batch requests of up to MaxBatchMessages messages
 	// and MaxBatchBytes bytes: those without sharding key together, those with one together
@@ -406,6 +410,7 @@ func (r *Relay) drain(stop, ctx context.Context, fence func() bool, detach bool)
 	for pg := range pages {
 		if !comp.waitHealthy(stop, ctx) || stop.Err() != nil || ctx.Err() != nil || (fence != nil && !fence()) {
 			cancelScan()
+			r.cfg.MemoryBudget.release(pg.bytes)
 			continue // drain the channel; these rows stay due
 		}
 		results := r.processPage(ctx, pg, pass, fence, blocked, detach)
@@ -491,13 +496,15 @@ func (r *Relay) processPage(ctx context.Context, pg *page, pass uint64, fence fu
 	}
 	late := r.publish(ctx, units, items, results, fence, detach)
 	for _, ru := range late {
-		r.goLate(ctx, ru, items, fence)
+		pg.bytes -= r.goLate(ctx, ru, items, fence) // the late unit holds its bodies' bytes now
 	}
 	r.parkHeld(ctx, hold, items, results)
 	r.judge(ctx, items, results)
 	for i := range rows {
 		rows[i].content = nil // published: the completer needs ids and counts only
 	}
+	r.cfg.MemoryBudget.release(pg.bytes)
+	pg.bytes = 0
 	r.metrics.ObserveBatch(time.Since(start))
 	return results
 }
@@ -553,12 +560,14 @@ func (r *Relay) beginPass() uint64 {
 // goLate takes over a unit its page did not wait for (publish): its rows are held (later
 // passes skip them) until it ends and its results are judged and written back on their own,
 // acknowledged sends whatever the lock, like any page's. Then the leader is woken: the rows
-// behind them (the rest of an ordered key) may go.
-func (r *Relay) goLate(ctx context.Context, ru *running, items []item, fence func() bool) {
+// behind them (the rest of an ordered key) may go. It returns the bodies' bytes the unit
+// now holds of the MemoryBudget, which it releases when its sends have ended.
+func (r *Relay) goLate(ctx context.Context, ru *running, items []item, fence func() bool) (bodies int64) {
 	lateItems := make([]item, len(ru.u.idx))
 	rows := make([]row, len(ru.u.idx))
 	r.inflightMu.Lock()
 	for n, i := range ru.u.idx {
+		bodies += int64(len(items[i].row.content))
 		rows[n] = *items[i].row
 		rows[n].content = nil // the message holds the body
 		lateItems[n] = item{row: &rows[n], msg: items[i].msg, route: items[i].route}
@@ -569,6 +578,7 @@ func (r *Relay) goLate(ctx context.Context, ru *running, items []item, fence fun
 	go func() {
 		defer r.late.Done()
 		<-ru.done
+		r.cfg.MemoryBudget.release(bodies) // sent or failed: the client holds the bodies no more
 		r.judge(ctx, lateItems, ru.out)
 		comp := r.newCompleter(ctx, fence)
 		go comp.run()
@@ -588,6 +598,7 @@ func (r *Relay) goLate(ctx context.Context, ru *running, items []item, fence fun
 		default:
 		}
 	}()
+	return bodies
 }
 
 // parkAfter is how far in the future a held key's head must be due for the key's held rows

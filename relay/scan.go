@@ -14,12 +14,25 @@ import (
 // page is one read of due rows, handed from the scan to the publish stage.
 type page struct {
 	rows []row
+	// bytes are the bodies' bytes the page holds of Config.MemoryBudget.
+	bytes int64
+}
+
+// bodyBytes sums the bodies of rows.
+func bodyBytes(rows []row) int64 {
+	var n int64
+	for i := range rows {
+		n += int64(len(rows[i].content))
+	}
+	return n
 }
 
 // scan reads the rows due at nowMs, failed ones first, in keyset pages of at most BatchSize
 // rows and MaxPageBytes of bodies, and hands each page to out. It returns when the due rows
 // are read, stop or ctx is done, or a read fails. out holds at most one page, so the scan
-// runs one page ahead of the publishing and memory stays bounded by a few pages.
+// runs one page ahead of the publishing and memory stays bounded by a few pages. Each page
+// first takes room in the MemoryBudget and reads no more bodies than that room (plus the
+// row that crosses it): with the budget full, the scan waits for bodies to be published.
 func (r *Relay) scan(stop, ctx context.Context, nowMs int64, out chan<- *page) error {
 	for _, status := range []int{int(outbox.StatusFailed), int(outbox.StatusPending)} {
 		c := cursor{next: math.MinInt64, id: math.MinInt64} // before any row, however odd its next_retry_time or id
@@ -28,7 +41,13 @@ func (r *Relay) scan(stop, ctx context.Context, nowMs int64, out chan<- *page) e
 			if stop.Err() != nil || ctx.Err() != nil {
 				return nil
 			}
-			rows, full, cut, err := r.readPage(ctx, status, nowMs, c, limit)
+			room, err := r.cfg.MemoryBudget.reserve(ctx, stop, int64(r.cfg.MaxPageBytes))
+			if err != nil {
+				return nil // stop or ctx ended while the budget was full
+			}
+			rows, full, cut, err := r.readPage(ctx, status, nowMs, c, limit, room)
+			pg := &page{rows: rows, bytes: bodyBytes(rows)}
+			r.cfg.MemoryBudget.settle(room, pg.bytes)
 			if err != nil {
 				return err
 			}
@@ -38,8 +57,9 @@ func (r *Relay) scan(stop, ctx context.Context, nowMs int64, out chan<- *page) e
 			last := rows[len(rows)-1]
 			c = cursor{next: last.nextRetry, id: last.id}
 			select {
-			case out <- &page{rows: rows}:
+			case out <- pg:
 			case <-ctx.Done():
+				r.cfg.MemoryBudget.release(pg.bytes)
 				return nil
 			}
 			switch {
@@ -59,8 +79,9 @@ func (r *Relay) scan(stop, ctx context.Context, nowMs int64, out chan<- *page) e
 }
 
 // readPage reads up to limit due rows of one status after c. It stops early, cut, when the
-// bodies read reach MaxPageBytes; full says the page had limit rows.
-func (r *Relay) readPage(ctx context.Context, status int, nowMs int64, c cursor, limit int) (rows []row, full, cut bool, err error) {
+// bodies read reach maxBytes (the row that reaches it is kept, so a page has at least one
+// row); full says the page had limit rows.
+func (r *Relay) readPage(ctx context.Context, status int, nowMs int64, c cursor, limit int, maxBytes int64) (rows []row, full, cut bool, err error) {
 	if err := r.store.scanIndex(ctx); err != nil {
 		return nil, false, false, err
 	}
@@ -73,7 +94,7 @@ func (r *Relay) readPage(ctx context.Context, status int, nowMs int64, c cursor,
 	}
 	defer res.Close()
 	rows = make([]row, 0, min(limit, 512))
-	bytes := 0
+	var bytes int64
 	var names interner
 	var bodies arena
 	var topic, tag, content sql.RawBytes // escape to the heap once per page, not per row
@@ -88,8 +109,8 @@ func (r *Relay) readPage(ctx context.Context, status int, nowMs int64, c cursor,
 		if content != nil {
 			rw.content = bodies.copy(content)
 		}
-		bytes += len(rw.content)
-		if bytes >= r.cfg.MaxPageBytes && len(rows) < limit {
+		bytes += int64(len(rw.content))
+		if bytes >= maxBytes && len(rows) < limit {
 			return rows, false, true, nil // the rest of the page is read again next time
 		}
 	}

@@ -54,7 +54,7 @@ func TestPageExaminesOnlyItsOwnRows(t *testing.T) {
 			if _, err := db.Exec("FLUSH STATUS"); err != nil {
 				t.Fatal(err)
 			}
-			page, _, _, err := r.readPage(ctx, 0, 1<<62, cursor{next: 0, id: held}, limit)
+			page, _, _, err := r.readPage(ctx, 0, 1<<62, cursor{next: 0, id: held}, limit, int64(r.cfg.MaxPageBytes))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,7 +106,7 @@ func TestPageStaysWithinItsByteBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, full, cut, err := r.readPage(ctx, 0, 1<<62, cursor{next: -1 << 62}, 500)
+	rows, full, cut, err := r.readPage(ctx, 0, 1<<62, cursor{next: -1 << 62}, 500, int64(r.cfg.MaxPageBytes))
 	if err != nil {
 		t.Fatal(err)
 	}

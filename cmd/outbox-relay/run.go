@@ -18,7 +18,6 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rs/zerolog"
@@ -94,7 +93,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	}
 	defer stopTracing()
 
-	deps := relayDeps{router: router, metrics: metrics, tracer: tp, lockClients: rconn.Redlock}
+	deps := relayDeps{router: router, metrics: metrics, tracer: tp, lockClients: rconn.Redlock, budget: setupMemory(cfg.Relay, log)}
 	var sources []dashboard.Source
 	for _, d := range dbs {
 		deps.log = log
@@ -179,6 +178,8 @@ type relayDeps struct {
 	log     zerolog.Logger
 	// lockClients are the Redlock masters, when lock.redlock_addrs lists them.
 	lockClients []redis.UniversalClient
+	// budget bounds the message bodies that every relay of the process holds at once.
+	budget *relay.MemoryBudget
 }
 
 // tableRelayConfig is the relay.Config of one table of db: the one place where the
@@ -191,7 +192,7 @@ func tableRelayConfig(cfg config.Config, db config.Database, table string, deps 
 		Database: db.Label(),
 		LockKey:  cfg.LockKeyIn(db, table), LockClients: deps.lockClients, LockTTL: cfg.Lock.TTL, ShutdownTimeout: cfg.Relay.ShutdownTimeout,
 		DisableNudge: !cfg.Relay.Nudge, Logger: &deps.log, Metrics: deps.metrics, TracerProvider: deps.tracer,
-		Partitions: cfg.Relay.Partitions,
+		Partitions: cfg.Relay.Partitions, MemoryBudget: deps.budget,
 	}
 	if cfg.Relay.Unrouted == config.UnroutedDead {
 		rcfg.Unrouted = relay.UnroutedDead
@@ -332,7 +333,7 @@ func lockHolderText(ctx context.Context, rdb redis.UniversalClient, key string) 
 func serveHTTP(hc config.HTTP, reg *prometheus.Registry, dbs []*runDatabase, rdb redis.UniversalClient, ui http.Handler, log zerolog.Logger) (*httpserve.Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/ui/", ui)
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("/metrics", newMetricsPage(reg))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		for _, d := range dbs {
 			for _, r := range d.relays {
@@ -413,7 +414,7 @@ func serveHTTP(hc config.HTTP, reg *prometheus.Registry, dbs []*runDatabase, rdb
 			fmt.Fprintln(w, s)
 		}
 	})
-	srv, err := httpserve.Listen(hc.Addr, mux, httpserve.Limits{MaxConnections: hc.MaxConnections})
+	srv, err := httpserve.Listen(hc.Addr, mux, httpserve.Limits{MaxConnections: hc.MaxConnections, ReservedPaths: []string{"/healthz", "/readyz"}})
 	if err != nil {
 		return nil, fmt.Errorf("http.addr %s: %w", hc.Addr, err)
 	}

@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"database/sql"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
@@ -39,5 +41,35 @@ func startCheckResponder(ctx context.Context, cfg config.Config, d *runDatabase,
 		return nil, err
 	}
 	log.Info().Strs("groups", groups).Msg("answering transactional check-backs")
-	return r.Stop, nil
+	pctx, stopPurge := context.WithCancel(ctx)
+	go purgeTombstones(pctx, d.pool, d.Tables, log)
+	return func() { stopPurge(); r.Stop() }, nil
+}
+
+// tombstonePurgeInterval is the time between purges of old tombstones.
+const tombstonePurgeInterval = time.Hour
+
+// purgeTombstones deletes the tombstones older than txcheck.TombstoneRetention from every
+// table now and then every tombstonePurgeInterval, until ctx ends.
+func purgeTombstones(ctx context.Context, db *sql.DB, tables []string, log zerolog.Logger) {
+	t := time.NewTicker(tombstonePurgeInterval)
+	defer t.Stop()
+	for {
+		for _, table := range tables {
+			n, err := txcheck.PurgeTombstones(ctx, db, table, txcheck.TombstoneRetention)
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				log.Warn().Err(err).Str("table", table).Msg("purge of old tombstones failed; retried in an hour")
+			case n > 0:
+				log.Info().Str("table", table).Int64("deleted", n).Msg("purged old tombstones of transactional checks")
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

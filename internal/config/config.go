@@ -215,7 +215,25 @@ type Relay struct {
 	// needs the partition column for the same number: run migrate. Defaults to 1: one lock
 	// per table, one relay publishing.
 	Partitions int
+	// MemoryLimit is the memory the process may use, in bytes (relay.memory_limit): the
+	// message bodies held at once are bounded by MemoryLimit / MemoryBudgetShare, and
+	// GOMEMLIMIT is set from it unless the environment sets it. 0 reads the container's
+	// limit (cgroup memory.max); without one, the bodies' budget is DefaultMemoryBudget.
+	// Defaults to 0.
+	MemoryLimit int64
 }
+
+// MemoryBudgetShare is the share of relay.memory_limit given to message bodies: a body
+// costs the relay a few times its size while it is sent (the row read, the client's
+// compressed copy and request frame), beside the process's own 30 MB.
+const MemoryBudgetShare = 16
+
+// DefaultMemoryBudget bounds the bodies held at once when no memory limit is known.
+const DefaultMemoryBudget = 32 << 20
+
+// MinMemoryLimit is the smallest relay.memory_limit accepted: the relay itself needs about
+// 30 MB.
+const MinMemoryLimit = 48 << 20
 
 // Lock configures the leader lock held in Redis.
 type Lock struct {
@@ -448,6 +466,9 @@ func (c Config) problems() []problem {
 	}
 	positive(bad, KeyRelayPurgeInterval, c.Relay.PurgeInterval)
 	between(bad, KeyRelayPartitions, c.Relay.Partitions, 1, schema.MaxPartitions)
+	if m := c.Relay.MemoryLimit; m != 0 && m < MinMemoryLimit {
+		bad(KeyRelayMemoryLimit, "must be 0 (the container's limit) or at least %d bytes (48 MiB), got %d", MinMemoryLimit, m)
+	}
 
 	// lock
 	if c.Lock.TTL < 100*time.Millisecond {

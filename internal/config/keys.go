@@ -60,6 +60,9 @@ const (
 	KeyRelayPurgeRetention  = "relay.purge_retention"
 	KeyRelayPurgeInterval   = "relay.purge_interval"
 	KeyRelayPartitions      = "relay.partitions"
+	// KeyRelayMemoryLimit is the process's memory limit in bytes, from which the bodies'
+	// budget and GOMEMLIMIT are derived.
+	KeyRelayMemoryLimit = "relay.memory_limit"
 
 	KeyLockTTL = "lock.ttl"
 	KeyLockKey = "lock.key"
@@ -129,6 +132,7 @@ var defaults = []struct {
 	{KeyRelayPurgeRetention, time.Duration(0)},
 	{KeyRelayPurgeInterval, 10 * time.Minute},
 	{KeyRelayPartitions, 1},
+	{KeyRelayMemoryLimit, 0},
 	{KeyLockTTL, 2 * time.Second},
 	{KeyLockKey, "outbox-relay:lock:{db}:{table}"},
 	{KeyLockRedlockAddrs, []string{}},

@@ -121,6 +121,7 @@ func decode(v *viper.Viper, file string, environ []string) (Config, []problem, e
 			PurgeRetention:  d.duration(KeyRelayPurgeRetention),
 			PurgeInterval:   d.duration(KeyRelayPurgeInterval),
 			Partitions:      d.int(KeyRelayPartitions),
+			MemoryLimit:     int64(d.int(KeyRelayMemoryLimit)),
 		},
 		Lock: Lock{
 			TTL: d.duration(KeyLockTTL),

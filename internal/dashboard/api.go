@@ -134,6 +134,7 @@ func (d *Dashboard) overview(ctx context.Context) Overview {
 				v.Error = err.Error()
 			}
 			v.Status = st
+			v.Status.ByTopic = capTopics(st.ByTopic, maxOverviewTopics)
 			v.Status.Database = s.Label
 			v.Lock = readLock(ctx, d.rdb, s.LockKey(t), now)
 			for p := 0; p < s.Partitions && s.Partitions > 1; p++ {

@@ -308,18 +308,21 @@ func socketsOf(t *testing.T, pid int) int {
 }
 
 // rssKB is process pid's resident memory in KiB.
-func rssKB(t *testing.T, pid int) int {
+func rssKB(t *testing.T, pid int) int { return procStatusKB(t, pid, "VmRSS") }
+
+// procStatusKB is the figure field (VmRSS, VmHWM, ...) of process pid's status, in KiB.
+func procStatusKB(t *testing.T, pid int, field string) int {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			n, _ := strconv.Atoi(strings.Fields(rest)[0])
 			return n
 		}
 	}
-	t.Fatal("no VmRSS")
+	t.Fatalf("no %s in /proc/%d/status", field, pid)
 	return 0
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,18 @@ type Limits struct {
 	MaxHeaderBytes int
 	// MaxBodyBytes bounds a request's body. Defaults to 1 MiB.
 	MaxBodyBytes int64
+	// WriteStall bounds each write of an answer: a client that takes no bytes for this long
+	// is cut, so a slow reader holds its connection for WriteStall, not WriteTimeout.
+	// Defaults to 5 seconds.
+	WriteStall time.Duration
+	// Reserved connections are accepted beyond MaxConnections when every connection runs a
+	// handler, for the paths of ReservedPaths only; any other request on one is answered 503
+	// and the connection closed. A probe therefore always finds a connection, whatever the
+	// clients holding the others do. Defaults to 32.
+	Reserved int
+	// ReservedPaths are the paths served on reserved connections (the probes). Defaults to
+	// none: reserved connections serve nothing.
+	ReservedPaths []string
 }
 
 func (l *Limits) setDefaults() {
@@ -59,6 +72,12 @@ func (l *Limits) setDefaults() {
 	if l.MaxBodyBytes == 0 {
 		l.MaxBodyBytes = 1 << 20
 	}
+	if l.WriteStall == 0 {
+		l.WriteStall = 5 * time.Second
+	}
+	if l.Reserved == 0 {
+		l.Reserved = 32
+	}
 }
 
 // Server is an *http.Server with its listener, bounded by Limits.
@@ -77,9 +96,10 @@ func Listen(addr string, h http.Handler, lim Limits) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	ll := &limitListener{Listener: ln, max: lim.MaxConnections, conns: map[*conn]http.ConnState{}}
+	ll := &limitListener{Listener: ln, max: lim.MaxConnections, reserved: lim.Reserved, stall: lim.WriteStall,
+		conns: map[*conn]http.ConnState{}}
 	srv := &http.Server{
-		Handler:           busy(http.MaxBytesHandler(h, lim.MaxBodyBytes)),
+		Handler:           busy(http.MaxBytesHandler(h, lim.MaxBodyBytes), lim.ReservedPaths),
 		ReadHeaderTimeout: lim.ReadHeaderTimeout,
 		ReadTimeout:       lim.ReadTimeout,
 		WriteTimeout:      lim.WriteTimeout,
@@ -109,7 +129,9 @@ func (s *Server) Open() int {
 // limitListener accepts connections up to max open, making room as Limits.MaxConnections says.
 type limitListener struct {
 	net.Listener
-	max int
+	max      int
+	reserved int           // connections beyond max, for the reserved paths only
+	stall    time.Duration // Limits.WriteStall
 
 	mu    sync.Mutex
 	conns map[*conn]http.ConnState
@@ -120,22 +142,64 @@ type conn struct {
 	net.Conn
 	ln       *limitListener
 	accepted time.Time
+	reserve  bool         // accepted beyond max: serves the reserved paths only
 	handling atomic.Int32 // handlers running on it: it is past its request headers
 	once     sync.Once
+	// deadline is the write deadline the server set (WriteTimeout); each write is given
+	// at most the listener's stall beyond its start, and never more than deadline.
+	mu       sync.Mutex
+	deadline time.Time
 }
 
 type connKey struct{}
 
 // busy marks the connection as running a handler while h runs: it then can no longer be
-// taken for one stalled in its headers.
-func busy(h http.Handler) http.Handler {
+// taken for one stalled in its headers. On a reserved connection it serves only the paths
+// of reserved.
+func busy(h http.Handler, reserved []string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c, ok := r.Context().Value(connKey{}).(*conn); ok {
+			if c.reserve && !slices.Contains(reserved, r.URL.Path) {
+				w.Header().Set("Connection", "close")
+				http.Error(w, "server busy: every connection is in use", http.StatusServiceUnavailable)
+				return
+			}
 			c.handling.Add(1)
 			defer c.handling.Add(-1)
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// SetWriteDeadline records the server's deadline for the answer; Write applies it.
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.deadline = t
+	c.mu.Unlock()
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// SetDeadline is SetReadDeadline and SetWriteDeadline.
+func (c *conn) SetDeadline(t time.Time) error {
+	if err := c.Conn.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.SetWriteDeadline(t)
+}
+
+// Write writes b with a deadline of the listener's stall from now (or the server's deadline
+// when sooner): a client that stops reading is cut after the stall.
+func (c *conn) Write(b []byte) (int, error) {
+	d := time.Now().Add(c.ln.stall)
+	c.mu.Lock()
+	if !c.deadline.IsZero() && c.deadline.Before(d) {
+		d = c.deadline
+	}
+	c.mu.Unlock()
+	if err := c.Conn.SetWriteDeadline(d); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
 }
 
 func (c *conn) Close() error {
@@ -160,9 +224,12 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			victim = l.victim()
 		}
 		if victim == nil && len(l.conns) >= l.max {
-			l.mu.Unlock()
-			_ = nc.Close() // every connection is busy with a request: refuse this one
-			continue
+			if len(l.conns) >= l.max+l.reserved {
+				l.mu.Unlock()
+				_ = nc.Close() // every connection is busy with a request: refuse this one
+				continue
+			}
+			c.reserve = true // for a probe: every other connection runs a handler
 		}
 		l.conns[c] = http.StateNew
 		l.mu.Unlock()

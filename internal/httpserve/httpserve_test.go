@@ -22,16 +22,7 @@ func serve(t *testing.T, max int, h http.Handler) *Server {
 	return s
 }
 
-func get(addr string) (int, error) {
-	c := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Get("http://" + addr + "/")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, nil
-}
+func get(addr string) (int, error) { return getPath(addr, "/") }
 
 // At the limit, connections stalled in their headers make room for a new request.
 func TestStalledConnectionsMakeRoom(t *testing.T) {
@@ -55,8 +46,8 @@ func TestStalledConnectionsMakeRoom(t *testing.T) {
 	}
 }
 
-// When every connection runs a handler, a new connection is refused rather than one of them
-// cut.
+// When every connection runs a handler, a new connection is not served (it gets a reserved
+// connection, which serves probes only, and 503) rather than one of them cut.
 func TestBusyConnectionsAreNotCut(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
@@ -72,13 +63,91 @@ func TestBusyConnectionsAreNotCut(t *testing.T) {
 	}
 	<-started
 	<-started
-	if _, err := get(s.Addr().String()); err == nil {
-		t.Fatal("a third connection was served while two handlers ran at the limit of 2")
+	if code, err := get(s.Addr().String()); err == nil && code != http.StatusServiceUnavailable {
+		t.Fatalf("a third connection was served (%d) while two handlers ran at the limit of 2", code)
 	}
 	close(release)
 	for i := 0; i < 2; i++ {
 		if code := <-results; code != 200 {
 			t.Fatalf("a running request was cut: %d", code)
 		}
+	}
+}
+
+// serveLimits starts a server of mux with lim on loopback, stopped at cleanup.
+func serveLimits(t *testing.T, lim Limits, h http.Handler) *Server {
+	t.Helper()
+	s, err := Listen("127.0.0.1:0", h, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.Serve() }()
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// getPath GETs path from addr on a connection of its own and returns the status.
+func getPath(addr, path string) (int, error) {
+	c := http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get("http://" + addr + path)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, nil
+}
+
+// TestProbesGetAReservedConnection: with every connection running a handler, /healthz is
+// still answered (on a reserved connection), another path on one gets 503, and past the
+// reserved connections a new one is refused.
+func TestProbesGetAReservedConnection(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	defer close(release)
+	started := make(chan struct{}, 4)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, _ *http.Request) { started <- struct{}{}; <-release })
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	s := serveLimits(t, Limits{MaxConnections: 2, Reserved: 1, ReservedPaths: []string{"/healthz"}}, mux)
+	addr := s.Addr().String()
+	for i := 0; i < 2; i++ {
+		go func() { _, _ = getPath(addr, "/slow") }()
+		<-started
+	}
+	for i := 0; i < 3; i++ {
+		if code, err := getPath(addr, "/healthz"); err != nil || code != 200 {
+			t.Fatalf("/healthz %d with every connection busy: %d, %v", i, code, err)
+		}
+	}
+	if code, err := getPath(addr, "/slow"); err == nil && code != http.StatusServiceUnavailable {
+		t.Fatalf("/slow on a reserved connection: %d, want 503", code)
+	}
+}
+
+// TestSlowReaderIsCutAfterTheStall: a client that never reads its answer is cut after
+// WriteStall, long before WriteTimeout, so it frees its connection.
+func TestSlowReaderIsCutAfterTheStall(t *testing.T) {
+	t.Parallel()
+	werr := make(chan error, 1)
+	big := make([]byte, 64<<20) // more than any socket buffer takes
+	s := serveLimits(t, Limits{MaxConnections: 4, WriteStall: 200 * time.Millisecond, WriteTimeout: time.Hour},
+		http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, err := w.Write(big)
+			werr <- err
+		}))
+	c, err := net.Dial("tcp", s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n") // and never read
+	select {
+	case err := <-werr:
+		if err == nil {
+			t.Fatal("64 MiB written to a client that reads nothing")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the write to a client that reads nothing still blocks after 20 s (WriteStall 200 ms)")
 	}
 }
