@@ -115,7 +115,8 @@ function tableCard(t) {
       count('dead', fmtNum(s.dead), s.dead ? 'bad' : '', 'dead'),
       count('due now (backlog)', fmtNum(s.due), '', 'due'),
       count('oldest due for', s.due ? fmtAge(s.oldest_due_age_seconds) : '–', s.oldest_due_age_seconds > 60 ? 'warn' : '', 'oldest'),
-      count('sent', fmtNum(s.sent), '', 'sent')),
+      count('sent', fmtNum(s.sent), '', 'sent'),
+      ...(s.unknown ? [count('unknown status, never sent', fmtNum(s.unknown), 'bad', 'unknown')] : [])),
     t.partitions ? partitionLine(t.partitions) : lockLine(t.lock),
     activity(t.activity));
   if (t.error) card.append(el('p', { class: 'error', textContent: t.error }));
