@@ -214,7 +214,7 @@ func (a *app) applySteps(cmd *cobra.Command, d opDatabase, tbl string, steps []s
 			fmt.Fprintf(out, "%s: step %d of %d failed: %s\n", table, i+1, len(steps), stepSummary(st))
 			return err
 		}
-		if st.Alter == "" {
+		if st.Alter == "" && !st.Backfill {
 			continue // a CREATE TABLE: reported as "created"
 		}
 		how := "online"
@@ -301,6 +301,9 @@ func printSteps(w io.Writer, table string, steps []schema.Step) {
 		}
 		if st.Alter != "" {
 			fmt.Fprintf(w, "-- gh-ost / pt-online-schema-change --alter: %s\n", st.Alter)
+		}
+		if st.Backfill {
+			fmt.Fprintf(w, "-- backfill of NULLs: migrate runs it in primary key ranges (AND id BETWEEN ...), one short transaction each\n")
 		}
 		fmt.Fprintf(w, "%s;\n", strings.TrimSpace(st.SQL))
 	}
