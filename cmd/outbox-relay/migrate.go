@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outbox-relay/outbox-relay/internal/ops"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -127,6 +128,9 @@ func (a *app) migrateDatabase(cmd *cobra.Command, d opDatabase, o migrateOptions
 		}
 		givenUp, err := a.givenUp(cmd, d, tbl, before, o)
 		if err != nil {
+			return pending, err
+		}
+		if err := reportUnknown(cmd, d, tbl, before); err != nil {
 			return pending, err
 		}
 		if o.check {
@@ -285,6 +289,24 @@ func (a *app) givenUp(cmd *cobra.Command, d opDatabase, tbl string, before []sch
 	}
 	a.log.Info().Str("database", d.Label()).Str("table", tbl).Int64("parked", parked).Msg("rows given up on by the previous relay parked dead")
 	return n, nil
+}
+
+// reportUnknown says how many rows of tbl have a status that is NULL or outside 0-4: the
+// relay never sends them. migrate parks the NULL ones dead (see schema.NullStatusReason);
+// the others are the operator's to settle.
+func reportUnknown(cmd *cobra.Command, d opDatabase, tbl string, before []schema.Problem) error {
+	for _, p := range before {
+		if p.Kind == "missing table" || p.Kind == "missing column" && p.Object == "status" {
+			return nil
+		}
+	}
+	n, err := ops.CountUnknown(cmd.Context(), d.db, tbl)
+	if err != nil || n == 0 {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s: %d row(s) of unknown status (NULL or outside 0-4), never sent: `outbox-relay status` lists them by value; "+
+		"migrate parks the NULL ones dead, settle the others by hand (docs/adopting.md, \"Rows of unknown status\")\n", d.qualified(tbl), n)
+	return nil
 }
 
 // printSteps writes the steps of table as SQL a person or a migration tool can run.
