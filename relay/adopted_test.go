@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outbox-relay/outbox-relay/internal/ops"
+	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
@@ -125,5 +126,30 @@ func TestAdoptedTableNullStateColumns(t *testing.T) {
 	})
 	if n := sent("later-null-next"); n != 1 {
 		t.Errorf("later-null-next sent %d times, want once", n)
+	}
+}
+
+// TestAdoptedNullRetryBudgetEndsDead: a row of NULL retry_count and max_retry_count whose
+// sends keep failing spends the contract's budget (3 retries after the first attempt) and
+// goes dead with the broker's reason, instead of being retried for ever.
+func TestAdoptedNullRetryBudgetEndsDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	cfg.Backoff.Base = 20 * time.Millisecond
+	cfg.Backoff.Max = 40 * time.Millisecond
+	b.broker.SetTopicFaults("broken", rmqtest.Faults{ErrorRate: 1, ErrorCode: 25}) // counted failures
+	for _, stmt := range []string{
+		"ALTER TABLE local_message MODIFY retry_count int NULL DEFAULT NULL, MODIFY max_retry_count int NULL DEFAULT NULL",
+		"INSERT INTO local_message (msg_id, topic, content, retry_count, max_retry_count) VALUES ('null-budget', 'broken', '{}', NULL, NULL)",
+	} {
+		if _, err := b.db.Exec(stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(t, b.newRelay(t, cfg))
+	eventually(t, 30*time.Second, "the row dead", func() bool { return countWhere(t, b.db.DB, "status = 3") == 1 })
+	if n := countWhere(t, b.db.DB, "msg_id = 'null-budget' AND retry_count = 4 AND max_retry_count IS NULL AND fail_reason LIKE '%CODE: 25%'"); n != 1 {
+		t.Errorf("the row went dead without spending the default budget of 3 retries: %s", statusCounts(t, b.db.DB))
 	}
 }
