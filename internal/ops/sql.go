@@ -32,9 +32,10 @@ const (
 		" WHERE status = ? AND next_retry_time BETWEEN ? AND ? AND " + schema.NotDeletedSQL + " ORDER BY next_retry_time, id LIMIT 1"
 
 	// sqlDueHeadNull is sqlDueHead for the rows whose next_retry_time is NULL, due since
-	// their creation: the head of the range (status, NULL), in id order.
+	// their creation: the head of the range (status, NULL), in id order (ORDER BY id, not
+	// "next_retry_time, id", which MariaDB 10.11 sorts: a filesort of every NULL row).
 	sqlDueHeadNull = "SELECT UNIX_TIMESTAMP(create_time) * 1000 FROM {T}" +
-		" WHERE status = ? AND next_retry_time IS NULL AND " + schema.NotDeletedSQL + " ORDER BY next_retry_time, id LIMIT 1"
+		" WHERE status = ? AND next_retry_time IS NULL AND " + schema.NotDeletedSQL + " ORDER BY id LIMIT 1"
 
 	// sqlDeadSelect lists dead rows; {W} is the filter (see Filter.where).
 	// An adopted table's NULLs read as the contract's defaults (schema.RetryCountSQL).
