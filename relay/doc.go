@@ -42,6 +42,9 @@
 //     row's status and retry count as read.
 //   - A database stall is a statement left unanswered (progress.go), never a slow broker.
 //   - One layout of partitions at a time: layout.go.
+//   - An adopted table's NULLs read one way in every statement (a NULL retry_count is 0 and
+//     guarded as 0, a NULL next_retry_time due now, a NULL is_deleted not deleted, a NULL
+//     status never sent): schema/nulls.go.
 //
 // With Config.TracerProvider set, every message sent gets an OpenTelemetry producer span, a
 // child of the writer's trace context stored in the row, whose own context the message
