@@ -89,3 +89,30 @@ func TestMigrateNullableColumns(t *testing.T) {
 		t.Errorf("rows after migrate:\n got %s\nwant %s<now>%s<now>,- | status-7 untouched", got, want, rest)
 	}
 }
+
+// TestStatusShowsUnknownStatuses: a NULL status no longer makes `status` fail for the whole
+// table; rows of NULL or out-of-range status are shown as unknown, by value, and in --json.
+func TestStatusShowsUnknownStatuses(t *testing.T) {
+	t.Parallel()
+	db := testenv.MySQL(t)
+	dsn := "--mysql-dsn=" + db.DSN
+	if r := cli(t, "", false, "migrate", dsn); r.code != 0 {
+		t.Fatalf("migrate: %+v", r)
+	}
+	for _, stmt := range []string{
+		"ALTER TABLE local_message MODIFY status tinyint NULL DEFAULT NULL",
+		"INSERT INTO local_message (msg_id, topic, content, status) VALUES ('a', 'orders', '{}', 0), ('b', 'orders', '{}', NULL), ('c', 'orders', '{}', 7)",
+	} {
+		if _, err := db.Exec(stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := cli(t, "", false, "status", dsn, "--redis-addr=127.0.0.1:1")
+	if r.code != 0 || !strings.Contains(r.out, "unknown status, never sent  2") || !strings.Contains(r.out, "status NULL: 1") || !strings.Contains(r.out, "status 7: 1") {
+		t.Errorf("status of a table with a NULL and an unknown status: %+v", r)
+	}
+	r = cli(t, "", false, "status", "--json", dsn, "--redis-addr=127.0.0.1:1")
+	if r.code != 0 || !strings.Contains(r.out, `"unknown": 2`) || !strings.Contains(r.out, `"value": "NULL"`) {
+		t.Errorf("status --json: %+v", r)
+	}
+}
