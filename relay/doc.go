@@ -54,6 +54,9 @@
 //   - Bounded memory: the bodies held at once (pages read and not yet published, sends of
 //     detached units) are bounded by Config.MemoryBudget (budget.go), which scan.go takes
 //     room in before each page; it holds back reading only.
+//   - An adopted table's NULLs read one way in every statement (a NULL retry_count is 0 and
+//     guarded as 0, a NULL next_retry_time due now, a NULL is_deleted not deleted, a NULL
+//     status never sent): schema/nulls.go.
 //
 // With Config.TracerProvider set, every message sent gets an OpenTelemetry producer span, a
 // child of the writer's trace context stored in the row, whose own context the message

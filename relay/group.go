@@ -289,6 +289,7 @@ func (g *Group) sampleBacklogEvery(ctx context.Context, every time.Duration) {
 		} else {
 			first.metrics.SetBacklog(0, 0)
 			first.metrics.SetDeadRows(0)
+			first.metrics.SetUnknownRows(0)
 		}
 		select {
 		case <-ctx.Done():

@@ -536,6 +536,12 @@ func (r *Relay) sampleBacklog(ctx context.Context) {
 		return
 	}
 	r.metrics.SetDeadRows(deadRows)
+	unknown, err := ops.CountUnknown(qctx, r.db, r.cfg.Table)
+	if err != nil {
+		r.log.Warn().Err(err).Msg("unknown status rows sample failed")
+		return
+	}
+	r.metrics.SetUnknownRows(unknown)
 }
 
 // exportLockWait sets the lock-wait gauge of a relay of its own; a group's partitions leave

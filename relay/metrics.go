@@ -50,6 +50,7 @@ type Metrics struct {
 	pending     *prometheus.GaugeVec
 	oldestDue   *prometheus.GaugeVec
 	deadRows    *prometheus.GaugeVec
+	unknownRows *prometheus.GaugeVec
 	publishTime *prometheus.HistogramVec
 	batchTime   *prometheus.HistogramVec
 	leader      *prometheus.GaugeVec
@@ -105,6 +106,9 @@ func NewMetricsWith(reg prometheus.Registerer, opts MetricsOptions) *Metrics {
 		deadRows: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "outbox_relay_dead_rows", Help: "Dead rows in the table (status 3, not deleted), waiting for an operator. Sampled every 5s.",
 		}, byTable),
+		unknownRows: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "outbox_relay_unknown_status_rows", Help: "Rows whose status is NULL or outside 0-4: never sent, waiting for an operator. Sampled every 5s.",
+		}, byTable),
 		publishTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "outbox_relay_publish_duration_seconds", Help: "Duration of one broker send (one message or one batch request).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
@@ -154,7 +158,7 @@ func NewMetricsWith(reg prometheus.Registerer, opts MetricsOptions) *Metrics {
 		m.unrepl.WithLabelValues(st) // exported from zero
 	}
 	if reg != nil {
-		reg.MustRegister(m.published, m.failed, m.dead, m.pending, m.oldestDue, m.deadRows, m.publishTime,
+		reg.MustRegister(m.published, m.failed, m.dead, m.pending, m.oldestDue, m.deadRows, m.unknownRows, m.publishTime,
 			m.batchTime, m.leader, m.lockWait, m.lockLosses, m.writeBacks, m.partOwned, m.members, m.buildInfo,
 			m.sendFails, m.misconfig, m.unrepl, m.connWatch)
 	}
@@ -221,6 +225,7 @@ func (m *Metrics) Table(database, table string) *TableMetrics {
 		pending:    m.pending.WithLabelValues(database, table),
 		oldestDue:  m.oldestDue.WithLabelValues(database, table),
 		deadRows:   m.deadRows.WithLabelValues(database, table),
+		unknown:    m.unknownRows.WithLabelValues(database, table),
 		lockWait:   m.lockWait.WithLabelValues(database, table),
 		lockLosses: m.lockLosses.WithLabelValues(database, table),
 		writeBacks: m.writeBacks.WithLabelValues(database, table),
@@ -261,6 +266,7 @@ type TableMetrics struct {
 	pending         prometheus.Gauge
 	oldestDue       prometheus.Gauge
 	deadRows        prometheus.Gauge
+	unknown         prometheus.Gauge
 	lockWait        prometheus.Gauge
 	lockLosses      prometheus.Counter
 	writeBacks      prometheus.Counter
@@ -399,6 +405,13 @@ func (t *TableMetrics) SetBacklog(pending int64, oldestDueSeconds float64) {
 func (t *TableMetrics) SetDeadRows(n int64) {
 	if t != nil {
 		t.deadRows.Set(float64(n))
+	}
+}
+
+// SetUnknownRows sets the number of rows of unknown status in the table.
+func (t *TableMetrics) SetUnknownRows(n int64) {
+	if t != nil {
+		t.unknown.Set(float64(n))
 	}
 }
 

@@ -168,6 +168,7 @@ func TestMetricsExportEverySeriesFromZero(t *testing.T) {
 			`outbox_relay_pending{` + lt + `}`,
 			`outbox_relay_oldest_due_age_seconds{` + lt + `}`,
 			`outbox_relay_dead_rows{` + lt + `}`,
+			`outbox_relay_unknown_status_rows{` + lt + `}`,
 			`outbox_relay_publish_duration_seconds_count{` + lt + `}`,
 			`outbox_relay_batch_duration_seconds_count{` + lt + `}`,
 			`outbox_relay_published_total{` + lt + `,tag="created",topic="orders"}`,
@@ -973,7 +974,8 @@ func TestMetricsDocMatchesTheRelay(t *testing.T) {
 
 // TestStandbyExportsItsTable runs a leader and a standby of one table, each with its own
 // registry as two processes have: the standby exports the table's series too (leader 0, its
-// growing lock wait, counters at 0, the true backlog and dead rows), labelled by database.
+// growing lock wait, counters at 0, the true backlog, dead rows and rows of unknown status),
+// labelled by database.
 func TestStandbyExportsItsTable(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -982,6 +984,10 @@ func TestStandbyExportsItsTable(t *testing.T) {
 	b.insert(t, outbox.Message{Topic: "orders", Tag: "created", Body: []byte("x")})
 	// A plain-SQL writer's row with a topic RocketMQ refuses: it goes dead at once.
 	if _, err := b.db.DB.Exec(`INSERT INTO local_message (msg_id, topic, tag, content) VALUES ('bad-1', 'no such topic!', 'order-42', 'x')`); err != nil {
+		t.Fatal(err)
+	}
+	// A row of a status outside the contract: never sent, counted by both relays' gauge.
+	if _, err := b.db.DB.Exec(`INSERT INTO local_message (msg_id, topic, tag, content, status) VALUES ('odd-1', 'orders', 'created', 'x', 9)`); err != nil {
 		t.Fatal(err)
 	}
 	for i, reg := range regs {
@@ -1003,6 +1009,8 @@ func TestStandbyExportsItsTable(t *testing.T) {
 			metric(t, leader, "outbox_relay_published_total", sent) == 1 &&
 			metric(t, leader, "outbox_relay_dead_rows", table) == 1 &&
 			metric(t, standby, "outbox_relay_dead_rows", table) == 1 &&
+			metric(t, leader, "outbox_relay_unknown_status_rows", table) == 1 &&
+			metric(t, standby, "outbox_relay_unknown_status_rows", table) == 1 &&
 			metric(t, standby, "outbox_relay_pending", table) == 0 &&
 			metric(t, standby, "outbox_relay_lock_wait_seconds", table) > 0
 	})

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 // checkStreamsPerStatement bounds the streams one statement of the ordered check reads (two
@@ -106,14 +108,14 @@ func (s *store) orderedHeads(ctx context.Context, streams map[orderKey][]int64, 
 				// unsent ones matter (a gap in the page's run of the stream).
 				for n, k := range inner {
 					ids := streams[k]
-					parts = append(parts, `(SELECT `+fmt.Sprint(-1-n)+` AS part, id, COALESCE(topic, ''), sharding_key, tag, status, next_retry_time FROM `+s.table+hint+`
-						WHERE sharding_key = ? AND id > ? AND id < ? AND COALESCE(topic, '') = ? AND status IN (0, 1) AND is_deleted = 0)`)
+					parts = append(parts, `(SELECT `+fmt.Sprint(-1-n)+` AS part, id, COALESCE(topic, ''), sharding_key, tag, status, `+schema.NextRetrySQL+` FROM `+s.table+hint+`
+						WHERE sharding_key = ? AND id > ? AND id < ? AND COALESCE(topic, '') = ? AND status IN (0, 1) AND `+schema.NotDeletedSQL+`)`)
 					args = append(args, k.key, ids[0], ids[len(ids)-1], k.topic)
 				}
 			}
 			for n, w := range chunk {
-				parts = append(parts, `(SELECT `+fmt.Sprint(n)+` AS part, id, COALESCE(topic, ''), sharding_key, tag, status, next_retry_time FROM `+s.table+hint+`
-					WHERE sharding_key = ? AND id < ? AND COALESCE(topic, '') = ? AND status IN (0, 1, 2) AND is_deleted = 0
+				parts = append(parts, `(SELECT `+fmt.Sprint(n)+` AS part, id, COALESCE(topic, ''), sharding_key, tag, status, `+schema.NextRetrySQL+` FROM `+s.table+hint+`
+					WHERE sharding_key = ? AND id < ? AND COALESCE(topic, '') = ? AND status IN (0, 1, 2) AND `+schema.NotDeletedSQL+`
 					ORDER BY id DESC LIMIT `+fmt.Sprint(w.limit)+`)`)
 				args = append(args, w.k.key, w.below, w.k.topic)
 			}
@@ -193,7 +195,7 @@ func (s *store) nearestOlder(ctx context.Context, hint string, keys []orderKey, 
 		var q strings.Builder
 		args := make([]any, 0, 4*len(chunk))
 		q.WriteString("SELECT k.part, (SELECT m.id FROM " + s.table + " m" + hint + `
-			WHERE m.sharding_key = k.sk AND m.id < k.below AND COALESCE(m.topic, '') = k.tp AND m.status IN (0, 1, 2) AND m.is_deleted = 0
+			WHERE m.sharding_key = k.sk AND m.id < k.below AND COALESCE(m.topic, '') = k.tp AND m.status IN (0, 1, 2) AND COALESCE(m.is_deleted, 0) = 0
 			ORDER BY m.id DESC LIMIT 1) FROM (`)
 		for i, k := range chunk {
 			if i == 0 {
@@ -232,7 +234,7 @@ func (s *store) nearestOlder(ctx context.Context, hint string, keys []orderKey, 
 		if len(ids) == 0 {
 			continue
 		}
-		got, err := s.checkRows(ctx, `SELECT 0, id, COALESCE(topic, ''), sharding_key, tag, status, next_retry_time FROM `+s.table+`
+		got, err := s.checkRows(ctx, `SELECT 0, id, COALESCE(topic, ''), sharding_key, tag, status, `+schema.NextRetrySQL+` FROM `+s.table+`
 			WHERE id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)`, ids)
 		if err != nil {
 			return nil, err

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 // Parked rows (relay.go, parkHeld) are pending rows of an ordered key held behind an unsent
@@ -114,7 +116,7 @@ func (s *store) headStates(ctx context.Context, ids []int64) (map[int64]headStat
 	for start := 0; start < len(ids); start += maxIDsPerStatement {
 		chunk := ids[start:min(start+maxIDsPerStatement, len(ids))]
 		rows, err := s.query(ctx, `SELECT id, status, next_retry_time FROM `+s.table+` FORCE INDEX (PRIMARY)
-			WHERE id IN (`+placeholders(len(chunk))+`) AND is_deleted = 0`, int64Args(chunk)...)
+			WHERE id IN (`+placeholders(len(chunk))+`) AND `+schema.NotDeletedSQL, int64Args(chunk)...)
 		if err != nil {
 			return nil, fmt.Errorf("read the heads of parked keys in %s: %w", s.name, err)
 		}
@@ -148,7 +150,7 @@ func (s *store) findParked(ctx context.Context, nowMs int64, limit int) (map[ord
 	defer cancel()
 	where, args := s.partitionWhere(nil)
 	rows, err := s.query(ctx, `SELECT COALESCE(topic, ''), COALESCE(sharding_key, ''), next_retry_time, fail_reason FROM `+s.table+s.scanHint+`
-		WHERE `+where+`status = 0 AND next_retry_time > ? AND is_deleted = 0 AND fail_reason LIKE ?
+		WHERE `+where+`status = 0 AND next_retry_time > ? AND `+schema.NotDeletedSQL+` AND fail_reason LIKE ?
 		GROUP BY 1, 2, 3, 4`, append(args, nowMs, likeEscape(parkedPrefix)+"%")...)
 	if err != nil {
 		return nil, fmt.Errorf("find parked rows of %s: %w", s.name, err)

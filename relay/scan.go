@@ -35,7 +35,7 @@ func bodyBytes(rows []row) int64 {
 // row that crosses it): with the budget full, the scan waits for bodies to be published.
 func (r *Relay) scan(stop, ctx context.Context, nowMs int64, out chan<- *page) error {
 	for _, status := range []int{int(outbox.StatusFailed), int(outbox.StatusPending)} {
-		c := cursor{next: math.MinInt64, id: math.MinInt64} // before any row, however odd its next_retry_time or id
+		c := cursor{null: true, next: math.MinInt64, id: math.MinInt64} // before any row, however odd its next_retry_time or id
 		limit := r.cfg.BatchSize
 		for {
 			if stop.Err() != nil || ctx.Err() != nil {
@@ -55,7 +55,7 @@ func (r *Relay) scan(stop, ctx context.Context, nowMs int64, out chan<- *page) e
 				break
 			}
 			last := rows[len(rows)-1]
-			c = cursor{next: last.nextRetry, id: last.id}
+			c = cursor{null: last.nextNull, next: last.nextRetry, id: last.id}
 			select {
 			case out <- pg:
 			case <-ctx.Done():
@@ -102,7 +102,7 @@ func (r *Relay) readPage(ctx context.Context, status int, nowMs int64, c cursor,
 		rows = append(rows, row{}) // scanned in place: a row is 200 bytes
 		rw := &rows[len(rows)-1]
 		if err := res.Scan(&rw.id, &rw.msgID, &topic, &tag, &content, &rw.contentLen, &rw.keys, &rw.shardingKey,
-			&rw.properties, &rw.retryCount, &rw.maxRetries, &rw.nextRetry); err != nil {
+			&rw.properties, &rw.retryCount, &rw.maxRetries, &rw.nextNull, &rw.nextRetry); err != nil {
 			return nil, false, false, fmt.Errorf("read due rows of %s: %w", r.cfg.Table, err)
 		}
 		rw.topic, rw.tag = names.get(topic), names.get(tag)

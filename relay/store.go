@@ -59,10 +59,14 @@ type row struct {
 	retryCount  int
 	maxRetries  int
 	nextRetry   int64
+	nextNull    bool // next_retry_time is NULL (read as 0: due now)
 }
 
-// cursor is the keyset position within one status: pages resume after (next, id).
+// cursor is the keyset position within one status: pages resume after (next, id), or, while
+// null holds, after id among the rows whose next_retry_time is NULL (due now; they come
+// first in the index).
 type cursor struct {
+	null bool
 	next int64
 	id   int64
 }
@@ -81,17 +85,30 @@ type cursor struct {
 // every row held back earlier in the pass on each page: 99,504 index entries read for a
 // page of 500 behind 99,000 held rows, against 500 for this form (Handler_icp_attempts).
 //
+// An adopted table's NULL next_retry_time is due now (schema.NextRetrySQL): NULLs come
+// first in the index, so the pages of a status start with the range (status, NULL, id >
+// c.id) next to the range of every due value, and drop it once past the NULLs.
+//
 // A partition's relay adds "relay_partition = ? AND" in front: its index is
 // (relay_partition, status, next_retry_time), the same range one level down.
 func (s *store) pageQuery(status int, nowMs int64, c cursor, limit, maxBody int) (string, []any) {
 	where, args := s.partitionWhere([]any{maxBody})
+	due := `next_retry_time <= ? AND ((next_retry_time = ? AND id > ?) OR next_retry_time > ?)`
+	args = append(args, status)
+	if c.null {
+		due = `((next_retry_time IS NULL AND id > ?) OR next_retry_time <= ?)`
+		args = append(args, c.id, nowMs)
+	} else {
+		args = append(args, nowMs, c.next, c.id, c.next)
+	}
 	// NULLs of an adopted table's nullable columns read as the contract's defaults, so that
 	// no row fails its page; a NULL msg_id or topic then makes the row dead with a reason.
 	return `SELECT id, COALESCE(msg_id, ''), COALESCE(topic, ''), COALESCE(tag, ''), IF(LENGTH(content) <= ?, content, NULL), COALESCE(LENGTH(content), 0),
-			COALESCE(msg_keys, ''), COALESCE(sharding_key, ''), properties, COALESCE(retry_count, 0), COALESCE(max_retry_count, 3), next_retry_time
+			COALESCE(msg_keys, ''), COALESCE(sharding_key, ''), properties, ` + schema.RetryCountSQL + `, ` + schema.MaxRetrySQL + `,
+			next_retry_time IS NULL, ` + schema.NextRetrySQL + `
 		FROM ` + s.table + s.scanHint + `
-		WHERE ` + where + `status = ? AND next_retry_time <= ? AND ((next_retry_time = ? AND id > ?) OR next_retry_time > ?) AND is_deleted = 0
-		ORDER BY next_retry_time, id LIMIT ?`, append(args, status, nowMs, c.next, c.id, c.next, limit)
+		WHERE ` + where + `status = ? AND ` + due + ` AND ` + schema.NotDeletedSQL + `
+		ORDER BY next_retry_time, id LIMIT ?`, append(args, limit)
 }
 
 // partitionWhere returns the partition condition ("" for an unpartitioned table) and args
@@ -114,7 +131,7 @@ func (s *store) anyDue(ctx context.Context) (bool, error) {
 	// level down (key_len 12: every part used).
 	where, args := s.partitionWhere(nil)
 	err := s.queryRow(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM `+s.table+`
-		WHERE `+where+`status IN (0, 1) AND next_retry_time <= `+dbNowSQL+` LIMIT 1) due`, args...).Scan(&n)
+		WHERE `+where+`status IN (0, 1) AND (next_retry_time <= `+dbNowSQL+` OR next_retry_time IS NULL) LIMIT 1) due`, args...).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("probe due rows of %s: %w", s.name, err)
 	}
@@ -185,8 +202,8 @@ func (s *store) unsentUpTo(ctx context.Context, keys []string, maxID int64, orde
 	due := map[int64]int64{}
 	for start := 0; start < len(keys); start += maxIDsPerStatement {
 		chunk := keys[start:min(start+maxIDsPerStatement, len(keys))]
-		q := `SELECT id, COALESCE(topic, ''), tag, sharding_key, next_retry_time FROM ` + s.table + `
-			WHERE sharding_key IN (` + placeholders(len(chunk)) + `) AND status IN (0, 1) AND id <= ? AND is_deleted = 0`
+		q := `SELECT id, COALESCE(topic, ''), tag, sharding_key, ` + schema.NextRetrySQL + ` FROM ` + s.table + `
+			WHERE sharding_key IN (` + placeholders(len(chunk)) + `) AND status IN (0, 1) AND id <= ? AND ` + schema.NotDeletedSQL
 		args := make([]any, 0, len(chunk)+1)
 		for _, k := range chunk {
 			args = append(args, k)
@@ -238,7 +255,7 @@ func (s *store) park(ctx context.Context, ids []int64, untilMs, head int64) (int
 		}
 		args = append(args, untilMs)
 		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET next_retry_time = ?, fail_reason = ?
-			WHERE id IN (`+placeholders(len(chunk))+`) AND status = 0 AND next_retry_time < ? AND is_deleted = 0`, args...)
+			WHERE id IN (`+placeholders(len(chunk))+`) AND status = 0 AND `+schema.NextRetrySQL+` < ? AND `+schema.NotDeletedSQL, args...)
 		if err != nil {
 			return total, fmt.Errorf("park held rows of %s: %w", s.name, err)
 		}
@@ -254,7 +271,7 @@ func (s *store) unpark(ctx context.Context, k orderKey, id, untilMs, nowMs int64
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	rows, err := s.query(ctx, `SELECT id FROM `+s.table+`
-		WHERE sharding_key = ? AND topic = ? AND status = 0 AND id > ? AND next_retry_time = ? AND is_deleted = 0`,
+		WHERE sharding_key = ? AND topic = ? AND status = 0 AND id > ? AND next_retry_time = ? AND `+schema.NotDeletedSQL,
 		k.key, k.topic, id, untilMs)
 	if err != nil {
 		return 0, fmt.Errorf("find parked rows of %s: %w", s.name, err)
@@ -283,7 +300,7 @@ func (s *store) unpark(ctx context.Context, k orderKey, id, untilMs, nowMs int64
 		}
 		args = append(args, untilMs)
 		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET next_retry_time = ?
-			WHERE id IN (`+placeholders(len(chunk))+`) AND status = 0 AND next_retry_time = ? AND is_deleted = 0`, args...)
+			WHERE id IN (`+placeholders(len(chunk))+`) AND status = 0 AND next_retry_time = ? AND `+schema.NotDeletedSQL, args...)
 		if err != nil {
 			return total, fmt.Errorf("unpark rows of %s: %w", s.name, err)
 		}
@@ -332,7 +349,7 @@ func (s *store) markSent(ctx context.Context, retryCount int, ids []int64, nowMs
 		args := append([]any{nowMs, nowMs}, int64Args(chunk)...)
 		args = append(args, retryCount)
 		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET status = 2, sent_time = ?, next_retry_time = ?
-			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND retry_count = ?`, args...)
+			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND `+schema.RetryCountSQL+` = ?`, args...)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("mark %d rows of %s sent: %w", len(chunk), s.name, err)
@@ -376,9 +393,9 @@ func (s *store) markRetry(ctx context.Context, retryCount int, fails []failure, 
 		args = append(args, failureIDs(chunk)...)
 		args = append(args, retryCount)
 		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET retry_count = ?,
-			status = CASE WHEN ? > max_retry_count THEN 3 ELSE 1 END,
-			next_retry_time = CASE WHEN ? > max_retry_count THEN `+settledNowSQL+` ELSE ? END, fail_reason = `+reasonSQL+`
-			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND retry_count = ?`, args...)
+			status = CASE WHEN ? > `+schema.MaxRetrySQL+` THEN 3 ELSE 1 END,
+			next_retry_time = CASE WHEN ? > `+schema.MaxRetrySQL+` THEN `+settledNowSQL+` ELSE ? END, fail_reason = `+reasonSQL+`
+			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND `+schema.RetryCountSQL+` = ?`, args...)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("record %d failed attempts in %s: %w", len(chunk), s.name, err)
@@ -399,9 +416,9 @@ func (s *store) markTransientRetry(ctx context.Context, retryCount int, fails []
 		args = append(args, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
 		args = append(args, retryCount)
-		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET retry_count = LEAST(?, max_retry_count),
+		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET retry_count = LEAST(?, `+schema.MaxRetrySQL+`),
 			status = 1, next_retry_time = ?, fail_reason = `+reasonSQL+`
-			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND retry_count = ?`, args...)
+			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND `+schema.RetryCountSQL+` = ?`, args...)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("record %d failed attempts in %s: %w", len(chunk), s.name, err)
@@ -422,7 +439,7 @@ func (s *store) markDeferred(ctx context.Context, retryCount int, fails []failur
 		args = append(args, failureIDs(chunk)...)
 		args = append(args, retryCount)
 		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET status = 1, next_retry_time = ?, fail_reason = `+reasonSQL+`
-			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND retry_count = ?`, args...)
+			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND `+schema.RetryCountSQL+` = ?`, args...)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("defer %d rows of %s: %w", len(chunk), s.name, err)
@@ -454,8 +471,8 @@ func (s *store) markRetryPerRow(ctx context.Context, retryCount int, fails []fai
 	var total int64
 	for _, f := range fails {
 		res, err := s.execStmt(ctx, `UPDATE `+s.table+` SET retry_count = ?,
-			status = CASE WHEN ? > max_retry_count THEN 3 ELSE 1 END, next_retry_time = ?, fail_reason = ?
-			WHERE id = ? AND status IN (0, 1) AND retry_count = ?`,
+			status = CASE WHEN ? > `+schema.MaxRetrySQL+` THEN 3 ELSE 1 END, next_retry_time = ?, fail_reason = ?
+			WHERE id = ? AND status IN (0, 1) AND `+schema.RetryCountSQL+` = ?`,
 			retryCount+1, retryCount+1, nextMs, s.truncateReason(f.reason), f.id, retryCount)
 		if err != nil {
 			return total, fmt.Errorf("record failed attempt of row %d in %s: %w", f.id, s.name, err)
@@ -494,7 +511,7 @@ func (s *store) markDead(ctx context.Context, fails []failure) (int64, error) {
 func (s *store) backlog(ctx context.Context, now time.Time) (pending int64, oldestDue time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	err = s.queryRow(ctx, `SELECT COUNT(*) FROM `+s.table+` WHERE status IN (0, 1) AND is_deleted = 0`).Scan(&pending)
+	err = s.queryRow(ctx, `SELECT COUNT(*) FROM `+s.table+` WHERE status IN (0, 1) AND `+schema.NotDeletedSQL).Scan(&pending)
 	if err != nil {
 		return 0, 0, fmt.Errorf("count backlog of %s: %w", s.name, err)
 	}

@@ -16,10 +16,10 @@ import (
 // reach consumers within a second of the first start; migrate parks them dead instead, where
 // `outbox-relay dead list` shows them and `requeue` sends the ones that are still wanted.
 const (
-	givenUpWhere = "status IN (0, 1) AND retry_count > max_retry_count AND is_deleted = 0"
+	givenUpWhere = "status IN (0, 1) AND " + RetryCountSQL + " > " + MaxRetrySQL + " AND " + NotDeletedSQL
 
 	sqlGivenUpCount = "SELECT COUNT(*) FROM {T} WHERE " + givenUpWhere
-	sqlGivenUpList  = "SELECT id, msg_id, topic, tag, retry_count, max_retry_count, create_time FROM {T} WHERE " +
+	sqlGivenUpList  = "SELECT id, COALESCE(msg_id, ''), COALESCE(topic, ''), COALESCE(tag, ''), " + RetryCountSQL + ", " + MaxRetrySQL + ", create_time FROM {T} WHERE " +
 		givenUpWhere + " ORDER BY id LIMIT ?"
 	// GivenUpReason is the fail_reason migrate writes on the rows it parks.
 	GivenUpReason = "given up by the previous relay (retry_count > max_retry_count, left at status 1): " +

@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -37,6 +38,10 @@ type Step struct {
 	Online bool
 	// Blocking says, for a step that is not online, what it blocks and why.
 	Blocking string
+	// Backfill marks an UPDATE that gives NULLs their column's default (see nullSteps).
+	// Apply runs it in primary key ranges of backfillChunk ids, each its own short
+	// transaction in READ COMMITTED; its SQL, run by hand, does the whole table at once.
+	Backfill bool
 }
 
 // Plan returns the statements that bring table to the contract, in order, without running
@@ -62,7 +67,7 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 		ddl, _ := DDL(table)
 		return append([]Step{{SQL: strings.TrimSpace(ddl), Online: true}}, partitionSteps(table, partitions, st)...), nil
 	}
-	var online, wrong, widen []string
+	var online, wrong, widen, nullable []string
 	autoInc := false
 	for _, p := range problems {
 		switch {
@@ -76,6 +81,8 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 			autoInc = true
 		case "narrow column":
 			widen = append(widen, p.Object)
+		case "nullable column":
+			nullable = append(nullable, p.Object)
 		case "obsolete index":
 			online = append(online, "DROP INDEX "+QuoteIdent(p.Object))
 		case "missing index":
@@ -104,13 +111,18 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 			Alter: alter, Online: true,
 		})
 	}
+	var found map[string]columnInfo // for the definitions and comments, which MODIFY replaces
+	if autoInc || len(widen) > 0 || len(nullable) > 0 {
+		if found, err = readColumns(ctx, db, table); err != nil {
+			return nil, err
+		}
+	}
+	if len(nullable) > 0 {
+		steps = append(steps, nullSteps(table, nullable, found)...)
+	}
 	if autoInc || len(widen) > 0 {
 		// One copy of the table for every change of a column's definition.
 		var mods, what []string
-		found, err := readColumns(ctx, db, table) // for the comments, which MODIFY drops
-		if err != nil {
-			return nil, err
-		}
 		if autoInc {
 			sign := "" // MODIFY replaces the whole definition: keep an unsigned id unsigned
 			if strings.Contains(strings.ToLower(found["id"].columnType), "unsigned") {
@@ -181,6 +193,12 @@ func Apply(ctx context.Context, db *sql.DB, table string, steps []Step, allowBlo
 				return fmt.Errorf("table %s: %w: %s", table, ErrNotOnline, st.Blocking)
 			}
 		}
+		if st.Backfill {
+			if err := backfill(ctx, db, table, st.SQL); err != nil {
+				return fmt.Errorf("migrate table %s: %w", table, err)
+			}
+			continue
+		}
 		err := execDDL(ctx, db, st.SQL, st.Online)
 		if n := mysqlerr.Number(err); st.Online && (n == errAlterNotSupported || n == errAlterNotSupportedReason) {
 			if !allowBlocking {
@@ -238,6 +256,40 @@ func execDDL(ctx context.Context, db *sql.DB, stmt string, online bool) error {
 		case <-time.After(min(time.Duration(attempt)*time.Second, ddlLockPauseMax)):
 		}
 	}
+}
+
+// backfillChunk is the ids one statement of a backfill covers.
+const backfillChunk = 5000
+
+// backfill runs the UPDATE stmt, whose WHERE clause is its last, over table's primary key
+// in ranges of backfillChunk ids, each autocommitted on a connection in READ COMMITTED: it
+// locks only the rows it changes, briefly, and never the gaps writers insert into.
+func backfill(ctx context.Context, db *sql.DB, table, stmt string) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"); err != nil {
+		return fmt.Errorf("backfill in READ COMMITTED: %w", err)
+	}
+	var lo, hi sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT MIN(id), MAX(id) FROM "+QuoteIdent(table)).Scan(&lo, &hi); err != nil {
+		return fmt.Errorf("id range for the backfill: %w", err)
+	}
+	for start := lo.Int64; lo.Valid; start += backfillChunk {
+		end := int64(math.MaxInt64)
+		if start <= math.MaxInt64-backfillChunk {
+			end = start + backfillChunk - 1
+		}
+		if _, err := conn.ExecContext(ctx, stmt+" AND id BETWEEN ? AND ?", start, end); err != nil {
+			return fmt.Errorf("backfill NULLs (ids %d to %d): %w", start, end, err)
+		}
+		if end >= hi.Int64 {
+			return nil
+		}
+	}
+	return nil
 }
 
 func hasRows(ctx context.Context, db *sql.DB, table string) (bool, error) {

@@ -101,7 +101,7 @@ var obsoleteIndexes = []index{
 // Problem is one way a table differs from the contract.
 type Problem struct {
 	// Kind is "missing table", "missing column", "wrong type", "not auto_increment",
-	// "missing index", "not unique", "narrow column" or "obsolete index".
+	// "missing index", "not unique", "narrow column", "obsolete index" or "nullable column".
 	Kind string
 	// Object names the column or index concerned; empty for a missing table.
 	Object string
@@ -111,9 +111,12 @@ type Problem struct {
 
 // Fatal reports whether the relay cannot run on the table: every problem but a narrow
 // column, which only limits what writers can insert (longer values are refused with error
-// 1406, or cut silently when the server's sql_mode is not strict), and an obsolete index,
-// which only slows the write-back down.
-func (p Problem) Fatal() bool { return p.Kind != "narrow column" && p.Kind != "obsolete index" }
+// 1406, or cut silently when the server's sql_mode is not strict), an obsolete index, which
+// only slows the write-back down, and a nullable column, whose NULLs every statement reads
+// as the contract says (see nulls.go).
+func (p Problem) Fatal() bool {
+	return p.Kind != "narrow column" && p.Kind != "obsolete index" && p.Kind != "nullable column"
+}
 
 func (p Problem) String() string {
 	s := p.Kind
@@ -171,6 +174,9 @@ func check(ctx context.Context, db *sql.DB, table string, partitions int) ([]Pro
 		case c.width > 0 && got.maxLen.Valid && got.maxLen.Int64 < c.width:
 			problems = append(problems, Problem{Kind: "narrow column", Object: c.name, Want: widthOf(c), Got: got.columnType + widthNote(got.dataType, got.maxLen.Int64)})
 		}
+		if ok && contains(c.types, got.dataType) && got.nullable && c.backfilled() {
+			problems = append(problems, Problem{Kind: "nullable column", Object: c.name, Want: "NOT NULL", Got: got.columnType + " NULL"})
+		}
 	}
 	have, named, err := readIndexes(ctx, db, table)
 	if err != nil {
@@ -221,6 +227,9 @@ func MigratePartitioned(ctx context.Context, db *sql.DB, table string, partition
 type columnInfo struct {
 	dataType, columnType, extra, comment string
 	maxLen                               sql.NullInt64 // CHARACTER_MAXIMUM_LENGTH
+	nullable                             bool          // IS_NULLABLE
+	// deflt is COLUMN_DEFAULT; charset and collation are NULL for a column not of text.
+	deflt, charset, collation sql.NullString
 }
 
 // widthOf describes the width column c needs.
@@ -240,7 +249,8 @@ func widthNote(dataType string, maxLen int64) string {
 }
 
 func readColumns(ctx context.Context, db *sql.DB, table string) (map[string]columnInfo, error) {
-	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, EXTRA, COLUMN_COMMENT, CHARACTER_MAXIMUM_LENGTH
+	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, EXTRA, COLUMN_COMMENT, CHARACTER_MAXIMUM_LENGTH,
+			IS_NULLABLE = 'YES', COLUMN_DEFAULT, CHARACTER_SET_NAME, COLLATION_NAME
 		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`, table)
 	if err != nil {
 		return nil, fmt.Errorf("read columns of %s: %w", table, err)
@@ -250,7 +260,8 @@ func readColumns(ctx context.Context, db *sql.DB, table string) (map[string]colu
 	for rows.Next() {
 		var name string
 		var ci columnInfo
-		if err := rows.Scan(&name, &ci.dataType, &ci.columnType, &ci.extra, &ci.comment, &ci.maxLen); err != nil {
+		if err := rows.Scan(&name, &ci.dataType, &ci.columnType, &ci.extra, &ci.comment, &ci.maxLen,
+			&ci.nullable, &ci.deflt, &ci.charset, &ci.collation); err != nil {
 			return nil, fmt.Errorf("read columns of %s: %w", table, err)
 		}
 		ci.dataType = strings.ToLower(ci.dataType)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outbox-relay/outbox-relay/internal/ops"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -129,6 +130,9 @@ func (a *app) migrateDatabase(cmd *cobra.Command, d opDatabase, o migrateOptions
 		if err != nil {
 			return pending, err
 		}
+		if err := reportUnknown(cmd, d, tbl, before); err != nil {
+			return pending, err
+		}
 		if o.check {
 			if len(before) == 0 && givenUp == 0 {
 				fmt.Fprintf(out, "%s: up to date\n", table)
@@ -214,7 +218,7 @@ func (a *app) applySteps(cmd *cobra.Command, d opDatabase, tbl string, steps []s
 			fmt.Fprintf(out, "%s: step %d of %d failed: %s\n", table, i+1, len(steps), stepSummary(st))
 			return err
 		}
-		if st.Alter == "" {
+		if st.Alter == "" && !st.Backfill {
 			continue // a CREATE TABLE: reported as "created"
 		}
 		how := "online"
@@ -287,6 +291,24 @@ func (a *app) givenUp(cmd *cobra.Command, d opDatabase, tbl string, before []sch
 	return n, nil
 }
 
+// reportUnknown says how many rows of tbl have a status that is NULL or outside 0-4: the
+// relay never sends them. migrate parks the NULL ones dead (see schema.NullStatusReason);
+// the others are the operator's to settle.
+func reportUnknown(cmd *cobra.Command, d opDatabase, tbl string, before []schema.Problem) error {
+	for _, p := range before {
+		if p.Kind == "missing table" || p.Kind == "missing column" && p.Object == "status" {
+			return nil
+		}
+	}
+	n, err := ops.CountUnknown(cmd.Context(), d.db, tbl)
+	if err != nil || n == 0 {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s: %d row(s) of unknown status (NULL or outside 0-4), never sent: `outbox-relay status` lists them by value; "+
+		"migrate parks the NULL ones dead, settle the others by hand (docs/adopting.md, \"Rows of unknown status\")\n", d.qualified(tbl), n)
+	return nil
+}
+
 // printSteps writes the steps of table as SQL a person or a migration tool can run.
 func printSteps(w io.Writer, table string, steps []schema.Step) {
 	if len(steps) == 0 {
@@ -301,6 +323,9 @@ func printSteps(w io.Writer, table string, steps []schema.Step) {
 		}
 		if st.Alter != "" {
 			fmt.Fprintf(w, "-- gh-ost / pt-online-schema-change --alter: %s\n", st.Alter)
+		}
+		if st.Backfill {
+			fmt.Fprintf(w, "-- backfill of NULLs: migrate runs it in primary key ranges (AND id BETWEEN ...), one short transaction each\n")
 		}
 		fmt.Fprintf(w, "%s;\n", strings.TrimSpace(st.SQL))
 	}

@@ -103,6 +103,9 @@ locks with relay.partitions > 1.`,
 				if r.Deleted > 0 {
 					fmt.Fprintf(tw, "  deleted, never sent\t%d\n", r.Deleted)
 				}
+				if r.Unknown > 0 {
+					fmt.Fprintf(tw, "  unknown status, never sent\t%d\t(%s)\n", r.Unknown, unknownValues(r.UnknownByValue))
+				}
 				fmt.Fprintf(tw, "  due now\t%d\n  oldest due\t%s\n", r.Due, r.OldestDueAge.Round(time.Second))
 				if len(r.ByTopic) > 0 {
 					fmt.Fprintln(tw, "\n  STATUS\tTOPIC\tCOUNT\t")
@@ -124,6 +127,15 @@ locks with relay.partitions > 1.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	addDatabaseFlag(cmd, &dbName)
 	return cmd
+}
+
+// unknownValues lists the status values outside the contract and their counts: "NULL: 3, 7: 1".
+func unknownValues(vs []ops.StatusValue) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = fmt.Sprintf("status %s: %d", v.Value, v.Count)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // databaseStatus reports each table of d with its lock, or with relay.partitions > 1 the

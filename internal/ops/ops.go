@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -58,6 +59,12 @@ type TopicCount struct {
 	Count   int64  `json:"count"`
 }
 
+// StatusValue is the number of rows holding one status value outside the contract's.
+type StatusValue struct {
+	Value string `json:"value"`
+	Count int64  `json:"count"`
+}
+
 // StatusReport summarizes an outbox table.
 type StatusReport struct {
 	Table string `json:"table"`
@@ -72,6 +79,11 @@ type StatusReport struct {
 	Handed int64 `json:"handed"`
 	// Deleted counts the unsent rows (pending, failed or dead) marked is_deleted = 1.
 	Deleted int64 `json:"deleted"`
+	// Unknown counts the rows whose status is NULL or outside 0-4: the relay never sends,
+	// purges or changes them (docs/decisions.md, "NULLs in an adopted table"); UnknownByValue
+	// breaks them down by the value found ("NULL", "7").
+	Unknown        int64         `json:"unknown"`
+	UnknownByValue []StatusValue `json:"unknown_by_value,omitempty"`
 	// Due counts the rows the relay should be sending now (pending or failed, next_retry_time
 	// passed, not deleted).
 	Due int64 `json:"due"`
@@ -110,13 +122,19 @@ func Status(ctx context.Context, db *sql.DB, table string, now time.Time) (Statu
 		return r, fmt.Errorf("count %s by status: %w", table, err)
 	}
 	for rows.Next() {
-		var st int
+		var v sql.NullInt64
 		var n int64
-		if err := rows.Scan(&st, &n); err != nil {
+		if err := rows.Scan(&v, &n); err != nil {
 			rows.Close()
 			return r, fmt.Errorf("count %s by status: %w", table, err)
 		}
-		switch outbox.Status(st) {
+		st := outbox.Status(v.Int64)
+		if !v.Valid || v.Int64 < 0 || v.Int64 > int64(outbox.StatusHanded) {
+			r.Unknown += n
+			r.UnknownByValue = append(r.UnknownByValue, StatusValue{Value: statusValue(v), Count: n})
+			continue
+		}
+		switch st {
 		case outbox.StatusPending:
 			r.Pending = n
 		case outbox.StatusFailed:
@@ -139,13 +157,14 @@ func Status(ctx context.Context, db *sql.DB, table string, now time.Time) (Statu
 		return r, fmt.Errorf("count %s by topic: %w", table, err)
 	}
 	for rows.Next() {
-		var st, del int
+		var st int
+		var live bool
 		var tc TopicCount
-		if err := rows.Scan(&st, &tc.Topic, &del, &tc.Count); err != nil {
+		if err := rows.Scan(&st, &tc.Topic, &live, &tc.Count); err != nil {
 			rows.Close()
 			return r, fmt.Errorf("count %s by topic: %w", table, err)
 		}
-		tc.Status, tc.Deleted = outbox.Status(st).String(), del != 0
+		tc.Status, tc.Deleted = outbox.Status(st).String(), !live
 		r.ByTopic = append(r.ByTopic, tc)
 		if tc.Deleted {
 			// The count by status comes from the index alone; this query reads the unsent
@@ -180,33 +199,66 @@ func Status(ctx context.Context, db *sql.DB, table string, now time.Time) (Statu
 // creation and its next_retry_time), or 0 when nothing is due. The `status` command and the
 // relay's outbox_relay_oldest_due_age_seconds gauge both report it.
 //
-// It costs four index seeks, whatever the backlog: for each unsent status, the head of the
-// rows due since creation (next_retry_time 0, oldest id first) and the head of the rows due
-// since a retry or a delayed start (smallest next_retry_time). It is exact as long as ids
+// It costs six index seeks, whatever the backlog: for each unsent status, the head of the
+// rows of NULL next_retry_time (an adopted table's), the head of the rows due since
+// creation (next_retry_time 0, oldest id first) and the head of the rows due since a retry or a delayed start (smallest next_retry_time). It is exact as long as ids
 // grow with creation time, as AUTO_INCREMENT ids do.
 func OldestDue(ctx context.Context, db *sql.DB, table string, now time.Time) (time.Duration, error) {
 	q, err := query(sqlDueHead, table)
 	if err != nil {
 		return 0, err
 	}
+	qNull, _ := query(sqlDueHeadNull, table)
 	nowMs := now.UnixMilli()
 	oldest := nowMs
+	seek := func(q string, args ...any) error {
+		var since sql.NullInt64
+		err := db.QueryRowContext(ctx, q, args...).Scan(&since)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return fmt.Errorf("age of the oldest due row of %s: %w", table, err)
+		case since.Valid && since.Int64 < oldest:
+			oldest = since.Int64
+		}
+		return nil
+	}
 	for _, status := range []outbox.Status{outbox.StatusPending, outbox.StatusFailed} {
 		// Rows written with next_retry_time 0 (most), and the rest up to now: two seeks.
-		// Negative times are due too, as the relay reads them.
+		// Negative times are due too, as the relay reads them; an adopted table's NULL
+		// next_retry_time is due since creation: a third seek.
+		if err := seek(qNull, int(status)); err != nil {
+			return 0, err
+		}
 		for _, r := range [][2]int64{{math.MinInt64, 0}, {1, nowMs}} {
-			var since sql.NullInt64
-			err := db.QueryRowContext(ctx, q, int(status), r[0], r[1]).Scan(&since)
-			switch {
-			case errors.Is(err, sql.ErrNoRows):
-			case err != nil:
-				return 0, fmt.Errorf("age of the oldest due row of %s: %w", table, err)
-			case since.Valid && since.Int64 < oldest:
-				oldest = since.Int64
+			if err := seek(q, int(status), r[0], r[1]); err != nil {
+				return 0, err
 			}
 		}
 	}
 	return time.Duration(nowMs-oldest) * time.Millisecond, nil
+}
+
+// statusValue is a status as found in the table: its number, or NULL.
+func statusValue(v sql.NullInt64) string {
+	if !v.Valid {
+		return "NULL"
+	}
+	return strconv.FormatInt(v.Int64, 10)
+}
+
+// CountUnknown returns the rows of table whose status is NULL or outside 0-4 (see
+// StatusReport.Unknown): three ranges of the status index, read from the index alone.
+func CountUnknown(ctx context.Context, db *sql.DB, table string) (int64, error) {
+	q, err := query(sqlCountUnknown, table)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := db.QueryRowContext(ctx, q).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count rows of unknown status in %s: %w", table, err)
+	}
+	return n, nil
 }
 
 func closeRows(rows *sql.Rows) error {
@@ -465,16 +517,19 @@ func explainSkipped(ctx context.Context, db *sql.DB, table string, asked, done [
 	}
 	for rows.Next() {
 		var id string
-		var st, del int
+		var st sql.NullInt64
+		var del bool
 		if err := rows.Scan(&id, &st, &del); err != nil {
 			rows.Close()
 			return nil, err
 		}
 		switch {
-		case del != 0:
+		case del:
 			skipped[id] = "deleted (is_deleted = 1)"
-		case outbox.Status(st) != outbox.StatusDead:
-			skipped[id] = "not dead: " + outbox.Status(st).String()
+		case !st.Valid:
+			skipped[id] = "not dead: status NULL (unknown)"
+		case outbox.Status(st.Int64) != outbox.StatusDead:
+			skipped[id] = "not dead: " + outbox.Status(st.Int64).String()
 		default:
 			skipped[id] = "did not match the other filters"
 		}

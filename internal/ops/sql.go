@@ -2,39 +2,61 @@
 
 package ops
 
+import "github.com/outbox-relay/outbox-relay/schema"
+
 // The SQL of the package, in one place. {T} is replaced by the table name, validated with
 // schema.ValidateIdent first and quoted with schema.QuoteIdent (a table may be called order); values always go through placeholders. Statuses are the
 // outbox package's: 0 pending, 1 failed (will retry), 2 sent, 3 dead.
 const (
-	// sqlCountByStatus reads the whole (status, next_retry_time) index, not the rows.
+	// sqlCountByStatus reads the whole (status, next_retry_time) index, not the rows. A NULL
+	// status (an adopted table's) is a group of its own, counted as unknown.
 	sqlCountByStatus = "SELECT status, COUNT(*) FROM {T} GROUP BY status"
+
+	// sqlCountUnknown counts the rows whose status is NULL or outside 0-4: three ranges of
+	// the (status, next_retry_time) index, read from the index alone.
+	sqlCountUnknown = "SELECT COUNT(*) FROM {T} WHERE status IS NULL OR status < 0 OR status > 4"
 
 	// sqlCountUnsentByTopic breaks the unsent rows down; sent rows are left out so the cost
 	// follows the backlog, not the history.
-	sqlCountUnsentByTopic = "SELECT status, topic, is_deleted, COUNT(*) FROM {T}" +
-		" WHERE status IN (0, 1, 3) GROUP BY status, topic, is_deleted ORDER BY status, topic"
+	sqlCountUnsentByTopic = "SELECT status, COALESCE(topic, '') tp, " + schema.NotDeletedSQL + " live, COUNT(*) FROM {T}" +
+		" WHERE status IN (0, 1, 3) GROUP BY status, tp, live ORDER BY status, tp"
 
 	// sqlDue counts the due rows. Ranges over the (status, next_retry_time) index.
-	sqlDue = "SELECT COUNT(*) FROM {T} WHERE status IN (0, 1) AND next_retry_time <= ? AND is_deleted = 0"
+	// A NULL next_retry_time is due (schema.NextRetrySQL): one more range, (status, NULL).
+	sqlDue = "SELECT COUNT(*) FROM {T} WHERE status IN (0, 1) AND (next_retry_time <= ? OR next_retry_time IS NULL) AND " + schema.NotDeletedSQL
 
 	// sqlDueHead reads when the first row of one status and next_retry_time range became due
 	// (the later of its creation and its next_retry_time): one seek at the head of the
 	// range in the index's (next_retry_time, id) order. See OldestDue.
 	sqlDueHead = "SELECT GREATEST(UNIX_TIMESTAMP(create_time) * 1000, next_retry_time) FROM {T}" +
-		" WHERE status = ? AND next_retry_time BETWEEN ? AND ? AND is_deleted = 0 ORDER BY next_retry_time, id LIMIT 1"
+		" WHERE status = ? AND next_retry_time BETWEEN ? AND ? AND " + schema.NotDeletedSQL + " ORDER BY next_retry_time, id LIMIT 1"
+
+	// sqlDueHeadNull is sqlDueHead for the rows whose next_retry_time is NULL, due since
+	// their creation: the head of the range (status, NULL), in id order (ORDER BY id, not
+	// "next_retry_time, id", which MariaDB 10.11 sorts: a filesort of every NULL row).
+	sqlDueHeadNull = "SELECT UNIX_TIMESTAMP(create_time) * 1000 FROM {T}" +
+		" WHERE status = ? AND next_retry_time IS NULL AND " + schema.NotDeletedSQL + " ORDER BY id LIMIT 1"
 
 	// sqlDeadSelect lists dead rows; {W} is the filter (see Filter.where).
-	sqlDeadSelect = "SELECT id, msg_id, topic, tag, COALESCE(fail_reason, ''), retry_count, max_retry_count," +
-		" UNIX_TIMESTAMP(create_time), UNIX_TIMESTAMP(update_time), msg_keys, sharding_key, CHAR_LENGTH(content)" +
-		" FROM {T} WHERE status = 3 AND is_deleted = 0{W} AND id > ? ORDER BY id LIMIT ?"
+	// An adopted table's NULLs read as the contract's defaults (schema.RetryCountSQL).
+	sqlDeadSelect = "SELECT id, " + sqlDeadNames + ", COALESCE(fail_reason, ''), " + schema.RetryCountSQL + ", " + schema.MaxRetrySQL + "," +
+		" " + sqlTimes + ", COALESCE(msg_keys, ''), COALESCE(sharding_key, ''), COALESCE(CHAR_LENGTH(content), 0)" +
+		" FROM {T} WHERE status = 3 AND " + schema.NotDeletedSQL + "{W} AND id > ? ORDER BY id LIMIT ?"
+
+	// sqlTimes are a row's create_time and update_time in epoch seconds, NULL read as 0.
+	sqlTimes = "COALESCE(UNIX_TIMESTAMP(create_time), 0), COALESCE(UNIX_TIMESTAMP(update_time), 0)"
+
+	// sqlDeadNames are a dead row's msg_id, topic and tag, NULL read as empty (a row of NULL
+	// msg_id or topic is dead for that reason).
+	sqlDeadNames = "COALESCE(msg_id, ''), COALESCE(topic, ''), COALESCE(tag, '')"
 
 	// sqlCountDead counts the dead rows a filter selects; {W} is the filter.
-	sqlCountDead = "SELECT COUNT(*) FROM {T} WHERE status = 3 AND is_deleted = 0{W}"
+	sqlCountDead = "SELECT COUNT(*) FROM {T} WHERE status = 3 AND " + schema.NotDeletedSQL + "{W}"
 
 	// sqlRequeueSelect selects one chunk of dead rows to requeue. It is a plain consistent read,
 	// not a locking one: walking the primary key, a locking read would wait for every
 	// application transaction holding an uncommitted row in its way.
-	sqlRequeueSelect = "SELECT id, msg_id FROM {T} WHERE status = 3 AND is_deleted = 0{W} AND id > ?" +
+	sqlRequeueSelect = "SELECT id, COALESCE(msg_id, '') FROM {T} WHERE status = 3 AND " + schema.NotDeletedSQL + "{W} AND id > ?" +
 		" ORDER BY id LIMIT ?"
 
 	// sqlRequeue gives dead rows a fresh start: due now, with their full retry budget. It
@@ -44,7 +66,7 @@ const (
 		" WHERE status = 3 AND id IN ({IDS})"
 
 	// sqlStatusOfMsgIDs reports the state of the msg_ids asked for, to explain the ones left alone.
-	sqlStatusOfMsgIDs = "SELECT msg_id, status, is_deleted FROM {T} WHERE msg_id IN ({IDS})"
+	sqlStatusOfMsgIDs = "SELECT msg_id, status, NOT " + schema.NotDeletedSQL + " FROM {T} WHERE msg_id IN ({IDS})"
 
 	// sqlCutoff reads the database clock once, so that a purge has a fixed horizon and the
 	// comparison with update_time (a DATETIME in the server's zone) is zone-correct.
@@ -55,7 +77,7 @@ const (
 	// guard. The purge deletes sent rows (2) and handed ones (4, delivered by the broker:
 	// docs/transactional.md), one status at a time so that each walk is one index range; a
 	// handed row's next_retry_time is when it was handed (its writer sets it).
-	sqlPurgeCount = "SELECT COUNT(*) FROM {T} WHERE status = ? AND next_retry_time < ? AND update_time < ? AND sent_time < ?"
+	sqlPurgeCount = "SELECT COUNT(*) FROM {T} WHERE status = ? AND next_retry_time < ? AND " + sqlPurgeAge
 
 	// sqlPurgeSelect finds one small batch of old sent rows after a cursor, walking the sent
 	// rows' range of the (status, next_retry_time) index with a plain consistent read; small
@@ -68,25 +90,30 @@ const (
 	// that the index range is bounded by id too (see relay's page query).
 	sqlPurgeSelect = "SELECT id, next_retry_time FROM {T}{I}" +
 		" WHERE status = ? AND next_retry_time < ? AND ((next_retry_time = ? AND id > ?) OR next_retry_time > ?)" +
-		" AND update_time < ? AND sent_time < ? ORDER BY next_retry_time, id LIMIT ?"
+		" AND " + sqlPurgeAge + " ORDER BY next_retry_time, id LIMIT ?"
+
+	// sqlPurgeAge is the purge's age condition on the row: an adopted table's NULL
+	// update_time or sent_time holds no row back (its next_retry_time, when it was settled,
+	// already bounds the age).
+	sqlPurgeAge = "(update_time < ? OR update_time IS NULL) AND COALESCE(sent_time, 0) < ?"
 
 	// sqlPurgeDelete deletes the batch by primary key, guarded by the same condition. A DELETE
 	// that scans for its rows locks every row it examines and, unlike an UPDATE, waits for
 	// rows an application transaction holds uncommitted; by primary key it touches only the
 	// rows it names.
-	sqlPurgeDelete = "DELETE {T} FROM {T} FORCE INDEX (PRIMARY) WHERE id IN ({IDS}) AND status = ? AND update_time < ? AND sent_time < ?"
+	sqlPurgeDelete = "DELETE {T} FROM {T} FORCE INDEX (PRIMARY) WHERE id IN ({IDS}) AND status = ? AND " + sqlPurgeAge
 )
 
 // The dashboard's statements (see dashboard.go).
 const (
 	// sqlDeadPage selects one page of matching dead rows' ids, for RequeueQuery.
-	sqlDeadPage = "SELECT id, msg_id FROM {T} WHERE status = 3 AND is_deleted = 0{W} AND id > ? ORDER BY id LIMIT ?"
+	sqlDeadPage = "SELECT id, COALESCE(msg_id, '') FROM {T} WHERE status = 3 AND " + schema.NotDeletedSQL + "{W} AND id > ? ORDER BY id LIMIT ?"
 
 	// sqlDeadBody reads one dead row's body, cut to a length, and its properties.
-	sqlDeadBody = "SELECT id, msg_id, topic, tag, COALESCE(fail_reason, ''), LEFT(content, ?), CHAR_LENGTH(content)," +
-		" COALESCE(properties, ''), msg_keys, sharding_key, retry_count, max_retry_count," +
-		" UNIX_TIMESTAMP(create_time), UNIX_TIMESTAMP(update_time)" +
-		" FROM {T} WHERE id = ? AND status = 3 AND is_deleted = 0"
+	sqlDeadBody = "SELECT id, " + sqlDeadNames + ", COALESCE(fail_reason, ''), COALESCE(LEFT(content, ?), ''), COALESCE(CHAR_LENGTH(content), 0)," +
+		" COALESCE(properties, ''), COALESCE(msg_keys, ''), COALESCE(sharding_key, ''), " + schema.RetryCountSQL + ", " + schema.MaxRetrySQL + "," +
+		" " + sqlTimes + "" +
+		" FROM {T} WHERE id = ? AND status = 3 AND " + schema.NotDeletedSQL
 
 	// sqlActivity counts the rows that reached status 1, 2 or 3 in a window, by bucket of a
 	// given width. Sent and dead rows: two ranges of the (status, next_retry_time) index, read

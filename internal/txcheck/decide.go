@@ -180,17 +180,19 @@ func (d *decider) markCommitted(ctx context.Context, props map[string]string) er
 // transaction is told from a rolled-back one. age is the time since the row's insert, by
 // the database's clock (whole seconds).
 func (d *decider) probe(ctx context.Context, table, id string) (status int, deleted bool, age time.Duration, found bool, err error) {
-	q := "SELECT status, is_deleted, TIMESTAMPDIFF(SECOND, create_time, NOW()) FROM " + schema.QuoteIdent(table) + " WHERE msg_id = ? FOR UPDATE NOWAIT"
-	var del int
+	// An adopted table's NULLs: a NULL status is unknown (-1: never decided), a NULL
+	// is_deleted not deleted (schema.NotDeletedSQL).
+	q := "SELECT COALESCE(status, -1), NOT " + schema.NotDeletedSQL + ", COALESCE(TIMESTAMPDIFF(SECOND, create_time, NOW()), 0) FROM " +
+		schema.QuoteIdent(table) + " WHERE msg_id = ? FOR UPDATE NOWAIT"
 	var secs int64
-	err = d.db.QueryRowContext(ctx, q, id).Scan(&status, &del, &secs)
+	err = d.db.QueryRowContext(ctx, q, id).Scan(&status, &deleted, &secs)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, 0, false, nil
 	}
 	if err != nil {
 		return 0, false, 0, false, err
 	}
-	return status, del != 0, time.Duration(secs) * time.Second, true, nil
+	return status, deleted, time.Duration(secs) * time.Second, true, nil
 }
 
 // lockConflict reports NOWAIT's refusal: 1205 on MariaDB, 3572 (ER_LOCK_NOWAIT) on MySQL 8.

@@ -52,3 +52,34 @@ func TestAbsentSDKRowFencedAfterPatience(t *testing.T) {
 		t.Fatalf("half without msg_id: %s/%s", a, why)
 	}
 }
+
+// A check of an adopted table's row with NULLs: a NULL status is unknown and never decided
+// (UNKNOWN), a pending row of NULL is_deleted is not deleted (ROLLBACK, the relay sends it);
+// neither is a database error.
+func TestCheckReadsNullsOfAnAdoptedTable(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.MySQL(t)
+	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range []string{
+		"ALTER TABLE local_message MODIFY status tinyint NULL DEFAULT NULL, MODIFY is_deleted tinyint NULL DEFAULT NULL",
+		"INSERT INTO local_message (msg_id, topic, content, status, is_deleted) VALUES ('null-status', 'T', '{}', NULL, 0), ('null-deleted', 'T', '{}', 0, NULL)",
+	} {
+		if _, err := db.ExecContext(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := &decider{db: db.DB, tables: map[string]bool{"local_message": true}, defTable: "local_message",
+		timeout: 2 * time.Second, sdkPatience: 4, now: time.Now}
+	for _, c := range []struct {
+		msgID string
+		want  Answer
+		why   string
+	}{{"null-status", Unknown, ReasonUnknownStatus}, {"null-deleted", Rollback, ReasonRelayDelivers}} {
+		props := map[string]string{outbox.MsgIDProperty: c.msgID}
+		if a, why := d.decide(ctx, Check{Topic: "T", Properties: props, Times: 1}); a != c.want || why != c.why {
+			t.Errorf("%s: %s/%s, want %s/%s", c.msgID, a, why, c.want, c.why)
+		}
+	}
+}

@@ -119,7 +119,8 @@ function tableCard(t) {
       count('due now (backlog)', fmtNum(s.due), '', 'due'),
       count('oldest due for', s.due ? fmtAge(s.oldest_due_age_seconds) : '–', s.oldest_due_age_seconds > 60 ? 'warn' : '', 'oldest'),
       count('sent', fmtNum(s.sent), '', 'sent'),
-      count('handed (the broker delivers)', fmtNum(s.handed), '', 'handed')),
+      count('handed (the broker delivers)', fmtNum(s.handed), '', 'handed'),
+      ...(s.unknown ? [count('unknown status, never sent', fmtNum(s.unknown), 'bad', 'unknown')] : [])),
     t.partitions ? partitionLine(t.partitions) : lockLine(t.lock),
     activity(t.activity, (state.counters || []).find((c) => c.database === t.database && c.table === t.table)));
   if (t.error) card.append(el('p', { class: 'error', textContent: t.error }));
