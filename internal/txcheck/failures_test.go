@@ -58,6 +58,10 @@ type world struct {
 	// endGrace is the responder's EndGrace: none unless a test sets it, since the tests
 	// trigger checks by hand and a handed row is always younger than the default.
 	endGrace time.Duration
+	// hold, workers and queueSize set the responder's worker gate (HoldAnswers), Workers
+	// and QueueSize when not zero.
+	hold               chan struct{}
+	workers, queueSize int
 }
 
 func setup(t *testing.T, opts rmqtest.Options, grace time.Duration) *world {
@@ -111,10 +115,13 @@ func (w *world) startResponder() {
 		NameServers: []string{w.broker.NameServerAddr()}, Groups: []string{checkGroup},
 		DB: w.db.DB, Tables: []string{table}, HeartbeatInterval: 200 * time.Millisecond,
 		ClientID: fmt.Sprintf("responder-%d", instanceSeq.Add(1)), Registerer: w.reg,
-		EndGrace: w.endGrace,
+		EndGrace: w.endGrace, Workers: w.workers, QueueSize: w.queueSize,
 	})
 	if err != nil {
 		w.t.Fatal(err)
+	}
+	if w.hold != nil {
+		txcheck.HoldAnswers(r, w.hold)
 	}
 	if err := r.Start(w.ctx); err != nil {
 		w.t.Fatal(err)
@@ -209,13 +216,25 @@ func (w *world) half(msgID string) rmqtest.HalfState {
 // answers returns how many checks were answered with answer for reason.
 func (w *world) answers(answer, reason string) int {
 	w.t.Helper()
+	return w.counter("outbox_relay_transaction_checks_total", map[string]string{"answer": answer, "reason": reason})
+}
+
+// handled returns the checks answered or dropped, whatever the answer or reason.
+func (w *world) handled() int {
+	w.t.Helper()
+	return w.counter("outbox_relay_transaction_checks_total", nil) + w.counter("outbox_relay_transaction_checks_dropped_total", nil)
+}
+
+// counter sums the series of the counter name whose labels include want.
+func (w *world) counter(name string, want map[string]string) int {
+	w.t.Helper()
 	mfs, err := w.reg.Gather()
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	n := 0
 	for _, mf := range mfs {
-		if mf.GetName() != "outbox_relay_transaction_checks_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -223,7 +242,11 @@ func (w *world) answers(answer, reason string) int {
 			for _, p := range m.GetLabel() {
 				l[p.GetName()] = p.GetValue()
 			}
-			if l["answer"] == answer && l["reason"] == reason {
+			ok := true
+			for k, v := range want {
+				ok = ok && l[k] == v
+			}
+			if ok {
 				n += int(m.GetCounter().GetValue())
 			}
 		}

@@ -47,6 +47,9 @@ type Config struct {
 	QueryTimeout time.Duration
 	// Workers bounds the checks answered at once. Defaults to 8.
 	Workers int
+	// QueueSize bounds the checks waiting for a worker; a check that finds the queue full is
+	// dropped (the broker checks the half again at its next round). Defaults to 256.
+	QueueSize int
 	// SDKPatience is the number of checks a half whose row is absent, and that names no
 	// writer of ours, is answered UNKNOWN before its msg_id is fenced. Defaults to 4.
 	SDKPatience int
@@ -82,6 +85,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Workers <= 0 {
 		c.Workers = 8
+	}
+	if c.QueueSize <= 0 {
+		c.QueueSize = 256
 	}
 	if c.SDKPatience <= 0 {
 		c.SDKPatience = 4
@@ -128,7 +134,9 @@ type Responder struct {
 	cfg     Config
 	dec     *decider
 	metrics *Metrics
-	sem     chan struct{}
+	queue   chan job
+	// beforeAnswer, when set (tests), runs before each queued check is answered.
+	beforeAnswer func()
 
 	mu     sync.Mutex
 	conns  map[string]*remoting.Conn // master address -> connection
@@ -155,7 +163,7 @@ func New(cfg Config) (*Responder, error) {
 		dec: &decider{db: cfg.DB, tables: tables, defTable: cfg.Tables[0], timeout: cfg.QueryTimeout,
 			sdkPatience: cfg.SDKPatience, endGrace: cfg.EndGrace, now: time.Now, release: cfg.Release},
 		metrics:   NewMetrics(cfg.Registerer, cfg.Database),
-		sem:       make(chan struct{}, cfg.Workers),
+		queue:     make(chan job, cfg.QueueSize),
 		conns:     map[string]*remoting.Conn{},
 		beatAt:    map[string]time.Time{},
 		discardAt: map[string]int64{},
@@ -176,6 +184,10 @@ func (r *Responder) Start(ctx context.Context) error {
 	r.mu.Lock()
 	r.cancel, r.done = cancel, make(chan struct{})
 	r.mu.Unlock()
+	r.workers.Add(r.cfg.Workers)
+	for i := 0; i < r.cfg.Workers; i++ {
+		go r.work(ctx)
+	}
 	r.sync(ctx, masters)
 	go r.loop(ctx, masters)
 	return nil
@@ -348,39 +360,60 @@ func (r *Responder) heartbeat(ctx context.Context, c *remoting.Conn) error {
 	return nil
 }
 
-// serve handles a request the broker sent: only check-backs are expected.
+// serve handles a request the broker sent: only check-backs are expected. It runs on the
+// connection's read loop, so it never blocks: the check's message is decoded (its body left
+// as it is, never inflated), a check of a group not configured is dropped before any other
+// work, and the rest is queued for the workers; a full queue drops the check (the broker
+// checks again at its next round). So a flood of forged checks costs a bounded queue, not a
+// goroutine and an inflated body each.
 func (r *Responder) serve(c *remoting.Conn, req *remoting.Request) {
 	if req.Code != remoting.CheckTransactionState {
 		return
 	}
-	r.mu.Lock()
-	stopped := r.cancel == nil
-	if !stopped {
-		r.workers.Add(1)
-	}
-	r.mu.Unlock()
-	if stopped {
-		return
-	}
-	defer r.workers.Done()
-	r.sem <- struct{}{}
-	defer func() { <-r.sem }()
-	r.answer(c, req)
-}
-
-func (r *Responder) answer(c *remoting.Conn, req *remoting.Request) {
-	log := r.cfg.Logger
 	msg, err := remoting.DecodeMessage(req.Body)
 	if err != nil {
-		log.Warn().Err(err).Str("broker", c.Addr()).Msg("transactional check with an unreadable message")
+		r.cfg.Logger.Warn().Err(err).Str("broker", c.Addr()).Msg("transactional check with an unreadable message")
+		r.metrics.Dropped("unreadable")
 		return
 	}
+	if !slices.Contains(r.cfg.Groups, msg.Properties["PGROUP"]) {
+		r.metrics.Dropped("foreign_group")
+		return
+	}
+	select {
+	case r.queue <- job{c: c, req: req, msg: msg}:
+	default:
+		r.metrics.Dropped("queue_full")
+	}
+}
+
+// job is a check queued for the workers.
+type job struct {
+	c   *remoting.Conn
+	req *remoting.Request
+	msg *remoting.Message
+}
+
+// work answers queued checks until ctx ends.
+func (r *Responder) work(ctx context.Context) {
+	defer r.workers.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case j := <-r.queue:
+			if r.beforeAnswer != nil {
+				r.beforeAnswer()
+			}
+			r.answer(j.c, j.req, j.msg)
+		}
+	}
+}
+
+func (r *Responder) answer(c *remoting.Conn, req *remoting.Request, msg *remoting.Message) {
+	log := r.cfg.Logger
 	times, _ := strconv.Atoi(msg.Properties[checkTimesProperty])
 	chk := Check{Group: msg.Properties["PGROUP"], Topic: msg.Topic, Properties: msg.Properties, Times: times}
-	if !slices.Contains(r.cfg.Groups, chk.Group) {
-		log.Warn().Str("group", chk.Group).Msg("transactional check for a group not configured; ignored")
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.QueryTimeout+time.Second)
 	defer cancel()
 	ans, reason := r.dec.decide(ctx, chk)
