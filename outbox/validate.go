@@ -83,7 +83,7 @@ var reservedProperties = map[string]bool{
 	"TRAN_PREPARED_QUEUE_OFFSET": true, "TRANSACTION_CHECK_TIMES": true, "CHECK_IMMUNITY_TIME_IN_SECONDS": true,
 	"SHARDING_KEY": true, "__SHARDINGKEY": true, "__STARTDELIVERTIME": true, "INSTANCE_ID": true,
 	"CLUSTER": true, "MSG_TYPE": true, "REPLY_TO_CLIENT": true, "CORRELATION_ID": true, "TTL": true,
-	MsgIDProperty: true, TableProperty: true, WriterProperty: true,
+	MsgIDProperty: true, TableProperty: true, WriterProperty: true, SignatureProperty: true,
 }
 
 // ValidateProperties checks user properties: non-empty names that RocketMQ does not reserve,

@@ -63,7 +63,7 @@ func TestTransactionalCheckBacksWithACL(t *testing.T) {
 	topic := b.mqadminTopic(t, "acltx")
 	group := "outbox_tx_acl_" + testenv.RandomSuffix(8)
 	relayEnv := []string{"OUTBOX_ROCKETMQ_ACCESS_KEY=" + user.AccessKey, "OUTBOX_ROCKETMQ_SECRET_KEY=" + user.SecretKey,
-		"OUTBOX_ROCKETMQ_TRANSACTION_CHECK_GROUPS=" + group, "OUTBOX_LOG_LEVEL=debug"}
+		"OUTBOX_ROCKETMQ_TRANSACTION_CHECK_GROUPS=" + group, txSecretEnv, "OUTBOX_LOG_LEVEL=debug"}
 	relay := e.startRelay(t, relayEnv...)
 	in := b.consume(t, topic)
 	p, err := rocketmq.NewProducer(
@@ -82,7 +82,7 @@ func TestTransactionalCheckBacksWithACL(t *testing.T) {
 	defer p.Shutdown()
 	newWriter := func(s txmsg.Sender) *txmsg.Producer {
 		tp, err := txmsg.New(txmsg.Config{Writer: e.writer, Sender: s, NameServers: []string{b.nameServer},
-			CheckGroup: group, Grace: time.Hour, AccessKey: user.AccessKey, SecretKey: user.SecretKey})
+			CheckGroup: group, Secret: txSecret, Grace: time.Hour, AccessKey: user.AccessKey, SecretKey: user.SecretKey})
 		if err != nil {
 			t.Fatal(err)
 		}

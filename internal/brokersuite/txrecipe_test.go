@@ -154,7 +154,7 @@ func TestJavaTransactionalRecipe(t *testing.T) {
 		t.Fatal(err)
 	}
 	group := "outbox_tx_java_" + testenv.RandomSuffix(8)
-	relayEnv := []string{"OUTBOX_ROCKETMQ_TRANSACTION_CHECK_GROUPS=" + group, "OUTBOX_LOG_LEVEL=debug"}
+	relayEnv := []string{"OUTBOX_ROCKETMQ_TRANSACTION_CHECK_GROUPS=" + group, txSecretEnv, "OUTBOX_LOG_LEVEL=debug"}
 	relay := w.e.startRelay(t, relayEnv...)
 	testenv.Eventually(t, 30*time.Second, "the relay answering check-backs", func() bool {
 		return strings.Contains(relay.Out.String(), "answering transactional check-backs")

@@ -36,7 +36,9 @@ func TestMain(m *testing.M) {
 const (
 	topic      = "TxOrders"
 	checkGroup = "outbox-tx"
-	table      = "local_message"
+	// checkSecret signs the tests' halves and is the responder's secret.
+	checkSecret = "txcheck-test-secret-0123"
+	table       = "local_message"
 )
 
 var instanceSeq atomic.Int64
@@ -62,6 +64,9 @@ type world struct {
 	// and QueueSize when not zero.
 	hold               chan struct{}
 	workers, queueSize int
+	// fence is the responder's Fence; discardSettle its DiscardSettle (none unless set).
+	fence         bool
+	discardSettle time.Duration
 }
 
 func setup(t *testing.T, opts rmqtest.Options, grace time.Duration) *world {
@@ -100,12 +105,12 @@ func setup(t *testing.T, opts rmqtest.Options, grace time.Duration) *world {
 		t.Fatal(err)
 	}
 	tp, err := txmsg.New(txmsg.Config{Writer: w, Sender: p, NameServers: []string{broker.NameServerAddr()},
-		CheckGroup: checkGroup, Grace: grace, EndTimeout: 500 * time.Millisecond})
+		CheckGroup: checkGroup, Secret: checkSecret, Grace: grace, EndTimeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tp.Close() })
-	return &world{t: t, ctx: ctx, db: db, rdb: rdb, prefix: prefix, broker: broker, tp: tp, sender: p, reg: prometheus.NewRegistry(), endGrace: -1}
+	return &world{t: t, ctx: ctx, db: db, rdb: rdb, prefix: prefix, broker: broker, tp: tp, sender: p, reg: prometheus.NewRegistry(), endGrace: -1, discardSettle: -1}
 }
 
 // startResponder starts a check responder and waits until the broker has it registered.
@@ -115,7 +120,8 @@ func (w *world) startResponder() {
 		NameServers: []string{w.broker.NameServerAddr()}, Groups: []string{checkGroup},
 		DB: w.db.DB, Tables: []string{table}, HeartbeatInterval: 200 * time.Millisecond,
 		ClientID: fmt.Sprintf("responder-%d", instanceSeq.Add(1)), Registerer: w.reg,
-		EndGrace: w.endGrace, Workers: w.workers, QueueSize: w.queueSize,
+		EndGrace: w.endGrace, Workers: w.workers, QueueSize: w.queueSize, Secrets: []string{checkSecret},
+		Fence: w.fence, DiscardSettle: w.discardSettle,
 	})
 	if err != nil {
 		w.t.Fatal(err)
@@ -443,7 +449,7 @@ func TestResponderRegistersWithEveryMaster(t *testing.T) {
 	}
 	defer db.Close()
 	r, err := txcheck.New(txcheck.Config{NameServers: c.NameServerAddrs(), Groups: []string{"g1", "g2"}, DB: db,
-		Tables: []string{table}, HeartbeatInterval: 200 * time.Millisecond, ClientID: "every-master"})
+		Tables: []string{table}, HeartbeatInterval: 200 * time.Millisecond, ClientID: "every-master", Secrets: []string{checkSecret}})
 	if err != nil {
 		t.Fatal(err)
 	}

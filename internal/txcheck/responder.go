@@ -50,14 +50,27 @@ type Config struct {
 	// QueueSize bounds the checks waiting for a worker; a check that finds the queue full is
 	// dropped (the broker checks the half again at its next round). Defaults to 256.
 	QueueSize int
+	// Secrets are the keys of the halves' signatures (outbox.SignHalf): a half is acted on
+	// only when its OUTBOX_SIG verifies under one of them (several while one is replaced).
+	// At least one, of 16 bytes or more.
+	Secrets []string
+	// Fence makes an authenticated half whose row is absent, and that names no writer of
+	// ours, fence its msg_id with a tombstone row after SDKPatience checks. Defaults to
+	// false: such a half is answered UNKNOWN until the broker discards it.
+	Fence bool
 	// SDKPatience is the number of checks a half whose row is absent, and that names no
-	// writer of ours, is answered UNKNOWN before its msg_id is fenced. Defaults to 4.
+	// writer of ours, is answered UNKNOWN before its msg_id is fenced (with Fence). Defaults to 4.
 	SDKPatience int
 	// EndGrace is how long after its insert (by the database's clock) a committed handed
 	// row is answered UNKNOWN rather than COMMIT, leaving a late END of its writer to land:
 	// the broker stores a second copy when both a COMMIT and the writer's END reach it.
 	// Defaults to 6 seconds, the broker's own default transactionTimeOut; negative: none.
 	EndGrace time.Duration
+	// DiscardSettle is how long a discarded half is left after the relay first reads it
+	// (by the database's clock) before its broker is asked whether the half was committed
+	// after all and, if not, its row is made pending: a late answer to the half's last
+	// check still commits a discarded half. Defaults to 1 minute; negative: none.
+	DiscardSettle time.Duration
 	// DiscardGroup is the consumer group under which the halves the brokers discarded
 	// (TRANS_CHECK_MAX_TIME_TOPIC) are read; brokers without autoCreateSubscriptionGroup
 	// need it created. Defaults to outbox-relay-txrecover.
@@ -98,6 +111,12 @@ func (c *Config) setDefaults() {
 	case c.EndGrace < 0:
 		c.EndGrace = 0
 	}
+	switch {
+	case c.DiscardSettle == 0:
+		c.DiscardSettle = time.Minute
+	case c.DiscardSettle < 0:
+		c.DiscardSettle = 0
+	}
 	if c.DiscardGroup == "" {
 		c.DiscardGroup = "outbox-relay-txrecover"
 	}
@@ -118,6 +137,13 @@ func (c *Config) Validate() error {
 		return errors.New("txcheck: DB: must be set")
 	case len(c.Tables) == 0:
 		return errors.New("txcheck: Tables: at least one is needed")
+	case len(c.Secrets) == 0:
+		return errors.New("txcheck: Secrets: at least one is needed (halves are acted on only when signed)")
+	}
+	for i, s := range c.Secrets {
+		if len(s) < MinSecretLen {
+			return fmt.Errorf("txcheck: Secrets[%d]: at least %d bytes, got %d", i, MinSecretLen, len(s))
+		}
 	}
 	for _, t := range c.Tables {
 		if err := schema.ValidateIdent(t); err != nil {
@@ -126,6 +152,9 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// MinSecretLen is the shortest secret a Responder accepts.
+const MinSecretLen = 16
 
 // Responder registers the check groups with every master broker and answers their
 // CHECK_TRANSACTION_STATE requests from the outbox tables. Every relay process runs one,
@@ -143,9 +172,12 @@ type Responder struct {
 	beatAt map[string]time.Time
 	// discardAt is, per master, the offset of TRANS_CHECK_MAX_TIME_TOPIC read up to.
 	discardAt map[string]int64
-	cancel    context.CancelFunc
-	done      chan struct{}
-	workers   sync.WaitGroup
+	// discardSeen is, per discarded half (broker/offset), when this process first read it
+	// (database clock, epoch ms).
+	discardSeen map[string]int64
+	cancel      context.CancelFunc
+	done        chan struct{}
+	workers     sync.WaitGroup
 }
 
 // New checks cfg and returns a Responder; Start runs it.
@@ -161,12 +193,13 @@ func New(cfg Config) (*Responder, error) {
 	r := &Responder{
 		cfg: cfg,
 		dec: &decider{db: cfg.DB, tables: tables, defTable: cfg.Tables[0], timeout: cfg.QueryTimeout,
-			sdkPatience: cfg.SDKPatience, endGrace: cfg.EndGrace, now: time.Now, release: cfg.Release},
-		metrics:   NewMetrics(cfg.Registerer, cfg.Database),
-		queue:     make(chan job, cfg.QueueSize),
-		conns:     map[string]*remoting.Conn{},
-		beatAt:    map[string]time.Time{},
-		discardAt: map[string]int64{},
+			sdkPatience: cfg.SDKPatience, fence: cfg.Fence, secrets: cfg.Secrets, endGrace: cfg.EndGrace, now: time.Now, release: cfg.Release},
+		metrics:     NewMetrics(cfg.Registerer, cfg.Database),
+		queue:       make(chan job, cfg.QueueSize),
+		conns:       map[string]*remoting.Conn{},
+		beatAt:      map[string]time.Time{},
+		discardAt:   map[string]int64{},
+		discardSeen: map[string]int64{},
 	}
 	return r, nil
 }
