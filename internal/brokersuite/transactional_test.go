@@ -18,7 +18,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/outbox/txmsg"
 )
 
-
 // txSecret signs the halves of the tests' writers (txmsg, the Java recipe); txSecretEnv
 // gives it to the relay.
 const (

@@ -53,7 +53,7 @@ func (w *consumerWorld) runTxRecipe(t *testing.T, group string, halts bool, orde
 	cmd.Env = append(os.Environ(),
 		"RECIPE_MYSQL_HOST="+host, "RECIPE_MYSQL_PORT="+port, "RECIPE_MYSQL_USER="+cfg.User,
 		"RECIPE_MYSQL_PASSWORD="+cfg.Passwd, "RECIPE_MYSQL_DATABASE="+cfg.DBName, "RECIPE_TOPIC="+w.topic,
-		"RECIPE_GROUP="+group, "RECIPE_NAMESRV="+w.b.nameServer, "RECIPE_ORDERS="+strings.Join(orders, ","))
+		"RECIPE_GROUP="+group, "RECIPE_SECRET="+txSecret, "RECIPE_NAMESRV="+w.b.nameServer, "RECIPE_ORDERS="+strings.Join(orders, ","))
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	switch {
