@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/remoting"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/outbox/txmsg"
 )
 
 // The lookup the relay makes before it sends the row of a discarded half
@@ -105,6 +106,76 @@ func TestForgedHalfCheckedByTheBrokerTouchesNoRow(t *testing.T) {
 		}
 		if now != due || !answered(relay.Out.String(), victim.MsgID, "unauthenticated") {
 			t.Fatalf("the victim's row: next_retry_time %d, was %d; the check's answer:\n%s", now, due, tail(relay.Out.String(), 2000))
+		}
+	})
+}
+
+// Two handed rows committed by a writer that died before its END, every relay down, the
+// broker discards both halves after its last check; then the first half's COMMIT lands
+// late (its service answered the last check after the discard): Apache RocketMQ stores it.
+// The relay, back, asks the broker before it sends a discarded half's row: the late-committed
+// one is left handed (consumed once), the other is recovered and consumed once. Without the
+// lookup the relay sent the late-committed row again: two copies.
+func TestDiscardedHalfCommittedLateOnTheBroker(t *testing.T) {
+	each(t, false, func(t *testing.T, b *target) {
+		if !b.real {
+			t.Skip("rmqtest: TestDiscardedHalfCommittedLateIsNotSentAgain in internal/txcheck")
+		}
+		topic := b.topic(t, "TxLateCommit")
+		e := newEnv(t, b)
+		group := "outbox_tx_" + testenv.RandomSuffix(8)
+		in := b.consume(t, topic)
+		p, err := rocketmq.NewProducer(producer.WithNsResolver(primitive.NewPassthroughResolver([]string{b.nameServer})),
+			producer.WithGroupName("txw_"+testenv.RandomSuffix(8)), producer.WithInstanceName("txw-"+testenv.RandomSuffix(8)), producer.WithRetry(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer p.Shutdown()
+		tp, err := txmsg.New(txmsg.Config{Writer: e.writer, Sender: handedSender{p}, NameServers: []string{b.nameServer},
+			CheckGroup: group, Secret: txSecret, Grace: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tp.Close()
+		window := checkWindow(t, b.brokerAddr)
+		ctx, cancel := context.WithTimeout(context.Background(), window+5*time.Minute)
+		defer cancel()
+		var halves []*txmsg.Half
+		for _, body := range []string{"late-commit", "never-committed"} {
+			tx, h := prepareHalf(ctx, t, e, tp, topic, body)
+			if _, err := tx.ExecContext(ctx, "UPDATE local_message SET status = 4 WHERE msg_id = ?", h.MsgID()); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(); err != nil { // ... and the writer dies: no END
+				t.Fatal(err)
+			}
+			halves = append(halves, h)
+		}
+		late, lost := halves[0], halves[1]
+		for _, h := range halves {
+			testenv.Eventually(t, window, "the broker to discard the half after its last check", func() bool {
+				return discarded(t, b.brokerAddr, h.MsgID())
+			})
+		}
+		if err := tp.Finish(ctx, e.db.DB, late, nil); err != nil { // the late COMMIT
+			t.Fatalf("the late COMMIT of a discarded half: %v", err)
+		}
+		in.wait(t, 1, 30*time.Second)
+		relay := e.startRelay(t, "OUTBOX_ROCKETMQ_TRANSACTION_CHECK_GROUPS="+group, txSecretEnv, "OUTBOX_LOG_LEVEL=debug")
+		in.wait(t, 2, 3*time.Minute) // the other row, recovered after the settle time
+		testenv.Eventually(t, time.Minute, "the late-committed half judged", func() bool {
+			return strings.Contains(relay.Out.String(), `"msg_id":"`+late.MsgID()+`"`) &&
+				strings.Contains(relay.Out.String(), "committed after all")
+		})
+		if in.copies(late.MsgID()) != 1 || in.copies(lost.MsgID()) != 1 {
+			t.Fatalf("copies consumed: late-committed %d, never committed %d; want 1 and 1\n%s",
+				in.copies(late.MsgID()), in.copies(lost.MsgID()), tail(relay.Out.String(), 3000))
+		}
+		if n := e.count(t, "msg_id = ? AND status = 4", late.MsgID()); n != 1 {
+			t.Fatal("the late-committed row is no longer handed")
 		}
 	})
 }
