@@ -18,21 +18,30 @@ import (
 	"github.com/outbox-relay/outbox-relay/outbox/txmsg"
 )
 
+// startProducer starts a producer of a group and instance of its own (prefix and a random
+// suffix) without retries, shut down when the test ends.
+func startProducer(t *testing.T, b *target, prefix string) rocketmq.Producer {
+	t.Helper()
+	p, err := rocketmq.NewProducer(producer.WithNsResolver(primitive.NewPassthroughResolver([]string{b.nameServer})),
+		producer.WithGroupName(prefix+"_"+testenv.RandomSuffix(8)), producer.WithInstanceName(prefix+"-"+testenv.RandomSuffix(8)),
+		producer.WithRetry(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Shutdown() })
+	return p
+}
+
 // The lookup the relay makes before it sends the row of a discarded half
 // (remoting.Conn.Stored, QUERY_MESSAGE by unique key): a stored message is found by its
 // UNIQ_KEY in its topic, an unknown key and another topic are not.
 func TestStoredFindsAMessageByItsUniqueKey(t *testing.T) {
 	each(t, false, func(t *testing.T, b *target) {
 		topic := b.topic(t, "TxStored")
-		p, err := rocketmq.NewProducer(producer.WithNsResolver(primitive.NewPassthroughResolver([]string{b.nameServer})),
-			producer.WithGroupName("stored_"+testenv.RandomSuffix(8)), producer.WithInstanceName("stored-"+testenv.RandomSuffix(8)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer p.Shutdown()
+		p := startProducer(t, b, "stored")
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		res, err := p.SendSync(ctx, primitive.NewMessage(topic, []byte("stored")))
@@ -76,16 +85,7 @@ func TestForgedHalfCheckedByTheBrokerTouchesNoRow(t *testing.T) {
 		testenv.Eventually(t, 30*time.Second, "the relay answering check-backs", func() bool {
 			return strings.Contains(relay.Out.String(), "answering transactional check-backs")
 		})
-		p, err := rocketmq.NewProducer(producer.WithNsResolver(primitive.NewPassthroughResolver([]string{b.nameServer})),
-			producer.WithGroupName("attacker_"+testenv.RandomSuffix(8)), producer.WithInstanceName("attacker-"+testenv.RandomSuffix(8)),
-			producer.WithRetry(0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer p.Shutdown()
+		p := startProducer(t, b, "attacker")
 		m := primitive.NewMessage(topic, []byte("forged"))
 		m.WithProperty(primitive.PropertyTransactionPrepared, "true")
 		m.WithProperty(primitive.PropertyProducerGroup, group)
@@ -125,15 +125,7 @@ func TestDiscardedHalfCommittedLateOnTheBroker(t *testing.T) {
 		e := newEnv(t, b)
 		group := "outbox_tx_" + testenv.RandomSuffix(8)
 		in := b.consume(t, topic)
-		p, err := rocketmq.NewProducer(producer.WithNsResolver(primitive.NewPassthroughResolver([]string{b.nameServer})),
-			producer.WithGroupName("txw_"+testenv.RandomSuffix(8)), producer.WithInstanceName("txw-"+testenv.RandomSuffix(8)), producer.WithRetry(0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer p.Shutdown()
+		p := startProducer(t, b, "txw")
 		tp, err := txmsg.New(txmsg.Config{Writer: e.writer, Sender: handedSender{p}, NameServers: []string{b.nameServer},
 			CheckGroup: group, Secret: txSecret, Grace: time.Hour})
 		if err != nil {
