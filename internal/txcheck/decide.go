@@ -101,17 +101,11 @@ type decider struct {
 // signs its msg_id, table and topic under a shared secret) and its topic and keys are
 // the row's.
 func (d *decider) decide(ctx context.Context, c Check) (Answer, string) {
+	table, reason := d.authenticate(c)
+	if reason != "" {
+		return Unknown, reason
+	}
 	id := c.Properties[outbox.MsgIDProperty]
-	if id == "" {
-		return Unknown, ReasonNoMsgID
-	}
-	table, ok := d.table(c.Properties)
-	if !ok {
-		return Unknown, ReasonUnknownTable
-	}
-	if !outbox.VerifyHalf(d.secrets, c.Properties[outbox.SignatureProperty], table, id, c.Topic) {
-		return Unknown, ReasonForged
-	}
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
 	r, found, err := d.probe(ctx, table, id)
@@ -150,6 +144,24 @@ func (d *decider) decide(ctx context.Context, c Check) (Answer, string) {
 		return Rollback, ReasonRelayDelivers
 	}
 	return Unknown, ReasonUnknownStatus
+}
+
+// authenticate returns the table of the row c's half names, or the reason it is not acted
+// on: no msg_id, a table this relay does not serve, or no valid signature. It reads nothing
+// but the half, so the responder runs it before queueing a check.
+func (d *decider) authenticate(c Check) (table, reason string) {
+	id := c.Properties[outbox.MsgIDProperty]
+	if id == "" {
+		return "", ReasonNoMsgID
+	}
+	table, ok := d.table(c.Properties)
+	if !ok {
+		return "", ReasonUnknownTable
+	}
+	if !outbox.VerifyHalf(d.secrets, c.Properties[outbox.SignatureProperty], table, id, c.Topic) {
+		return "", ReasonForged
+	}
+	return table, ""
 }
 
 // handed answers the check of a committed handed row. A handed row's only delivery is the

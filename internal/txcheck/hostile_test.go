@@ -64,8 +64,9 @@ func TestForgedCompressedChecksNotInflated(t *testing.T) {
 	}
 }
 
-// A flood of checks while every worker is busy: the checks beyond the queue are dropped
-// (the broker checks again at its next round) instead of each holding a goroutine.
+// A flood of signed checks while every worker is busy: the checks beyond the queue are
+// dropped (the broker checks again at its next round) instead of each holding a goroutine.
+// Unsigned ones are answered on arrival and never queued (TestForgedHalfLeavesADeliverAtRowAlone).
 func TestCheckFloodBoundedQueue(t *testing.T) {
 	w := setup(t, rmqtest.Options{}, time.Hour)
 	gate := make(chan struct{})
@@ -74,7 +75,9 @@ func TestCheckFloodBoundedQueue(t *testing.T) {
 	w.startResponder()
 	const n = 300
 	for i := 0; i < n; i++ {
-		w.forgeHalf([]byte("x"), map[string]string{outbox.MsgIDProperty: fmt.Sprintf("flood-%d", i), outbox.WriterProperty: "c"})
+		id := fmt.Sprintf("flood-%d", i) // signed: these reach the queue
+		w.forgeHalf([]byte("x"), map[string]string{outbox.MsgIDProperty: id, outbox.WriterProperty: "c",
+			outbox.SignatureProperty: outbox.SignHalf(checkSecret, table, id, topic)})
 	}
 	base := runtime.NumGoroutine()
 	if sent := w.broker.TriggerCheck(); sent != n {

@@ -396,7 +396,8 @@ func (r *Responder) heartbeat(ctx context.Context, c *remoting.Conn) error {
 // serve handles a request the broker sent: only check-backs are expected. It runs on the
 // connection's read loop, so it never blocks: the check's message is decoded (its body left
 // as it is, never inflated), a check of a group not configured is dropped before any other
-// work, and the rest is queued for the workers; a full queue drops the check (the broker
+// work, one whose half is not signed is answered UNKNOWN at once (it never takes a place in
+// the queue), and the rest is queued for the workers; a full queue drops the check (the broker
 // checks again at its next round). So a flood of forged checks costs a bounded queue, not a
 // goroutine and an inflated body each.
 func (r *Responder) serve(c *remoting.Conn, req *remoting.Request) {
@@ -413,11 +414,24 @@ func (r *Responder) serve(c *remoting.Conn, req *remoting.Request) {
 		r.metrics.Dropped("foreign_group")
 		return
 	}
+	chk := checkOf(msg)
+	if _, reason := r.dec.authenticate(chk); reason != "" {
+		r.metrics.Observe(chk.Group, Unknown, reason, chk.Times) // nothing to ask the database
+		r.cfg.Logger.Debug().Str("group", chk.Group).Str("msg_id", msg.Properties["OUTBOX_MSG_ID"]).Int("check", chk.Times).
+			Str("answer", Unknown.String()).Str("reason", reason).Msg("transactional check")
+		return
+	}
 	select {
 	case r.queue <- job{c: c, req: req, msg: msg}:
 	default:
 		r.metrics.Dropped("queue_full")
 	}
+}
+
+// checkOf reads the check a check-back's message carries.
+func checkOf(msg *remoting.Message) Check {
+	times, _ := strconv.Atoi(msg.Properties[checkTimesProperty])
+	return Check{Group: msg.Properties["PGROUP"], Topic: msg.Topic, Properties: msg.Properties, Times: times}
 }
 
 // job is a check queued for the workers.
@@ -445,8 +459,8 @@ func (r *Responder) work(ctx context.Context) {
 
 func (r *Responder) answer(c *remoting.Conn, req *remoting.Request, msg *remoting.Message) {
 	log := r.cfg.Logger
-	times, _ := strconv.Atoi(msg.Properties[checkTimesProperty])
-	chk := Check{Group: msg.Properties["PGROUP"], Topic: msg.Topic, Properties: msg.Properties, Times: times}
+	chk := checkOf(msg)
+	times := chk.Times
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.QueryTimeout+time.Second)
 	defer cancel()
 	ans, reason := r.dec.decide(ctx, chk)
