@@ -66,3 +66,36 @@ func TestAbsentSDKRowFencedAfterPatience(t *testing.T) {
 		t.Fatalf("half without msg_id: %s/%s", a, why)
 	}
 }
+
+// A signed half whose row has other keys (or another topic) is answered UNKNOWN and the row
+// is not touched: a half is acted on only for the row it was sent for.
+func TestSignedHalfOfAnotherRowTouchesNothing(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.MySQL(t)
+	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO local_message (msg_id, topic, content, msg_keys, next_retry_time) VALUES ('m-1', 'T', 'x', 'order-1', 9999999999999)"); err != nil {
+		t.Fatal(err)
+	}
+	d := &decider{db: db.DB, tables: map[string]bool{"local_message": true}, defTable: "local_message",
+		timeout: 2 * time.Second, sdkPatience: 4, now: time.Now, secrets: []string{testSecret}}
+	props := signed("m-1", "T")
+	props["KEYS"] = "order-2"
+	if a, why := d.decide(ctx, Check{Topic: "T", Properties: props, Times: 1}); a != Unknown || why != ReasonMismatch {
+		t.Fatalf("other keys: %s/%s, want unknown/%s", a, why, ReasonMismatch)
+	}
+	props = signed("m-1", "U")
+	props["KEYS"] = "order-1"
+	if a, why := d.decide(ctx, Check{Topic: "U", Properties: props, Times: 1}); a != Unknown || why != ReasonMismatch {
+		t.Fatalf("another topic: %s/%s, want unknown/%s", a, why, ReasonMismatch)
+	}
+	var next int64
+	if err := db.QueryRowContext(ctx, "SELECT next_retry_time FROM local_message WHERE msg_id = 'm-1'").Scan(&next); err != nil || next != 9999999999999 {
+		t.Fatalf("next_retry_time %d (%v): the row was pulled forward", next, err)
+	}
+	props["KEYS"], props[outbox.SignatureProperty] = "order-1", outbox.SignHalf(testSecret, "local_message", "m-1", "T")
+	if a, why := d.decide(ctx, Check{Topic: "T", Properties: props, Times: 1}); a != Rollback || why != ReasonRelayDelivers {
+		t.Fatalf("its own half: %s/%s, want rollback/%s", a, why, ReasonRelayDelivers)
+	}
+}
