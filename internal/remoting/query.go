@@ -16,16 +16,18 @@ const codeQueryNotFound = 22
 
 // Stored reports whether the broker holds a message of topic whose unique key (UNIQ_KEY,
 // the transaction id of a committed half) is uniqKey, looked up in its index
-// (QUERY_MESSAGE). The index is hashed, so every message it returns is compared. A broker
-// without the message index (messageIndexEnable=false) reports nothing found.
+// (QUERY_MESSAGE; the index holds unique keys and KEYS alike, under topic and key). The
+// index is hashed, so every message it returns is compared. The clients' _UNIQUE_KEY_QUERY
+// flag is not sent: brokers with ACL leave it out of the signed content, so a signed request
+// carrying it fails ("check signature failed"). A broker without the message index
+// (messageIndexEnable=false) reports nothing found.
 func (c *Conn) Stored(ctx context.Context, topic, uniqKey string) (bool, error) {
 	ext := map[string]string{
-		"topic":             topic,
-		"key":               uniqKey,
-		"maxNum":            "32",
-		"beginTimestamp":    "0",
-		"endTimestamp":      strconv.FormatInt(math.MaxInt64, 10),
-		"_UNIQUE_KEY_QUERY": "true",
+		"topic":          topic,
+		"key":            uniqKey,
+		"maxNum":         "32",
+		"beginTimestamp": "0",
+		"endTimestamp":   strconv.FormatInt(math.MaxInt64, 10),
 	}
 	resp, err := c.Invoke(ctx, QueryMessage, ext, nil)
 	if err != nil {
