@@ -19,15 +19,15 @@ import (
 	"github.com/outbox-relay/outbox-relay/outbox/txmsg"
 )
 
-// aclUser creates an ACL 2.0 user of broker-acl allowed to publish to every topic and to
-// read the discarded halves (TRANS_CHECK_MAX_TIME_TOPIC as group outbox-relay-txrecover), as
+// aclUser creates an ACL 2.0 user of broker-acl allowed to publish to and look up (Sub, for
+// QUERY_MESSAGE) every topic and to read the discarded halves (TRANS_CHECK_MAX_TIME_TOPIC as group outbox-relay-txrecover), as
 // docs/transactional.md asks of a relay answering check-backs there.
 func aclUser(t *testing.T, b *target) primitive.Credentials {
 	t.Helper()
 	user := primitive.Credentials{AccessKey: "txrelay" + testenv.RandomSuffix(8), SecretKey: "s-" + testenv.RandomSuffix(12)}
 	for _, args := range [][]string{
 		{"createUser", "-b", b.brokerAddr, "-u", user.AccessKey, "-p", user.SecretKey, "-t", "Normal"},
-		{"createAcl", "-b", b.brokerAddr, "-s", "User:" + user.AccessKey, "-r", "Topic:*", "-a", "Pub", "-d", "Allow"},
+		{"createAcl", "-b", b.brokerAddr, "-s", "User:" + user.AccessKey, "-r", "Topic:*", "-a", "Pub,Sub", "-d", "Allow"},
 		{"createAcl", "-b", b.brokerAddr, "-s", "User:" + user.AccessKey, "-r", "Topic:TRANS_CHECK_MAX_TIME_TOPIC,Group:outbox-relay-txrecover", "-a", "Sub", "-d", "Allow"},
 	} {
 		out, err := runScript(append([]string{"deploy-admin"}, args...)...)

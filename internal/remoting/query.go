@@ -4,6 +4,7 @@ package remoting
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -12,7 +13,14 @@ import (
 // QueryMessage is the request code of a lookup in a broker's message index.
 const QueryMessage int16 = 12
 
-const codeQueryNotFound = 22
+const (
+	codeQueryNotFound = 22
+	codeNoPermission  = 16
+)
+
+// ErrNoPermission is matched by errors.Is when a broker with ACL refuses a request to the
+// connection's user.
+var ErrNoPermission = errors.New("remoting: no permission")
 
 // Stored reports whether the broker holds a message of topic whose unique key (UNIQ_KEY,
 // the transaction id of a committed half) is uniqKey, looked up in its index
@@ -37,6 +45,8 @@ func (c *Conn) Stored(ctx context.Context, topic, uniqKey string) (bool, error) 
 	case codeQueryNotFound:
 		return false, nil
 	case 0:
+	case codeNoPermission:
+		return false, fmt.Errorf("remoting: query %s in %s at %s: %w: %s", uniqKey, topic, c.addr, ErrNoPermission, resp.Remark)
 	default:
 		return false, fmt.Errorf("remoting: query %s in %s at %s: code %d: %s", uniqKey, topic, c.addr, resp.Code, resp.Remark)
 	}
