@@ -32,6 +32,7 @@ func startCheckResponder(ctx context.Context, cfg config.Config, d *runDatabase,
 	r, err := txcheck.New(txcheck.Config{
 		NameServers: cfg.RocketMQ.NameServers, Groups: groups, DB: d.pool, Tables: d.Tables,
 		AccessKey: cfg.RocketMQ.AccessKey, SecretKey: cfg.RocketMQ.SecretKey,
+		Secrets: cfg.RocketMQ.TransactionCheckSecrets, Fence: cfg.RocketMQ.TransactionCheckFence,
 		Database: d.Label(), Release: release, Logger: &log, Registerer: reg,
 	})
 	if err != nil {

@@ -53,6 +53,10 @@ type counters struct {
 // checkGroup is the demo's transactional check group (-half-messages).
 const checkGroup = "orders-demo-tx"
 
+// checkSecret signs the demo's halves; the relay is given the same one. A real service keeps
+// its secret out of its code (docs/security.md).
+const checkSecret = "orders-demo-half-secret"
+
 // halfWriter returns the half-message writer of -half-messages, or nil without the flag.
 func halfWriter(o options, w *outbox.Writer, nameservers []string) (*txmsg.Producer, func(), error) {
 	if !o.halfMsgs {
@@ -69,7 +73,7 @@ func halfWriter(o options, w *outbox.Writer, nameservers []string) (*txmsg.Produ
 		return nil, nil, err
 	}
 	tp, err := txmsg.New(txmsg.Config{Writer: w, Sender: p, NameServers: nameservers, CheckGroup: checkGroup,
-		SendTimeout: 500 * time.Millisecond})
+		Secret: checkSecret, SendTimeout: 500 * time.Millisecond})
 	if err != nil {
 		_ = p.Shutdown()
 		return nil, nil, err
@@ -396,7 +400,8 @@ func startRelay(ctx context.Context, o options, dsn string, db *sql.DB, rdb *red
 		}
 		stopChecks := func() {}
 		if o.halfMsgs {
-			resp, err := txcheck.New(txcheck.Config{NameServers: nameservers, Groups: []string{checkGroup}, DB: db, Tables: []string{"local_message"}})
+			resp, err := txcheck.New(txcheck.Config{NameServers: nameservers, Groups: []string{checkGroup}, DB: db, Tables: []string{"local_message"},
+				Secrets: []string{checkSecret}})
 			if err != nil {
 				return nil, nil, err
 			}
@@ -429,7 +434,8 @@ func startRelay(ctx context.Context, o options, dsn string, db *sql.DB, rdb *red
 		"OUTBOX_LOG_FORMAT=json",
 	)
 	if o.halfMsgs {
-		cmd.Env = append(cmd.Env, "OUTBOX_ROCKETMQ_TRANSACTION_CHECK_GROUPS="+checkGroup)
+		cmd.Env = append(cmd.Env, "OUTBOX_ROCKETMQ_TRANSACTION_CHECK_GROUPS="+checkGroup,
+			"OUTBOX_ROCKETMQ_TRANSACTION_CHECK_SECRETS="+checkSecret)
 	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {

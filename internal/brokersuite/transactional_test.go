@@ -18,6 +18,13 @@ import (
 	"github.com/outbox-relay/outbox-relay/outbox/txmsg"
 )
 
+// txSecret signs the halves of the tests' writers (txmsg, the Java recipe); txSecretEnv
+// gives it to the relay.
+const (
+	txSecret    = "brokersuite-half-secret-0123"
+	txSecretEnv = "OUTBOX_ROCKETMQ_TRANSACTION_CHECK_SECRETS=" + txSecret
+)
+
 // checkBudget covers a broker with RocketMQ's default check timing (a half is checked 6 s
 // after its send, at the next 30 s check round), as the shared test broker may run;
 // scripts/rocketmq.sh starts brokers with 1 s for both.
@@ -38,7 +45,7 @@ func TestTransactionalWriterAndCheckBacks(t *testing.T) {
 		e := newEnv(t, b)
 		group := "outbox_tx_" + testenv.RandomSuffix(8)
 		in := b.consume(t, topic)
-		relay := e.startRelay(t, "OUTBOX_ROCKETMQ_TRANSACTION_CHECK_GROUPS="+group, "OUTBOX_LOG_LEVEL=debug")
+		relay := e.startRelay(t, "OUTBOX_ROCKETMQ_TRANSACTION_CHECK_GROUPS="+group, txSecretEnv, "OUTBOX_LOG_LEVEL=debug")
 		p, err := rocketmq.NewProducer(
 			producer.WithNsResolver(primitive.NewPassthroughResolver([]string{b.nameServer})),
 			producer.WithGroupName("txw_"+testenv.RandomSuffix(8)),
@@ -53,7 +60,7 @@ func TestTransactionalWriterAndCheckBacks(t *testing.T) {
 		}
 		defer p.Shutdown()
 		tp, err := txmsg.New(txmsg.Config{Writer: e.writer, Sender: p, NameServers: []string{b.nameServer},
-			CheckGroup: group, Grace: time.Hour})
+			CheckGroup: group, Secret: txSecret, Grace: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}

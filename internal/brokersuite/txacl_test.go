@@ -19,15 +19,15 @@ import (
 	"github.com/outbox-relay/outbox-relay/outbox/txmsg"
 )
 
-// aclUser creates an ACL 2.0 user of broker-acl allowed to publish to every topic and to
-// read the discarded halves (TRANS_CHECK_MAX_TIME_TOPIC as group outbox-relay-txrecover), as
+// aclUser creates an ACL 2.0 user of broker-acl allowed to publish to and look up (Sub, for
+// QUERY_MESSAGE) every topic and to read the discarded halves (TRANS_CHECK_MAX_TIME_TOPIC as group outbox-relay-txrecover), as
 // docs/transactional.md asks of a relay answering check-backs there.
 func aclUser(t *testing.T, b *target) primitive.Credentials {
 	t.Helper()
 	user := primitive.Credentials{AccessKey: "txrelay" + testenv.RandomSuffix(8), SecretKey: "s-" + testenv.RandomSuffix(12)}
 	for _, args := range [][]string{
 		{"createUser", "-b", b.brokerAddr, "-u", user.AccessKey, "-p", user.SecretKey, "-t", "Normal"},
-		{"createAcl", "-b", b.brokerAddr, "-s", "User:" + user.AccessKey, "-r", "Topic:*", "-a", "Pub", "-d", "Allow"},
+		{"createAcl", "-b", b.brokerAddr, "-s", "User:" + user.AccessKey, "-r", "Topic:*", "-a", "Pub,Sub", "-d", "Allow"},
 		{"createAcl", "-b", b.brokerAddr, "-s", "User:" + user.AccessKey, "-r", "Topic:TRANS_CHECK_MAX_TIME_TOPIC,Group:outbox-relay-txrecover", "-a", "Sub", "-d", "Allow"},
 	} {
 		out, err := runScript(append([]string{"deploy-admin"}, args...)...)
@@ -63,7 +63,7 @@ func TestTransactionalCheckBacksWithACL(t *testing.T) {
 	topic := b.mqadminTopic(t, "acltx")
 	group := "outbox_tx_acl_" + testenv.RandomSuffix(8)
 	relayEnv := []string{"OUTBOX_ROCKETMQ_ACCESS_KEY=" + user.AccessKey, "OUTBOX_ROCKETMQ_SECRET_KEY=" + user.SecretKey,
-		"OUTBOX_ROCKETMQ_TRANSACTION_CHECK_GROUPS=" + group, "OUTBOX_LOG_LEVEL=debug"}
+		"OUTBOX_ROCKETMQ_TRANSACTION_CHECK_GROUPS=" + group, txSecretEnv, "OUTBOX_LOG_LEVEL=debug"}
 	relay := e.startRelay(t, relayEnv...)
 	in := b.consume(t, topic)
 	p, err := rocketmq.NewProducer(
@@ -82,7 +82,7 @@ func TestTransactionalCheckBacksWithACL(t *testing.T) {
 	defer p.Shutdown()
 	newWriter := func(s txmsg.Sender) *txmsg.Producer {
 		tp, err := txmsg.New(txmsg.Config{Writer: e.writer, Sender: s, NameServers: []string{b.nameServer},
-			CheckGroup: group, Grace: time.Hour, AccessKey: user.AccessKey, SecretKey: user.SecretKey})
+			CheckGroup: group, Secret: txSecret, Grace: time.Hour, AccessKey: user.AccessKey, SecretKey: user.SecretKey})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -32,7 +32,7 @@ func BenchmarkTxmsgCommitToConsume(b *testing.B) {
 			topic := t.topic(b, "txlatency")
 			in := t.consume(b, topic)
 			group := "outbox_tx_" + testenv.RandomSuffix(8)
-			e.startRelay(b, "OUTBOX_RELAY_POLL_INTERVAL=1s", "OUTBOX_ROCKETMQ_TRANSACTION_CHECK_GROUPS="+group)
+			e.startRelay(b, "OUTBOX_RELAY_POLL_INTERVAL=1s", "OUTBOX_ROCKETMQ_TRANSACTION_CHECK_GROUPS="+group, txSecretEnv)
 			p, err := rocketmq.NewProducer(producer.WithNsResolver(primitive.NewPassthroughResolver([]string{t.nameServer})),
 				producer.WithGroupName("txw_"+testenv.RandomSuffix(8)), producer.WithInstanceName("txw-"+testenv.RandomSuffix(8)),
 				producer.WithRetry(0))
@@ -43,7 +43,7 @@ func BenchmarkTxmsgCommitToConsume(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer p.Shutdown()
-			tp, err := txmsg.New(txmsg.Config{Writer: e.writer, Sender: p, NameServers: []string{t.nameServer}, CheckGroup: group})
+			tp, err := txmsg.New(txmsg.Config{Writer: e.writer, Sender: p, NameServers: []string{t.nameServer}, CheckGroup: group, Secret: txSecret})
 			if err != nil {
 				b.Fatal(err)
 			}

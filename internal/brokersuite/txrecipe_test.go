@@ -53,7 +53,7 @@ func (w *consumerWorld) runTxRecipe(t *testing.T, group string, halts bool, orde
 	cmd.Env = append(os.Environ(),
 		"RECIPE_MYSQL_HOST="+host, "RECIPE_MYSQL_PORT="+port, "RECIPE_MYSQL_USER="+cfg.User,
 		"RECIPE_MYSQL_PASSWORD="+cfg.Passwd, "RECIPE_MYSQL_DATABASE="+cfg.DBName, "RECIPE_TOPIC="+w.topic,
-		"RECIPE_GROUP="+group, "RECIPE_NAMESRV="+w.b.nameServer, "RECIPE_ORDERS="+strings.Join(orders, ","))
+		"RECIPE_GROUP="+group, "RECIPE_SECRET="+txSecret, "RECIPE_NAMESRV="+w.b.nameServer, "RECIPE_ORDERS="+strings.Join(orders, ","))
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	switch {
@@ -154,7 +154,7 @@ func TestJavaTransactionalRecipe(t *testing.T) {
 		t.Fatal(err)
 	}
 	group := "outbox_tx_java_" + testenv.RandomSuffix(8)
-	relayEnv := []string{"OUTBOX_ROCKETMQ_TRANSACTION_CHECK_GROUPS=" + group, "OUTBOX_LOG_LEVEL=debug"}
+	relayEnv := []string{"OUTBOX_ROCKETMQ_TRANSACTION_CHECK_GROUPS=" + group, txSecretEnv, "OUTBOX_LOG_LEVEL=debug"}
 	relay := w.e.startRelay(t, relayEnv...)
 	testenv.Eventually(t, 30*time.Second, "the relay answering check-backs", func() bool {
 		return strings.Contains(relay.Out.String(), "answering transactional check-backs")

@@ -155,6 +155,14 @@ type RocketMQ struct {
 	// relay process answers from the outbox table (rocketmq.transaction_check_groups; see
 	// docs/transactional.md). Defaults to none: no responder runs.
 	TransactionCheckGroups []string
+	// TransactionCheckSecrets are the keys of the halves' signatures
+	// (rocketmq.transaction_check_secrets): the responder acts on a row only for a half
+	// signed with one of them. Required with TransactionCheckGroups. Secret.
+	TransactionCheckSecrets []string
+	// TransactionCheckFence makes the responder fence the msg_id of a signed half whose row
+	// is absent and that names no writer of ours (rocketmq.transaction_check_fence).
+	// Defaults to false.
+	TransactionCheckFence bool
 }
 
 // RocketMQTLS is TLS to RocketMQ. The remoting client (rocketmq-client-go) encrypts but never
@@ -652,6 +660,14 @@ func (c Config) checkGroupProblems() []problem {
 			out = append(out, problem{KeyRocketMQTransactionCheckGroups, "cannot be used with rocketmq.tls.enable yet: the check responder speaks plain TCP"})
 		case c.RocketMQ.Namespace != "":
 			out = append(out, problem{KeyRocketMQTransactionCheckGroups, "cannot be used with rocketmq.namespace yet: halves and check groups through a namespace are untested"})
+		}
+	}
+	if len(c.RocketMQ.TransactionCheckGroups) > 0 && len(c.RocketMQ.TransactionCheckSecrets) == 0 {
+		out = append(out, problem{KeyRocketMQTransactionCheckSecrets, "required with rocketmq.transaction_check_groups: the responder acts only on signed halves (docs/security.md)"})
+	}
+	for i, s := range c.RocketMQ.TransactionCheckSecrets {
+		if len(s) < 16 {
+			out = append(out, problem{fmt.Sprintf("%s[%d]", KeyRocketMQTransactionCheckSecrets, i), fmt.Sprintf("must be at least 16 bytes, got %d", len(s))})
 		}
 	}
 	if len(c.RocketMQ.TransactionCheckGroups) > 0 && len(c.EffectiveDatabases()) > 1 {

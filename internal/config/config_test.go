@@ -56,7 +56,7 @@ func TestDefaults(t *testing.T) {
 	want := Config{
 		MySQL:    MySQL{DSN: testDSN, Table: "local_message", Tables: []string{}, ConnMaxLifetime: 5 * time.Minute, ConnMaxIdleTime: time.Minute},
 		Redis:    Redis{Addr: "127.0.0.1:6379", Addrs: []string{}},
-		RocketMQ: RocketMQ{NameServers: []string{"127.0.0.1:9876"}, Group: "outbox-relay", SendTimeout: 3 * time.Second, TransactionCheckGroups: []string{}},
+		RocketMQ: RocketMQ{NameServers: []string{"127.0.0.1:9876"}, Group: "outbox-relay", SendTimeout: 3 * time.Second, TransactionCheckGroups: []string{}, TransactionCheckSecrets: []string{}},
 		Relay: Relay{
 			PollInterval: time.Second, BatchSize: 500, Concurrency: 16, BatchSend: true, Nudge: true,
 			Unrouted: "default", MaxBodyBytes: 4194304, ShutdownTimeout: 15 * time.Second,
@@ -207,6 +207,8 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 		{"rocketmq: {tls: {verify: true}}", "rocketmq.tls.verify"},
 		{"rocketmq: {transaction_check_groups: ['bad group']}", "rocketmq.transaction_check_groups[0]"},
 		{"rocketmq: {transaction_check_groups: [tx, tx]}", "rocketmq.transaction_check_groups[1]"},
+		{"rocketmq: {transaction_check_groups: [tx]}", "rocketmq.transaction_check_secrets"},
+		{"rocketmq: {transaction_check_groups: [tx], transaction_check_secrets: [short]}", "rocketmq.transaction_check_secrets[0]"},
 		{"rocketmq: {transaction_check_groups: [tx], tls: {enable: true, insecure_skip_verify: true}}", "rocketmq.transaction_check_groups"},
 		{"rocketmq: {transaction_check_groups: [tx], namespace: ns1}", "rocketmq.transaction_check_groups"},
 		{"rocketmq: {transaction_check_groups: [outbox-relay]}", "rocketmq.transaction_check_groups[0]"},
@@ -268,7 +270,7 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 // Check groups are accepted with ACL credentials: the responder signs its requests.
 func TestCheckGroupsWithACLCredentials(t *testing.T) {
 	t.Parallel()
-	c, err := load(t, "rocketmq: {transaction_check_groups: [tx], access_key: ak, secret_key: sk}")
+	c, err := load(t, "rocketmq: {transaction_check_groups: [tx], transaction_check_secrets: [0123456789abcdef], access_key: ak, secret_key: sk}")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,6 +48,12 @@ const (
 	// KeyRocketMQTransactionCheckGroups lists the producer groups whose transactional
 	// check-backs the relay answers from the outbox table.
 	KeyRocketMQTransactionCheckGroups = "rocketmq.transaction_check_groups"
+	// KeyRocketMQTransactionCheckSecrets lists the keys of the halves' signatures: the
+	// responder acts only on halves signed with one of them.
+	KeyRocketMQTransactionCheckSecrets = "rocketmq.transaction_check_secrets"
+	// KeyRocketMQTransactionCheckFence makes the responder fence the msg_id of a signed
+	// half whose row is absent and whose writer is not ours.
+	KeyRocketMQTransactionCheckFence = "rocketmq.transaction_check_fence"
 
 	KeyRelayPollInterval    = "relay.poll_interval"
 	KeyRelayBatchSize       = "relay.batch_size"
@@ -121,6 +127,8 @@ var defaults = []struct {
 	{KeyRocketMQTLSServerName, ""},
 	{KeyRocketMQRequireReplication, false},
 	{KeyRocketMQTransactionCheckGroups, []string{}},
+	{KeyRocketMQTransactionCheckSecrets, []string{}},
+	{KeyRocketMQTransactionCheckFence, false},
 	{KeyRelayPollInterval, time.Second},
 	{KeyRelayBatchSize, 500},
 	{KeyRelayConcurrency, 16},

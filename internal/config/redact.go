@@ -31,6 +31,13 @@ func (c Config) Redacted() Config {
 	if c.RocketMQ.SecretKey != "" {
 		c.RocketMQ.SecretKey = Mask
 	}
+	if c.RocketMQ.TransactionCheckSecrets != nil {
+		masked := make([]string, len(c.RocketMQ.TransactionCheckSecrets))
+		for i := range masked {
+			masked[i] = Mask
+		}
+		c.RocketMQ.TransactionCheckSecrets = masked
+	}
 	if c.HTTP.AdminToken != "" {
 		c.HTTP.AdminToken = Mask
 	}
@@ -107,7 +114,8 @@ func (c Config) YAML() ([]byte, error) {
 		Redis: yamlRedis{r.Redis.Addr, r.Redis.Password, r.Redis.DB,
 			nonNil(r.Redis.Addrs), r.Redis.MasterName, r.Redis.SentinelPassword, r.Redis.Username, r.Redis.Cluster},
 		RocketMQ: yamlRocketMQ{nonNil(r.RocketMQ.NameServers), r.RocketMQ.AccessKey, r.RocketMQ.SecretKey,
-			r.RocketMQ.Group, fmtDuration(r.RocketMQ.SendTimeout), nonNil(r.RocketMQ.TransactionCheckGroups)},
+			r.RocketMQ.Group, fmtDuration(r.RocketMQ.SendTimeout), nonNil(r.RocketMQ.TransactionCheckGroups),
+			nonNil(r.RocketMQ.TransactionCheckSecrets), r.RocketMQ.TransactionCheckFence},
 		Relay: yamlRelay{fmtDuration(r.Relay.PollInterval), r.Relay.BatchSize, r.Relay.Concurrency, r.Relay.BatchSend,
 			r.Relay.Nudge, r.Relay.Unrouted, r.Relay.MaxBodyBytes, fmtDuration(r.Relay.ShutdownTimeout),
 			fmtDuration(r.Relay.PurgeRetention), fmtDuration(r.Relay.PurgeInterval)},
@@ -199,6 +207,10 @@ type yamlRocketMQ struct {
 	SendTimeout string   `yaml:"send_timeout"`
 	// TransactionCheckGroups is rocketmq.transaction_check_groups.
 	TransactionCheckGroups []string `yaml:"transaction_check_groups"`
+	// TransactionCheckSecrets is rocketmq.transaction_check_secrets (masked).
+	TransactionCheckSecrets []string `yaml:"transaction_check_secrets"`
+	// TransactionCheckFence is rocketmq.transaction_check_fence.
+	TransactionCheckFence bool `yaml:"transaction_check_fence"`
 }
 
 type yamlRelay struct {

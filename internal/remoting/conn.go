@@ -55,8 +55,10 @@ type Conn struct {
 	err     error
 }
 
-// Dial connects to addr. handle, when not nil, receives every request the broker sends, one
-// goroutine each, so it must bound its own work. WithCredentials signs the requests the
+// Dial connects to addr. handle, when not nil, receives every request the broker sends, on
+// the connection's read loop: it must not block (queue the work, bounded, or drop it), for
+// answers are read by the same loop. No goroutine is started per request, so a flood of
+// requests costs nothing but the handler's own queue. WithCredentials signs the requests the
 // connection sends; WithTLS is not supported here yet.
 func Dial(ctx context.Context, addr string, handle func(*Conn, *Request), opts ...Option) (*Conn, error) {
 	var o options
@@ -108,7 +110,7 @@ func (c *Conn) readLoop() {
 		}
 		if h.Flag&1 == 0 {
 			if c.handle != nil {
-				go c.handle(c, &Request{Code: h.Code, Ext: h.ExtFields, Body: body})
+				c.handle(c, &Request{Code: h.Code, Ext: h.ExtFields, Body: body})
 			}
 			continue
 		}

@@ -139,6 +139,8 @@ func (b *broker) serve(c *conn, req *command) {
 		b.consumerList(c, req)
 	case reqQueryConsumerOffset:
 		b.queryConsumerOffset(c, req)
+	case reqQueryMessage:
+		b.queryMessage(c, req)
 	case reqUpdateConsumerOffset:
 		q, _ := strconv.Atoi(req.Ext["queueId"])
 		off, _ := strconv.ParseInt(req.Ext["commitOffset"], 10, 64)
@@ -189,6 +191,29 @@ func (b *broker) closed(c *conn, byPeer bool) {
 	for _, g := range changed {
 		b.notifyGroup(g)
 	}
+}
+
+// queryMessage answers QUERY_MESSAGE as the broker's index does: the messages of topic
+// whose unique key (UNIQ_KEY) or one of whose KEYS is key, up to maxNum, in one body; none:
+// QUERY_NOT_FOUND.
+func (b *broker) queryMessage(c *conn, req *command) {
+	max, err := strconv.Atoi(req.Ext["maxNum"])
+	if err != nil || req.Ext["topic"] == "" || req.Ext["key"] == "" {
+		c.reply(req, newResponse(req, resSystemError, "rmqtest: QUERY_MESSAGE without its required fields"))
+		return
+	}
+	recs := b.s.store.byKey(req.Ext["topic"], req.Ext["key"], max)
+	if len(recs) == 0 {
+		c.reply(req, newResponse(req, resQueryNotFound, "can not find message, maybe time range not correct"))
+		return
+	}
+	resp := newResponse(req, resSuccess, "")
+	for _, r := range recs {
+		resp.Body = append(resp.Body, r.wire...)
+	}
+	resp.Ext["indexLastUpdateTimestamp"] = strconv.FormatInt(recs[len(recs)-1].storeTimestamp, 10)
+	resp.Ext["indexLastUpdatePhyoffset"] = strconv.FormatInt(recs[len(recs)-1].physOffset, 10)
+	c.reply(req, resp)
 }
 
 func (b *broker) replyOffset(c *conn, req *command, off int64) {

@@ -35,6 +35,7 @@ const (
 const (
 	reqSendMessage             int16 = 10
 	reqPullMessage             int16 = 11
+	reqQueryMessage            int16 = 12
 	reqQueryConsumerOffset     int16 = 14
 	reqUpdateConsumerOffset    int16 = 15
 	reqSearchOffsetByTimestamp int16 = 29

@@ -10,6 +10,7 @@ import (
 	"hash/crc32"
 	"io"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -339,6 +340,26 @@ func (s *store) searchOffset(topic string, queueID int, ts int64) int64 {
 	}
 	recs := t.queues[queueID].recs
 	return int64(sort.Search(len(recs), func(i int) bool { return recs[i].storeTimestamp >= ts }))
+}
+
+// byKey returns up to max records of topic whose UNIQ_KEY is key or whose KEYS include it.
+func (s *store) byKey(topic, key string, max int) []*record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*record
+	for _, r := range s.order {
+		if len(out) >= max {
+			break
+		}
+		if r.topic != topic {
+			continue
+		}
+		props := parseProperties(r.props)
+		if props[propUniqKey] == key || slices.Contains(strings.Fields(props[propKeys]), key) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 func (s *store) lookup(phys int64) *record {

@@ -62,7 +62,9 @@ const (
 	ReasonUnknownStatus = "unknown_status"   // a status this version does not know
 	ReasonHanded        = "handed_commit"    // status 4: the broker delivers; the writer's END never landed
 	ReasonHandedNoRow   = "no_row_handed"    // a handed half's row is absent: left to the writer or the discard
-	ReasonHandedYoung   = "handed_end_grace" // a handed row younger than the END grace: its writer's END may be on its way
+	ReasonHandedYoung   = "handed_end_grace" // a handed row committed less than the END grace ago: its writer's END may be on its way
+	ReasonForged        = "unauthenticated"  // the half carries no valid OUTBOX_SIG: its row is not touched
+	ReasonMismatch      = "half_mismatch"    // an authenticated half whose topic or keys are not its row's
 )
 
 // handedWriter is the OUTBOX_TX value of writers of handed rows (docs/sql-recipes.md).
@@ -87,24 +89,26 @@ type decider struct {
 	defTable    string
 	timeout     time.Duration
 	sdkPatience int
+	fence       bool
+	secrets     []string
 	endGrace    time.Duration
 	now         func() time.Time
 	release     func(ctx context.Context, table string)
 }
 
-// decide answers c by the decision table of docs/transactional.md.
+// decide answers c by the decision table of docs/transactional.md. Nothing is done to a
+// row, and nothing but UNKNOWN answered, unless the half is authenticated (its OUTBOX_SIG
+// signs its msg_id, table and topic under a shared secret) and its topic and keys are
+// the row's.
 func (d *decider) decide(ctx context.Context, c Check) (Answer, string) {
+	table, reason := d.authenticate(c)
+	if reason != "" {
+		return Unknown, reason
+	}
 	id := c.Properties[outbox.MsgIDProperty]
-	if id == "" {
-		return Unknown, ReasonNoMsgID
-	}
-	table, ok := d.table(c.Properties)
-	if !ok {
-		return Unknown, ReasonUnknownTable
-	}
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
-	st, deleted, age, found, err := d.probe(ctx, table, id)
+	r, found, err := d.probe(ctx, table, id)
 	switch {
 	case err != nil && lockConflict(err):
 		return Unknown, ReasonOpen
@@ -118,25 +122,20 @@ func (d *decider) decide(ctx context.Context, c Check) (Answer, string) {
 	case !found && c.Properties[writerProperty] != "":
 		return Rollback, ReasonRolledBack
 	case !found:
-		return d.fence(ctx, table, id, c)
-	case deleted || st == int(outbox.StatusDead):
+		return d.fenceAbsent(ctx, table, id, c)
+	case !r.matches(id, c):
+		return Unknown, ReasonMismatch
+	case r.deleted || r.status == int(outbox.StatusDead):
 		return Rollback, ReasonDead
-	case st == int(outbox.StatusSent):
+	case r.status == int(outbox.StatusSent):
 		return Rollback, ReasonSent
-	case st == int(outbox.StatusHanded) && age < d.endGrace:
-		// Committed moments ago: its writer's END may still be on its way (a JVM paused, a
-		// slow network), and a COMMIT now as well would store the message twice.
-		return Unknown, ReasonHandedYoung
-	case st == int(outbox.StatusHanded):
-		// A handed row's only delivery is the broker's COMMIT (the relay never sends it):
-		// committed and not yet answered, so its writer's END was lost. The responder marks
-		// it sent once the broker acknowledges the COMMIT (markCommitted).
-		return Commit, ReasonHanded
-	case st == int(outbox.StatusPending) || st == int(outbox.StatusFailed):
+	case r.status == int(outbox.StatusHanded):
+		return d.handed(ctx, table, id, r)
+	case r.status == int(outbox.StatusPending) || r.status == int(outbox.StatusFailed):
 		// The relay owns the row: the half is rolled back and the row sent now, so the
 		// message goes out once, by the relay, whatever becomes of a late END.
 		q := "UPDATE " + schema.QuoteIdent(table) + " SET next_retry_time = LEAST(next_retry_time, ?) WHERE msg_id = ? AND status IN (0,1)"
-		if _, err := d.db.ExecContext(ctx, q, d.now().UnixMilli(), id); err != nil {
+		if _, err := d.db.ExecContext(ctx, q, r.nowMs, id); err != nil {
 			return Unknown, ReasonDatabase
 		}
 		if d.release != nil {
@@ -145,6 +144,48 @@ func (d *decider) decide(ctx context.Context, c Check) (Answer, string) {
 		return Rollback, ReasonRelayDelivers
 	}
 	return Unknown, ReasonUnknownStatus
+}
+
+// authenticate returns the table of the row c's half names, or the reason it is not acted
+// on: no msg_id, a table this relay does not serve, or no valid signature. It reads nothing
+// but the half, so the responder runs it before queueing a check.
+func (d *decider) authenticate(c Check) (table, reason string) {
+	id := c.Properties[outbox.MsgIDProperty]
+	if id == "" {
+		return "", ReasonNoMsgID
+	}
+	table, ok := d.table(c.Properties)
+	if !ok {
+		return "", ReasonUnknownTable
+	}
+	if !outbox.VerifyHalf(d.secrets, c.Properties[outbox.SignatureProperty], table, id, c.Topic) {
+		return "", ReasonForged
+	}
+	return table, ""
+}
+
+// handed answers the check of a committed handed row. A handed row's only delivery is the
+// broker's COMMIT (the relay never sends it), but its writer's own END may still be on its
+// way (a JVM paused, a slow network), and a COMMIT as well would store the message twice.
+// So the END grace counts from the commit: the first check that finds the row committed
+// stamps sent_time with the database's clock (epoch ms, whatever the session's time zone)
+// and answers UNKNOWN; a check at least the grace later answers COMMIT. The responder marks
+// the row sent once the broker acknowledges the COMMIT (markCommitted).
+func (d *decider) handed(ctx context.Context, table, id string, r row) (Answer, string) {
+	if d.endGrace <= 0 {
+		return Commit, ReasonHanded
+	}
+	if r.seenMs == 0 {
+		q := "UPDATE " + schema.QuoteIdent(table) + " SET sent_time = ? WHERE msg_id = ? AND status = 4 AND sent_time = 0"
+		if _, err := d.db.ExecContext(ctx, q, r.nowMs, id); err != nil {
+			return Unknown, ReasonDatabase
+		}
+		return Unknown, ReasonHandedYoung
+	}
+	if r.nowMs-r.seenMs < d.endGrace.Milliseconds() {
+		return Unknown, ReasonHandedYoung
+	}
+	return Commit, ReasonHanded
 }
 
 // table returns the outbox table a half names (the default when it names none), and
@@ -175,24 +216,46 @@ func (d *decider) markCommitted(ctx context.Context, props map[string]string) er
 	return nil
 }
 
+// row is what probe reads of an outbox row.
+type row struct {
+	status  int
+	deleted bool
+	topic   string
+	keys    string
+	// seenMs is sent_time: for a handed row, when a check first found it committed
+	// (database clock, epoch ms), 0 before.
+	seenMs int64
+	// nowMs is the database's clock at the probe, epoch ms.
+	nowMs int64
+}
+
+// matches reports whether the half of check c is the row's: same topic, and the half's
+// KEYS the row's msg_keys (the msg_id when the row has none), as the writers send them.
+func (r row) matches(id string, c Check) bool {
+	keys := r.keys
+	if keys == "" {
+		keys = id
+	}
+	return r.topic == c.Topic && c.Properties["KEYS"] == keys
+}
+
 // probe reads the row with a locking read that does not wait: a writer's transaction
 // that inserted the row and has not ended holds its lock, which is how an open
-// transaction is told from a rolled-back one. age is the time since the row's insert, by
-// the database's clock (whole seconds).
-func (d *decider) probe(ctx context.Context, table, id string) (status int, deleted bool, age time.Duration, found bool, err error) {
-	// An adopted table's NULLs: a NULL status is unknown (-1: never decided), a NULL
-	// is_deleted not deleted (schema.NotDeletedSQL).
-	q := "SELECT COALESCE(status, -1), NOT " + schema.NotDeletedSQL + ", COALESCE(TIMESTAMPDIFF(SECOND, create_time, NOW()), 0) FROM " +
-		schema.QuoteIdent(table) + " WHERE msg_id = ? FOR UPDATE NOWAIT"
-	var secs int64
-	err = d.db.QueryRowContext(ctx, q, id).Scan(&status, &deleted, &secs)
+// transaction is told from a rolled-back one. An adopted table's NULLs: a NULL status is
+// unknown (-1: never decided), a NULL is_deleted not deleted (schema.NotDeletedSQL).
+func (d *decider) probe(ctx context.Context, table, id string) (r row, found bool, err error) {
+	q := "SELECT COALESCE(status, -1), NOT " + schema.NotDeletedSQL + ", COALESCE(topic, ''), COALESCE(msg_keys, ''), COALESCE(sent_time, 0), " +
+		"CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) FROM " + schema.QuoteIdent(table) + " WHERE msg_id = ? FOR UPDATE NOWAIT"
+	var del int
+	err = d.db.QueryRowContext(ctx, q, id).Scan(&r.status, &del, &r.topic, &r.keys, &r.seenMs, &r.nowMs)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, false, 0, false, nil
+		return row{}, false, nil
 	}
 	if err != nil {
-		return 0, false, 0, false, err
+		return row{}, false, err
 	}
-	return status, deleted, time.Duration(secs) * time.Second, true, nil
+	r.deleted = del != 0
+	return r, true, nil
 }
 
 // lockConflict reports NOWAIT's refusal: 1205 on MariaDB, 3572 (ER_LOCK_NOWAIT) on MySQL 8.
@@ -201,13 +264,15 @@ func lockConflict(err error) bool {
 	return n == mysqlerr.LockWaitTimeout || n == 3572
 }
 
-// fence settles a half whose row is absent and that our writer did not send (an SDK
-// writer answering its own checks, or none): UNKNOWN for the first sdkPatience checks,
-// then a tombstone row (dead and deleted, so never sent) takes the msg_id. If the
+// fenceAbsent settles an authenticated half whose row is absent and that names no writer
+// of ours (an SDK writer answering its own checks, or none): UNKNOWN, unless fencing is
+// on (it is opt-in); then UNKNOWN for the first sdkPatience checks, and then a tombstone
+// row (dead and deleted, so never sent) takes the msg_id. The check count is the one the
+// half carries, which its sender can preset: only an authenticated half gets this far. If the
 // tombstone is inserted, the writer's own insert can never commit, so ROLLBACK is safe;
 // if the msg_id exists by then, the row is read again.
-func (d *decider) fence(ctx context.Context, table, id string, c Check) (Answer, string) {
-	if c.Times < d.sdkPatience {
+func (d *decider) fenceAbsent(ctx context.Context, table, id string, c Check) (Answer, string) {
+	if !d.fence || c.Times < d.sdkPatience {
 		return Unknown, ReasonSDKWait
 	}
 	q := "INSERT IGNORE INTO " + schema.QuoteIdent(table) +

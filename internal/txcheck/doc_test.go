@@ -26,6 +26,7 @@ func TestTransactionalDocMatches(t *testing.T) {
 	m := NewMetrics(reg, "db")
 	m.Observe("g", Rollback, ReasonSent, 1)
 	m.Recovered("g")
+	m.Dropped("queue_full")
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +53,8 @@ func TestTransactionalDocMatches(t *testing.T) {
 		}
 	}
 	for _, r := range []string{ReasonNoMsgID, ReasonUnknownTable, ReasonOpen, ReasonDatabase, ReasonRelayDelivers,
-		ReasonSent, ReasonDead, ReasonRolledBack, ReasonSDKWait, ReasonFenced, ReasonUnknownStatus, ReasonHanded, ReasonHandedNoRow} {
+		ReasonSent, ReasonDead, ReasonRolledBack, ReasonSDKWait, ReasonFenced, ReasonUnknownStatus, ReasonHanded, ReasonHandedNoRow,
+		ReasonHandedYoung, ReasonForged, ReasonMismatch} {
 		if !strings.Contains(doc, "| `"+r+"` |") {
 			t.Errorf("docs/transactional.md's decision table has no row for reason %s", r)
 		}

@@ -36,7 +36,9 @@ func TestMain(m *testing.M) {
 const (
 	topic      = "TxOrders"
 	checkGroup = "outbox-tx"
-	table      = "local_message"
+	// checkSecret signs the tests' halves and is the responder's secret.
+	checkSecret = "txcheck-test-secret-0123"
+	table       = "local_message"
 )
 
 var instanceSeq atomic.Int64
@@ -58,6 +60,13 @@ type world struct {
 	// endGrace is the responder's EndGrace: none unless a test sets it, since the tests
 	// trigger checks by hand and a handed row is always younger than the default.
 	endGrace time.Duration
+	// hold, workers and queueSize set the responder's worker gate (HoldAnswers), Workers
+	// and QueueSize when not zero.
+	hold               chan struct{}
+	workers, queueSize int
+	// fence is the responder's Fence; discardSettle its DiscardSettle (none unless set).
+	fence         bool
+	discardSettle time.Duration
 }
 
 func setup(t *testing.T, opts rmqtest.Options, grace time.Duration) *world {
@@ -96,12 +105,12 @@ func setup(t *testing.T, opts rmqtest.Options, grace time.Duration) *world {
 		t.Fatal(err)
 	}
 	tp, err := txmsg.New(txmsg.Config{Writer: w, Sender: p, NameServers: []string{broker.NameServerAddr()},
-		CheckGroup: checkGroup, Grace: grace, EndTimeout: 500 * time.Millisecond})
+		CheckGroup: checkGroup, Secret: checkSecret, Grace: grace, EndTimeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tp.Close() })
-	return &world{t: t, ctx: ctx, db: db, rdb: rdb, prefix: prefix, broker: broker, tp: tp, sender: p, reg: prometheus.NewRegistry(), endGrace: -1}
+	return &world{t: t, ctx: ctx, db: db, rdb: rdb, prefix: prefix, broker: broker, tp: tp, sender: p, reg: prometheus.NewRegistry(), endGrace: -1, discardSettle: -1}
 }
 
 // startResponder starts a check responder and waits until the broker has it registered.
@@ -111,10 +120,14 @@ func (w *world) startResponder() {
 		NameServers: []string{w.broker.NameServerAddr()}, Groups: []string{checkGroup},
 		DB: w.db.DB, Tables: []string{table}, HeartbeatInterval: 200 * time.Millisecond,
 		ClientID: fmt.Sprintf("responder-%d", instanceSeq.Add(1)), Registerer: w.reg,
-		EndGrace: w.endGrace,
+		EndGrace: w.endGrace, Workers: w.workers, QueueSize: w.queueSize, Secrets: []string{checkSecret},
+		Fence: w.fence, DiscardSettle: w.discardSettle,
 	})
 	if err != nil {
 		w.t.Fatal(err)
+	}
+	if w.hold != nil {
+		txcheck.HoldAnswers(r, w.hold)
 	}
 	if err := r.Start(w.ctx); err != nil {
 		w.t.Fatal(err)
@@ -209,13 +222,25 @@ func (w *world) half(msgID string) rmqtest.HalfState {
 // answers returns how many checks were answered with answer for reason.
 func (w *world) answers(answer, reason string) int {
 	w.t.Helper()
+	return w.counter("outbox_relay_transaction_checks_total", map[string]string{"answer": answer, "reason": reason})
+}
+
+// handled returns the checks answered or dropped, whatever the answer or reason.
+func (w *world) handled() int {
+	w.t.Helper()
+	return w.counter("outbox_relay_transaction_checks_total", nil) + w.counter("outbox_relay_transaction_checks_dropped_total", nil)
+}
+
+// counter sums the series of the counter name whose labels include want.
+func (w *world) counter(name string, want map[string]string) int {
+	w.t.Helper()
 	mfs, err := w.reg.Gather()
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	n := 0
 	for _, mf := range mfs {
-		if mf.GetName() != "outbox_relay_transaction_checks_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -223,7 +248,11 @@ func (w *world) answers(answer, reason string) int {
 			for _, p := range m.GetLabel() {
 				l[p.GetName()] = p.GetValue()
 			}
-			if l["answer"] == answer && l["reason"] == reason {
+			ok := true
+			for k, v := range want {
+				ok = ok && l[k] == v
+			}
+			if ok {
 				n += int(m.GetCounter().GetValue())
 			}
 		}
@@ -420,7 +449,7 @@ func TestResponderRegistersWithEveryMaster(t *testing.T) {
 	}
 	defer db.Close()
 	r, err := txcheck.New(txcheck.Config{NameServers: c.NameServerAddrs(), Groups: []string{"g1", "g2"}, DB: db,
-		Tables: []string{table}, HeartbeatInterval: 200 * time.Millisecond, ClientID: "every-master"})
+		Tables: []string{table}, HeartbeatInterval: 200 * time.Millisecond, ClientID: "every-master", Secrets: []string{checkSecret}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,7 +91,7 @@ func (w *world) handedWriter() *txmsg.Producer {
 			w.t.Fatal(err)
 		}
 		tp, err := txmsg.New(txmsg.Config{Writer: wr, Sender: handedSender{w.sender}, NameServers: []string{w.broker.NameServerAddr()},
-			CheckGroup: checkGroup, Grace: time.Hour, EndTimeout: 500 * time.Millisecond})
+			CheckGroup: checkGroup, Secret: checkSecret, Grace: time.Hour, EndTimeout: 500 * time.Millisecond})
 		if err != nil {
 			w.t.Fatal(err)
 		}

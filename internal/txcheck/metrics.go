@@ -11,6 +11,7 @@ type Metrics struct {
 	times     *prometheus.HistogramVec
 	brokers   prometheus.Gauge
 	recovered *prometheus.CounterVec
+	dropped   *prometheus.CounterVec
 }
 
 // NewMetrics creates the series, labelled with database, and registers them with reg when
@@ -34,9 +35,13 @@ func NewMetrics(reg prometheus.Registerer, database string) *Metrics {
 			Name: "outbox_relay_transaction_halves_recovered_total", Help: "Handed rows made pending again because the broker discarded their half (TRANS_CHECK_MAX_TIME_TOPIC): the relay sends them.",
 			ConstLabels: constLabels,
 		}, []string{"group"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_relay_transaction_checks_dropped_total", Help: "Check-backs dropped unanswered, by reason (foreign_group, unreadable, queue_full).",
+			ConstLabels: constLabels,
+		}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.answers, m.times, m.brokers, m.recovered)
+		reg.MustRegister(m.answers, m.times, m.brokers, m.recovered, m.dropped)
 	}
 	return m
 }
@@ -49,3 +54,6 @@ func (m *Metrics) Observe(group string, a Answer, reason string, times int) {
 
 // Recovered counts one handed row of group made pending because its half was discarded.
 func (m *Metrics) Recovered(group string) { m.recovered.WithLabelValues(group).Inc() }
+
+// Dropped counts one check-back dropped unanswered, for reason.
+func (m *Metrics) Dropped(reason string) { m.dropped.WithLabelValues(reason).Inc() }

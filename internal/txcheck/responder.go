@@ -47,14 +47,30 @@ type Config struct {
 	QueryTimeout time.Duration
 	// Workers bounds the checks answered at once. Defaults to 8.
 	Workers int
+	// QueueSize bounds the checks waiting for a worker; a check that finds the queue full is
+	// dropped (the broker checks the half again at its next round). Defaults to 256.
+	QueueSize int
+	// Secrets are the keys of the halves' signatures (outbox.SignHalf): a half is acted on
+	// only when its OUTBOX_SIG verifies under one of them (several while one is replaced).
+	// At least one, of 16 bytes or more.
+	Secrets []string
+	// Fence makes an authenticated half whose row is absent, and that names no writer of
+	// ours, fence its msg_id with a tombstone row after SDKPatience checks. Defaults to
+	// false: such a half is answered UNKNOWN until the broker discards it.
+	Fence bool
 	// SDKPatience is the number of checks a half whose row is absent, and that names no
-	// writer of ours, is answered UNKNOWN before its msg_id is fenced. Defaults to 4.
+	// writer of ours, is answered UNKNOWN before its msg_id is fenced (with Fence). Defaults to 4.
 	SDKPatience int
 	// EndGrace is how long after its insert (by the database's clock) a committed handed
 	// row is answered UNKNOWN rather than COMMIT, leaving a late END of its writer to land:
 	// the broker stores a second copy when both a COMMIT and the writer's END reach it.
 	// Defaults to 6 seconds, the broker's own default transactionTimeOut; negative: none.
 	EndGrace time.Duration
+	// DiscardSettle is how long a discarded half is left after the relay first reads it
+	// (by the database's clock) before its broker is asked whether the half was committed
+	// after all and, if not, its row is made pending: a late answer to the half's last
+	// check still commits a discarded half. Defaults to 1 minute; negative: none.
+	DiscardSettle time.Duration
 	// DiscardGroup is the consumer group under which the halves the brokers discarded
 	// (TRANS_CHECK_MAX_TIME_TOPIC) are read; brokers without autoCreateSubscriptionGroup
 	// need it created. Defaults to outbox-relay-txrecover.
@@ -83,6 +99,9 @@ func (c *Config) setDefaults() {
 	if c.Workers <= 0 {
 		c.Workers = 8
 	}
+	if c.QueueSize <= 0 {
+		c.QueueSize = 256
+	}
 	if c.SDKPatience <= 0 {
 		c.SDKPatience = 4
 	}
@@ -91,6 +110,12 @@ func (c *Config) setDefaults() {
 		c.EndGrace = 6 * time.Second
 	case c.EndGrace < 0:
 		c.EndGrace = 0
+	}
+	switch {
+	case c.DiscardSettle == 0:
+		c.DiscardSettle = time.Minute
+	case c.DiscardSettle < 0:
+		c.DiscardSettle = 0
 	}
 	if c.DiscardGroup == "" {
 		c.DiscardGroup = "outbox-relay-txrecover"
@@ -112,6 +137,13 @@ func (c *Config) Validate() error {
 		return errors.New("txcheck: DB: must be set")
 	case len(c.Tables) == 0:
 		return errors.New("txcheck: Tables: at least one is needed")
+	case len(c.Secrets) == 0:
+		return errors.New("txcheck: Secrets: at least one is needed (halves are acted on only when signed)")
+	}
+	for i, s := range c.Secrets {
+		if len(s) < MinSecretLen {
+			return fmt.Errorf("txcheck: Secrets[%d]: at least %d bytes, got %d", i, MinSecretLen, len(s))
+		}
 	}
 	for _, t := range c.Tables {
 		if err := schema.ValidateIdent(t); err != nil {
@@ -121,6 +153,9 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// MinSecretLen is the shortest secret a Responder accepts.
+const MinSecretLen = 16
+
 // Responder registers the check groups with every master broker and answers their
 // CHECK_TRANSACTION_STATE requests from the outbox tables. Every relay process runs one,
 // leader or not: an answer is a point read by msg_id and needs no lock.
@@ -128,16 +163,21 @@ type Responder struct {
 	cfg     Config
 	dec     *decider
 	metrics *Metrics
-	sem     chan struct{}
+	queue   chan job
+	// beforeAnswer, when set (tests), runs before each queued check is answered.
+	beforeAnswer func()
 
 	mu     sync.Mutex
 	conns  map[string]*remoting.Conn // master address -> connection
 	beatAt map[string]time.Time
 	// discardAt is, per master, the offset of TRANS_CHECK_MAX_TIME_TOPIC read up to.
 	discardAt map[string]int64
-	cancel    context.CancelFunc
-	done      chan struct{}
-	workers   sync.WaitGroup
+	// discardSeen is, per discarded half (broker/offset), when this process first read it
+	// (database clock, epoch ms).
+	discardSeen map[string]int64
+	cancel      context.CancelFunc
+	done        chan struct{}
+	workers     sync.WaitGroup
 }
 
 // New checks cfg and returns a Responder; Start runs it.
@@ -153,12 +193,13 @@ func New(cfg Config) (*Responder, error) {
 	r := &Responder{
 		cfg: cfg,
 		dec: &decider{db: cfg.DB, tables: tables, defTable: cfg.Tables[0], timeout: cfg.QueryTimeout,
-			sdkPatience: cfg.SDKPatience, endGrace: cfg.EndGrace, now: time.Now, release: cfg.Release},
-		metrics:   NewMetrics(cfg.Registerer, cfg.Database),
-		sem:       make(chan struct{}, cfg.Workers),
-		conns:     map[string]*remoting.Conn{},
-		beatAt:    map[string]time.Time{},
-		discardAt: map[string]int64{},
+			sdkPatience: cfg.SDKPatience, fence: cfg.Fence, secrets: cfg.Secrets, endGrace: cfg.EndGrace, now: time.Now, release: cfg.Release},
+		metrics:     NewMetrics(cfg.Registerer, cfg.Database),
+		queue:       make(chan job, cfg.QueueSize),
+		conns:       map[string]*remoting.Conn{},
+		beatAt:      map[string]time.Time{},
+		discardAt:   map[string]int64{},
+		discardSeen: map[string]int64{},
 	}
 	return r, nil
 }
@@ -176,6 +217,10 @@ func (r *Responder) Start(ctx context.Context) error {
 	r.mu.Lock()
 	r.cancel, r.done = cancel, make(chan struct{})
 	r.mu.Unlock()
+	r.workers.Add(r.cfg.Workers)
+	for i := 0; i < r.cfg.Workers; i++ {
+		go r.work(ctx)
+	}
 	r.sync(ctx, masters)
 	go r.loop(ctx, masters)
 	return nil
@@ -348,39 +393,74 @@ func (r *Responder) heartbeat(ctx context.Context, c *remoting.Conn) error {
 	return nil
 }
 
-// serve handles a request the broker sent: only check-backs are expected.
+// serve handles a request the broker sent: only check-backs are expected. It runs on the
+// connection's read loop, so it never blocks: the check's message is decoded (its body left
+// as it is, never inflated), a check of a group not configured is dropped before any other
+// work, one whose half is not signed is answered UNKNOWN at once (it never takes a place in
+// the queue), and the rest is queued for the workers; a full queue drops the check (the broker
+// checks again at its next round). So a flood of forged checks costs a bounded queue, not a
+// goroutine and an inflated body each.
 func (r *Responder) serve(c *remoting.Conn, req *remoting.Request) {
 	if req.Code != remoting.CheckTransactionState {
 		return
 	}
-	r.mu.Lock()
-	stopped := r.cancel == nil
-	if !stopped {
-		r.workers.Add(1)
-	}
-	r.mu.Unlock()
-	if stopped {
-		return
-	}
-	defer r.workers.Done()
-	r.sem <- struct{}{}
-	defer func() { <-r.sem }()
-	r.answer(c, req)
-}
-
-func (r *Responder) answer(c *remoting.Conn, req *remoting.Request) {
-	log := r.cfg.Logger
 	msg, err := remoting.DecodeMessage(req.Body)
 	if err != nil {
-		log.Warn().Err(err).Str("broker", c.Addr()).Msg("transactional check with an unreadable message")
+		r.cfg.Logger.Warn().Err(err).Str("broker", c.Addr()).Msg("transactional check with an unreadable message")
+		r.metrics.Dropped("unreadable")
 		return
 	}
+	if !slices.Contains(r.cfg.Groups, msg.Properties["PGROUP"]) {
+		r.metrics.Dropped("foreign_group")
+		return
+	}
+	chk := checkOf(msg)
+	if _, reason := r.dec.authenticate(chk); reason != "" {
+		r.metrics.Observe(chk.Group, Unknown, reason, chk.Times) // nothing to ask the database
+		r.cfg.Logger.Debug().Str("group", chk.Group).Str("msg_id", msg.Properties["OUTBOX_MSG_ID"]).Int("check", chk.Times).
+			Str("answer", Unknown.String()).Str("reason", reason).Msg("transactional check")
+		return
+	}
+	select {
+	case r.queue <- job{c: c, req: req, msg: msg}:
+	default:
+		r.metrics.Dropped("queue_full")
+	}
+}
+
+// checkOf reads the check a check-back's message carries.
+func checkOf(msg *remoting.Message) Check {
 	times, _ := strconv.Atoi(msg.Properties[checkTimesProperty])
-	chk := Check{Group: msg.Properties["PGROUP"], Topic: msg.Topic, Properties: msg.Properties, Times: times}
-	if !slices.Contains(r.cfg.Groups, chk.Group) {
-		log.Warn().Str("group", chk.Group).Msg("transactional check for a group not configured; ignored")
-		return
+	return Check{Group: msg.Properties["PGROUP"], Topic: msg.Topic, Properties: msg.Properties, Times: times}
+}
+
+// job is a check queued for the workers.
+type job struct {
+	c   *remoting.Conn
+	req *remoting.Request
+	msg *remoting.Message
+}
+
+// work answers queued checks until ctx ends.
+func (r *Responder) work(ctx context.Context) {
+	defer r.workers.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case j := <-r.queue:
+			if r.beforeAnswer != nil {
+				r.beforeAnswer()
+			}
+			r.answer(j.c, j.req, j.msg)
+		}
 	}
+}
+
+func (r *Responder) answer(c *remoting.Conn, req *remoting.Request, msg *remoting.Message) {
+	log := r.cfg.Logger
+	chk := checkOf(msg)
+	times := chk.Times
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.QueryTimeout+time.Second)
 	defer cancel()
 	ans, reason := r.dec.decide(ctx, chk)

@@ -52,6 +52,10 @@ type Config struct {
 	// CheckGroup is the producer group named in every half (PGROUP): the group the broker
 	// checks back, listed in the relay's rocketmq.transaction_check_groups. Required.
 	CheckGroup string
+	// Secret signs every half (outbox.SignHalf); the relays answering the CheckGroup's
+	// checks must list it in rocketmq.transaction_check_secrets, for they act only on
+	// signed halves. Required, 16 bytes or more.
+	Secret string
 	// Grace is how long the relay leaves a new row to the writer before it sends the row
 	// itself. Defaults to 15 seconds. A writer that ends a half later than Grace/2 after the
 	// insert rolls it back and leaves the row to the relay, so that the two never race.
@@ -91,6 +95,8 @@ func New(cfg Config) (*Producer, error) {
 		return nil, errors.New("txmsg: NameServers: at least one is needed")
 	case cfg.CheckGroup == "":
 		return nil, errors.New("txmsg: CheckGroup: required")
+	case len(cfg.Secret) < 16:
+		return nil, fmt.Errorf("txmsg: Secret: at least 16 bytes, got %d", len(cfg.Secret))
 	}
 	if cfg.Grace == 0 {
 		cfg.Grace = 15 * time.Second
@@ -232,6 +238,7 @@ func (p *Producer) halfMessage(m *outbox.Message) *primitive.Message {
 	pm.WithProperty(outbox.MsgIDProperty, m.MsgID)
 	pm.WithProperty(outbox.TableProperty, p.table)
 	pm.WithProperty(outbox.WriterProperty, "c")
+	pm.WithProperty(outbox.SignatureProperty, outbox.SignHalf(p.cfg.Secret, p.table, m.MsgID, m.Topic))
 	pm.WithProperty(primitive.PropertyTransactionPrepared, "true")
 	pm.WithProperty(primitive.PropertyProducerGroup, p.cfg.CheckGroup)
 	return pm

@@ -63,7 +63,7 @@ func setup(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := New(Config{Writer: w, Sender: prod, NameServers: []string{broker.NameServerAddr()}, CheckGroup: "tx", Grace: 10 * time.Second})
+	p, err := New(Config{Writer: w, Sender: prod, NameServers: []string{broker.NameServerAddr()}, CheckGroup: "tx", Secret: "txmsg-test-secret-0123", Grace: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,13 +12,18 @@
 
 import java.math.BigDecimal;
 import java.nio.charset.StandardCharsets;
+import java.security.GeneralSecurityException;
+import java.security.MessageDigest;
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
+import java.util.HexFormat;
 import java.util.UUID;
 import java.util.concurrent.Callable;
+import javax.crypto.Mac;
+import javax.crypto.spec.SecretKeySpec;
 
 import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.producer.LocalTransactionState;
@@ -32,12 +37,12 @@ import org.apache.rocketmq.common.message.MessageExt;
 public class TxOrderOutbox {
     // recipe:start
     /** The producer: its group is one of the relay's rocketmq.transaction_check_groups. */
-    static TransactionMQProducer newProducer(String checkGroup, String nameServer,
+    static TransactionMQProducer newProducer(String checkGroup, String nameServer, String secret,
                                              Callable<Connection> checkConnections) throws MQClientException {
         TransactionMQProducer producer = new TransactionMQProducer(checkGroup);
         producer.setNamesrvAddr(nameServer);
         producer.setRetryTimesWhenSendFailed(0); // a retried half leaves an orphan the check would commit
-        producer.setTransactionListener(new OutboxListener(checkConnections));
+        producer.setTransactionListener(new OutboxListener(checkConnections, secret));
         producer.start();
         return producer;
     }
@@ -81,9 +86,11 @@ public class TxOrderOutbox {
 
     static final class OutboxListener implements TransactionListener {
         final Callable<Connection> checkConnections;
+        final String secret;
 
-        OutboxListener(Callable<Connection> checkConnections) {
+        OutboxListener(Callable<Connection> checkConnections, String secret) {
             this.checkConnections = checkConnections;
+            this.secret = secret;
         }
 
         @Override
@@ -94,11 +101,16 @@ public class TxOrderOutbox {
         /** A check-back: the decision table of docs/sql-recipes.md for handed rows. */
         @Override
         public LocalTransactionState checkLocalTransaction(MessageExt msg) {
+            String msgId = msg.getUserProperty("OUTBOX_MSG_ID"), sig = msg.getUserProperty("OUTBOX_SIG");
+            if (msgId == null || sig == null || !MessageDigest.isEqual(sig.getBytes(StandardCharsets.UTF_8),
+                    sign(secret, "local_message", msgId, msg.getTopic()).getBytes(StandardCharsets.UTF_8))) {
+                return LocalTransactionState.UNKNOW; // not a half this service signed: any producer can send one
+            }
             try (Connection c = checkConnections.call();
                  PreparedStatement probe = c.prepareStatement(
                      "SELECT status, is_deleted FROM local_message WHERE msg_id = ? FOR UPDATE NOWAIT")) {
                 c.setAutoCommit(true); // the probe's lock lasts for the statement only
-                probe.setString(1, msg.getUserProperty("OUTBOX_MSG_ID"));
+                probe.setString(1, msgId);
                 try (ResultSet row = probe.executeQuery()) {
                     if (row.next() && row.getInt(1) == 4 && row.getInt(2) == 0) {
                         return LocalTransactionState.COMMIT_MESSAGE; // committed, handed: deliver
@@ -113,8 +125,27 @@ public class TxOrderOutbox {
         }
     }
 
-    static void createOrder(TransactionMQProducer producer, Connection conn, String topic, String orderNo,
-                            BigDecimal amount, Runnable restOfTransaction) throws SQLException {
+    /**
+     * The half's signature (OUTBOX_SIG): hex HMAC-SHA256 under the secret shared with the
+     * relays (rocketmq.transaction_check_secrets) of "outbox-half-v1", table, msg_id and
+     * topic, each followed by a NUL byte. The relay acts only on halves signed so.
+     */
+    static String sign(String secret, String table, String msgId, String topic) {
+        try {
+            Mac mac = Mac.getInstance("HmacSHA256");
+            mac.init(new SecretKeySpec(secret.getBytes(StandardCharsets.UTF_8), "HmacSHA256"));
+            for (String part : new String[] {"outbox-half-v1", table, msgId, topic}) {
+                mac.update(part.getBytes(StandardCharsets.UTF_8));
+                mac.update((byte) 0);
+            }
+            return HexFormat.of().formatHex(mac.doFinal());
+        } catch (GeneralSecurityException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    static void createOrder(TransactionMQProducer producer, String secret, Connection conn, String topic,
+                            String orderNo, BigDecimal amount, Runnable restOfTransaction) throws SQLException {
         String msgId = UUID.randomUUID().toString();
         String body = "{\"orderNo\":\"" + orderNo + "\",\"amount\":\"" + amount + "\"}";
         conn.setAutoCommit(false);
@@ -144,6 +175,7 @@ public class TxOrderOutbox {
         msg.putUserProperty("OUTBOX_MSG_ID", msgId);
         msg.putUserProperty("OUTBOX_TABLE", "local_message");
         msg.putUserProperty("OUTBOX_TX", "h"); // a handed row, inserted before its half
+        msg.putUserProperty("OUTBOX_SIG", sign(secret, "local_message", msgId, topic)); // keys: msg_keys
         LocalTx tx = new LocalTx(conn, restOfTransaction);
         TransactionSendResult sent = null;
         try {
@@ -174,7 +206,7 @@ public class TxOrderOutbox {
         String url = "jdbc:mariadb://" + env.get("RECIPE_MYSQL_HOST") + ":" + env.get("RECIPE_MYSQL_PORT") + "/"
             + env.get("RECIPE_MYSQL_DATABASE");
         String user = env.get("RECIPE_MYSQL_USER"), password = env.get("RECIPE_MYSQL_PASSWORD");
-        TransactionMQProducer producer = newProducer(env.get("RECIPE_GROUP"), env.get("RECIPE_NAMESRV"),
+        TransactionMQProducer producer = newProducer(env.get("RECIPE_GROUP"), env.get("RECIPE_NAMESRV"), env.get("RECIPE_SECRET"),
             () -> DriverManager.getConnection(url, user, password));
         // The test's fault: halt the JVM right after the commit, before the client sends END.
         TransactionListener recipe = producer.getTransactionListener();
@@ -201,7 +233,7 @@ public class TxOrderOutbox {
                 String orderNo = item.split(":")[0], mode = item.split(":")[1];
                 halting[0] = mode.equals("halt") ? orderNo : null;
                 try {
-                    createOrder(producer, conn, env.get("RECIPE_TOPIC"), orderNo, new BigDecimal("7.50"), () -> {
+                    createOrder(producer, env.get("RECIPE_SECRET"), conn, env.get("RECIPE_TOPIC"), orderNo, new BigDecimal("7.50"), () -> {
                         if (mode.equals("rollback")) throw new IllegalStateException("payment declined for " + orderNo);
                     });
                     System.out.println("committed " + orderNo);
