@@ -27,11 +27,11 @@ help:
 	@echo "make test-alerts promtool check rules and test rules of deploy/prometheus (fetches promtool)"
 	@echo "make bench       the benchmarks (BENCHTIME=$(BENCHTIME))"
 	@echo "make bench-local drain BENCH_ROWS rows to the in-process test broker (no RocketMQ needed)"
-	@echo "make bench-load  production load: writers, relay processes, outbox-relay vs seed 002 (~8 min)"
+	@echo "make bench-load  production load: writers, relay processes, outbox-relay vs the classic local-message relay (~8 min)"
 	@echo "make bench-failover  delivery gap after kill -9 and SIGTERM of the leader"
 	@echo "make bench-rolling   a Kubernetes rolling update replayed with relay processes: gap, duplicates, RSS"
 	@echo "make bench-partitions  a relay group sharing one table: rows/s with 1-3 relays, takeover, Redis upkeep"
-	@echo "make lint        gofmt and go vet"
+	@echo "make lint        gofmt, go vet, SPDX identifiers and every Markdown link and anchor"
 	@echo "make build       static binary $(BIN) (CGO_ENABLED=0, -trimpath, version stamps)"
 	@echo "make release VERSION=vX.Y.Z  tag, binaries, SHA256SUMS and notes in dist/VERSION (docs/releasing.md)"
 	@echo "make services    start or reuse MariaDB and Redis on 127.0.0.1"
@@ -153,8 +153,11 @@ bench-rolling: services
 bench-partitions: services
 	$(WITH_SERVICES) $(GO) run ./internal/cmd/relaybench partitions $(PARTITIONS_ARGS)
 
+# lint also checks every relative link and #anchor of the Markdown files
+# (internal/cmd/linkcheck, GitHub's heading anchors).
 lint: vet
 	@bash scripts/spdx.sh --check
+	@$(GO) run ./internal/cmd/linkcheck .
 	@files=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$files" ]; then echo "gofmt needed:"; echo "$$files"; exit 1; fi
 
