@@ -65,8 +65,10 @@ spdx:
 services:
 	@bash scripts/services.sh >/dev/null
 
+# services-stop and rocketmq-stop stop the servers only when no other checkout on the machine
+# is registered as using them (scripts/users.sh); FORCE=1 stops them anyway.
 services-stop:
-	@bash scripts/services.sh stop
+	@bash scripts/services.sh stop $(if $(FORCE),--force)
 
 # rocketmq starts (or reuses) a real Apache RocketMQ name server and broker (scripts/rocketmq.sh,
 # jars from Maven Central, cached) and adds OUTBOX_TEST_ROCKETMQ_NAMESRV to bin/services.env;
@@ -75,7 +77,7 @@ rocketmq:
 	@bash scripts/rocketmq.sh start
 
 rocketmq-stop:
-	@bash scripts/rocketmq.sh stop
+	@bash scripts/rocketmq.sh stop $(if $(FORCE),--force)
 
 # sql-recipes-deps installs the drivers docs/sql-recipes.md's Java, Python and Node programs use.
 sql-recipes-deps:
@@ -92,8 +94,11 @@ vet:
 # Helm's and Kubernetes' libraries stay out of the relay's go.mod; `./...` does not reach it.
 CHARTTEST := deploy/helm/charttest
 
-test: services rocketmq sql-recipes-deps browser-deps vet
-	$(WITH_SERVICES) $(GO) test -count=1 -timeout 15m ./...
+# browser-deps comes before sql-recipes-deps: it installs Node.js and npm, which the Node
+# recipe needs. The tests' results go through internal/cmd/testsummary, which prints what
+# go test prints and then, outside CI, every skipped test with its reason.
+test: services rocketmq browser-deps sql-recipes-deps vet
+	set -o pipefail && $(WITH_SERVICES) $(GO) test -json -count=1 -timeout 15m ./... | $(GO) run ./internal/cmd/testsummary
 	$(MAKE) --no-print-directory test-chart
 	$(MAKE) --no-print-directory check-build
 
