@@ -131,7 +131,7 @@ build_loopback() {
 	have javac || apt_install openjdk-17-jdk-headless ||
 		die "javac not found and not installable here (needs root and apt-get): install a JDK 11+ (Debian: openjdk-17-jdk-headless)"
 	rm -rf "$EXT.tmp" && mkdir -p "$EXT.tmp/META-INF/service"
-	javac -nowarn -d "$EXT.tmp" -cp "$LIB/*" "$src" >&2 || die "could not compile $src"
+	javac -nowarn -d "$EXT.tmp" -cp "${JLIB:-$LIB}/*" "$src" >&2 || die "could not compile $src"
 	echo outboxrelay.rocketmq.LoopbackHAService >"$EXT.tmp/META-INF/service/org.apache.rocketmq.store.ha.HAService"
 	cp "$src" "$EXT.tmp/"
 	touch "$EXT.tmp/.complete"
