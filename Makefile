@@ -27,11 +27,11 @@ help:
 	@echo "make test-alerts promtool check rules and test rules of deploy/prometheus (fetches promtool)"
 	@echo "make bench       the benchmarks (BENCHTIME=$(BENCHTIME))"
 	@echo "make bench-local drain BENCH_ROWS rows to the in-process test broker (no RocketMQ needed)"
-	@echo "make bench-load  production load: writers, relay processes, outbox-relay vs seed 002 (~8 min)"
+	@echo "make bench-load  production load: writers, relay processes, outbox-relay vs the classic local-message relay (~8 min)"
 	@echo "make bench-failover  delivery gap after kill -9 and SIGTERM of the leader"
 	@echo "make bench-rolling   a Kubernetes rolling update replayed with relay processes: gap, duplicates, RSS"
 	@echo "make bench-partitions  a relay group sharing one table: rows/s with 1-3 relays, takeover, Redis upkeep"
-	@echo "make lint        gofmt and go vet"
+	@echo "make lint        gofmt, go vet, SPDX identifiers and every Markdown link and anchor"
 	@echo "make build       static binary $(BIN) (CGO_ENABLED=0, -trimpath, version stamps)"
 	@echo "make release VERSION=vX.Y.Z  tag, binaries, SHA256SUMS and notes in dist/VERSION (docs/releasing.md)"
 	@echo "make services    start or reuse MariaDB and Redis on 127.0.0.1"
@@ -65,8 +65,10 @@ spdx:
 services:
 	@bash scripts/services.sh >/dev/null
 
+# services-stop and rocketmq-stop stop the servers only when no other checkout on the machine
+# is registered as using them (scripts/users.sh); FORCE=1 stops them anyway.
 services-stop:
-	@bash scripts/services.sh stop
+	@bash scripts/services.sh stop $(if $(FORCE),--force)
 
 # rocketmq starts (or reuses) a real Apache RocketMQ name server and broker (scripts/rocketmq.sh,
 # jars from Maven Central, cached) and adds OUTBOX_TEST_ROCKETMQ_NAMESRV to bin/services.env;
@@ -75,7 +77,7 @@ rocketmq:
 	@bash scripts/rocketmq.sh start
 
 rocketmq-stop:
-	@bash scripts/rocketmq.sh stop
+	@bash scripts/rocketmq.sh stop $(if $(FORCE),--force)
 
 # sql-recipes-deps installs the drivers docs/sql-recipes.md's Java, Python and Node programs use.
 sql-recipes-deps:
@@ -92,8 +94,11 @@ vet:
 # Helm's and Kubernetes' libraries stay out of the relay's go.mod; `./...` does not reach it.
 CHARTTEST := deploy/helm/charttest
 
-test: services rocketmq sql-recipes-deps browser-deps vet
-	$(WITH_SERVICES) $(GO) test -count=1 -timeout 15m ./...
+# browser-deps comes before sql-recipes-deps: it installs Node.js and npm, which the Node
+# recipe needs. The tests' results go through internal/cmd/testsummary, which prints what
+# go test prints and then, outside CI, every skipped test with its reason.
+test: services rocketmq browser-deps sql-recipes-deps vet
+	set -o pipefail && $(WITH_SERVICES) $(GO) test -json -count=1 -timeout 15m ./... | $(GO) run ./internal/cmd/testsummary
 	$(MAKE) --no-print-directory test-chart
 	$(MAKE) --no-print-directory check-build
 
@@ -153,8 +158,11 @@ bench-rolling: services
 bench-partitions: services
 	$(WITH_SERVICES) $(GO) run ./internal/cmd/relaybench partitions $(PARTITIONS_ARGS)
 
+# lint also checks every relative link and #anchor of the Markdown files
+# (internal/cmd/linkcheck, GitHub's heading anchors).
 lint: vet
 	@bash scripts/spdx.sh --check
+	@$(GO) run ./internal/cmd/linkcheck .
 	@files=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$files" ]; then echo "gofmt needed:"; echo "$$files"; exit 1; fi
 

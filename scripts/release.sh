@@ -2,16 +2,16 @@
 # SPDX-License-Identifier: Apache-2.0
 #
 # Builds a tagged release into dist/VERSION (`make release VERSION=v1.2.3`):
-#   outbox-relay_VERSION_linux_amd64.tar.gz, ..._linux_arm64.tar.gz   the static binary with
-#       its version stamped (`outbox-relay version` prints VERSION and the commit), LICENSE,
+#   outbox-relay_VERSION_OS_ARCH.tar.gz for linux and darwin, amd64 and arm64: the static
+#       binary with its version stamped (`outbox-relay version` prints VERSION and the commit), LICENSE,
 #       README.md and CHANGELOG.md
 #   SHA256SUMS                                                         `sha256sum -c SHA256SUMS`
 #   RELEASE_NOTES.md                                                   CHANGELOG.md's section
 # It refuses a VERSION that is not vMAJOR.MINOR.PATCH[-PRERELEASE], a CHANGELOG.md without a
-# "## [VERSION]" section, a working tree with uncommitted changes, and a HEAD that the tag
+# "## [MAJOR.MINOR.PATCH]" (or "## [VERSION]") section, a working tree with uncommitted changes, and a HEAD that the tag
 # VERSION, when it exists, does not point at; it creates the (annotated) tag otherwise,
 # locally: pushing it is the maintainer's step. RELEASE_PLATFORMS (default "linux/amd64
-# linux/arm64") chooses the platforms.
+# linux/arm64 darwin/amd64 darwin/arm64") chooses the platforms.
 #
 # The container image is built and pushed by digest, which needs Docker (not run here):
 #   docker buildx build --platform linux/amd64,linux/arm64 --target relay \
@@ -27,11 +27,12 @@ VERSION=${VERSION:-${1:-}}
 [ -n "$VERSION" ] || die "set VERSION, e.g. make release VERSION=v0.1.0"
 [[ "$VERSION" =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$ ]] ||
 	die "VERSION $VERSION is not vMAJOR.MINOR.PATCH[-PRERELEASE]"
-notes=$(awk -v v="$VERSION" '
-	$0 ~ "^## \\[" { if (found) exit; if (index($0, "## [" v "]") == 1) { found = 1; next } }
+# Keep a Changelog writes the heading without the tag's v ("## [0.1.0] - 2026-11-27").
+notes=$(awk -v v="$VERSION" -v s="${VERSION#v}" '
+	$0 ~ "^## \\[" { if (found) exit; if (index($0, "## [" v "]") == 1 || index($0, "## [" s "]") == 1) { found = 1; next } }
 	found { print }' CHANGELOG.md)
 [ -n "$(printf '%s' "$notes" | tr -d '[:space:]')" ] ||
-	die "CHANGELOG.md has no \"## [$VERSION]\" section with notes: write them first"
+	die "CHANGELOG.md has no \"## [${VERSION#v}]\" section with notes: write them first"
 [ -z "$(git status --porcelain)" ] || die "the working tree has uncommitted changes: commit them first"
 commit=$(git rev-parse HEAD)
 if git rev-parse -q --verify "refs/tags/$VERSION" >/dev/null; then
@@ -44,7 +45,7 @@ date=$(git log -1 --format=%cI "$commit")
 out=dist/$VERSION
 rm -rf "$out" && mkdir -p "$out"
 printf '%s\n' "$notes" >"$out/RELEASE_NOTES.md"
-for platform in ${RELEASE_PLATFORMS:-linux/amd64 linux/arm64}; do
+for platform in ${RELEASE_PLATFORMS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64}; do
 	os=${platform%/*} arch=${platform#*/}
 	name=outbox-relay_${VERSION}_${os}_${arch}
 	stage=$out/$name

@@ -8,7 +8,10 @@
 #                                 wait until the broker is registered, print
 #                                 ROCKETMQ_NAMESRV=127.0.0.1:PORT and record
 #                                 OUTBOX_TEST_ROCKETMQ_NAMESRV in bin/services.env
-#   scripts/rocketmq.sh stop      stop every broker and the name server it started
+#   scripts/rocketmq.sh stop [--force]
+#                                 stop every broker and the name server it started, unless
+#                                 another checkout registered as their user still is
+#                                 (scripts/users.sh; --force stops them anyway)
 #   scripts/rocketmq.sh status    what runs, exit 1 if the name server or broker-a does not
 #   scripts/rocketmq.sh broker-start NAME PORT
 #                                 start (or restart after kill -9) another broker on the same
@@ -119,6 +122,22 @@ fetch() {
 	rm -rf "$LIB" && mv "$LIB.tmp" "$LIB"
 }
 
+# build_loopback compiles build/rocketmq/loopback (the broker's HA listener on 127.0.0.1:
+# RocketMQ has no setting for its address) into $EXT once per source and RocketMQ version.
+EXT=$DIR/loopback-$VERSION
+build_loopback() {
+	local src=build/rocketmq/loopback/LoopbackHAService.java
+	[ -f "$EXT/.complete" ] && cmp -s "$src" "$EXT/LoopbackHAService.java" && return 0
+	have javac || apt_install openjdk-17-jdk-headless ||
+		die "javac not found and not installable here (needs root and apt-get): install a JDK 11+ (Debian: openjdk-17-jdk-headless)"
+	rm -rf "$EXT.tmp" && mkdir -p "$EXT.tmp/META-INF/service"
+	javac -nowarn -d "$EXT.tmp" -cp "${JLIB:-$LIB}/*" "$src" >&2 || die "could not compile $src"
+	echo outboxrelay.rocketmq.LoopbackHAService >"$EXT.tmp/META-INF/service/org.apache.rocketmq.store.ha.HAService"
+	cp "$src" "$EXT.tmp/"
+	touch "$EXT.tmp/.complete"
+	rm -rf "$EXT" && mv "$EXT.tmp" "$EXT"
+}
+
 # java_main NAME HEAP MAIN ARGS...: starts a JVM in the background, its home and logs under
 # $DIR/NAME, writes $DIR/NAME/pid. JLIB (default $LIB) is its class path directory.
 java_main() {
@@ -127,7 +146,7 @@ java_main() {
 	mkdir -p "$home"
 	# setsid: the JVM outlives this script and the make or go test that ran it.
 	ROCKETMQ_HOME=$home setsid java $heap "${JAVA_OPENS[@]}" ${JAVA_EXTRA:-} -Duser.home="$home" \
-		-Drocketmq.home.dir="$home" -cp "${JLIB:-$LIB}/*" "$main" "$@" \
+		-Drocketmq.home.dir="$home" -cp "$EXT:${JLIB:-$LIB}/*" "$main" "$@" \
 		>"$home/out.log" 2>&1 </dev/null &
 	echo $! >"$home/pid"
 }
@@ -191,6 +210,7 @@ start_broker() {
 		tcp_open 127.0.0.1 "$p" && die "port $p is taken by another process: choose another broker port"
 	done
 	mkdir -p "$home/store"
+	build_loopback
 	# Generated on each start: updateBrokerConfig rewrites this file, and a fault a test set
 	# (brokerPermission, maxMessageSize) must not survive into the next run.
 	# timerWheelEnable=false spares a test broker the timer wheel's files and threads: the
@@ -213,6 +233,7 @@ start_broker() {
 		flushDiskType=ASYNC_FLUSH
 		namesrvAddr=${B_NS:-$NS_ADDR}
 		brokerIP1=127.0.0.1
+		bindAddress=127.0.0.1
 		listenPort=$port
 		haListenPort=$((port + 1))
 		storePathRootDir=$home/store
@@ -421,8 +442,12 @@ record_env() {
 }
 
 mkdir -p "$DIR"
+USERS_DIR=${OUTBOX_SERVICES_DIR:-/tmp/outbox-relay-services}/users
+# shellcheck source=scripts/users.sh
+. scripts/users.sh
 case "${1:-}" in
 start)
+	users_register
 	need_java
 	fetch
 	start_namesrv
@@ -460,6 +485,8 @@ broker-freeze | broker-thaw)
 	if [ "$1" = broker-freeze ]; then kill -STOP "$(cat "$DIR/$2/pid")"; else kill -CONT "$(cat "$DIR/$2/pid")"; fi
 	;;
 stop)
+	[ "${2:-}" = --force ] && FORCE=1
+	users_may_stop || exit 0
 	for f in "$DIR"/*/pid; do
 		[ -f "$f" ] || continue
 		case $f in "$DIR/namesrv/pid" | "$DIR/namesrv-deploy/pid") continue ;; esac

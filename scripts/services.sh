@@ -15,7 +15,8 @@
 #      (mariadb-server, redis-server, redis-sentinel) when running as root with apt-get. Servers that a
 #      previous run started are reused.
 #
-# `scripts/services.sh stop` stops the private servers.
+# `scripts/services.sh stop` stops the private servers, unless another checkout registered as
+# their user still is (scripts/users.sh); `stop --force` stops them anyway.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -29,6 +30,9 @@ tcp_open() { (exec 3<>"/dev/tcp/$1/$2") >/dev/null 2>&1; }
 DIR=${OUTBOX_SERVICES_DIR:-/tmp/outbox-relay-services}
 MYSQL_PORT=${OUTBOX_SERVICES_MYSQL_PORT:-13306}
 REDIS_PORT=${OUTBOX_SERVICES_REDIS_PORT:-16379}
+USERS_DIR=$DIR/users
+# shellcheck source=scripts/users.sh
+. scripts/users.sh
 MYSQL_DSN_PRIVATE="outbox:outbox@tcp(127.0.0.1:${MYSQL_PORT})/"
 REDIS_ADDR_PRIVATE="127.0.0.1:${REDIS_PORT}"
 
@@ -63,6 +67,8 @@ mariadbd_bin() {
 
 # ---------------------------------------------------------------- stop
 if [ "${1:-}" = stop ]; then
+	[ "${2:-}" = --force ] && FORCE=1
+	users_may_stop || exit 0
 	for pidf in "$DIR/mariadb/mariadbd.pid" "$DIR/redis/redis.pid"; do
 		if [ -f "$pidf" ] && kill "$(cat "$pidf")" 2>/dev/null; then
 			log "stopped $(basename "$pidf" .pid)"
@@ -181,6 +187,7 @@ if [ -z "$ADMIN_DSN" ] && [ "$MYSQL_DSN" = "$MYSQL_DSN_PRIVATE" ] && is_root && 
 	ADMIN_DSN="root@unix($DIR/mariadb/mariadbd.sock)/"
 fi
 
+users_register
 mkdir -p bin
 {
 	printf "OUTBOX_TEST_MYSQL_DSN='%s'\n" "$MYSQL_DSN"

@@ -50,3 +50,25 @@ func TestAdoptingDocCommands(t *testing.T) {
 		t.Fatalf("only %d outbox-relay command lines found in docs/adopting.md", seen)
 	}
 }
+
+// The classic local-message table shown in docs/adopting.md is the one the migration tests
+// upgrade (schema/testdata/seed002.sql), its COMMENT clauses aside.
+func TestAdoptingDocShowsTheClassicTable(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../../docs/adopting.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)<!-- classic-local-message-ddl -->\n```sql\n(.*?)```").FindSubmatch(doc)
+	if m == nil {
+		t.Fatal("docs/adopting.md has no classic-local-message-ddl block")
+	}
+	tested, err := os.ReadFile("../../schema/testdata/seed002.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := regexp.MustCompile(` COMMENT[ =]'[^']*'`).ReplaceAllString(string(tested), "")
+	if strings.TrimSpace(string(m[1])) != strings.TrimSpace(want) {
+		t.Errorf("docs/adopting.md's classic table:\n%s\nthe tested one without comments:\n%s", m[1], want)
+	}
+}

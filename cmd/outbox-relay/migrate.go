@@ -21,22 +21,23 @@ func (a *app) newMigrateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or upgrade the outbox table(s), or print the DDL",
-		Long: `Create each configured outbox table, or upgrade one made with the original
-local_message DDL in place (missing columns and indexes are added; rows are kept).
+		Long: `Create each configured outbox table, or upgrade a classic local-message table in
+place (the widely copied local_message DDL whose id the application chooses, shown in
+docs/adopting.md: missing columns and indexes are added; rows are kept).
 Running it again on an up-to-date table changes nothing.
 
 Upgrades use online DDL: one ALTER TABLE ... ALGORITHM=INPLACE, LOCK=NONE adds the
 missing columns and indexes while the application keeps writing. One change cannot be
-online: making id AUTO_INCREMENT (a seed-002 table with application-chosen ids) copies
+online: making id AUTO_INCREMENT (a classic table, with application-chosen ids) copies
 the table, and writes wait for the copy. migrate runs such a blocking step on a table
 that has rows only with --allow-blocking; without it, it runs the online steps, then
-stops with exit 1 naming the blocking one: on a seed-002 table with rows, expect that
+stops with exit 1 naming the blocking one: on a classic table with rows, expect that
 exit 1 unless you pass --allow-blocking. The same holds for an online step the server
 refuses to run online. Each step is reported as it runs, and the table is checked again
 afterwards: a table migrate cannot see (an account without SELECT on it) is an error,
 never "created". Column comments are kept.
 
-Rows a seed-002 relay gave up on (status 1 with retry_count > max_retry_count: it skips
+Rows the classic relay gave up on (status 1 with retry_count > max_retry_count: it skips
 them for good) are listed and parked dead (status 3), so that the relay does not send
 months-old messages; requeue the ones still wanted. --check reports them.
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -44,7 +45,7 @@ func TestMakeRelease(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	if out, err := release("v9.9.9"); err == nil || !strings.Contains(out, `CHANGELOG.md has no "## [v9.9.9]" section`) {
+	if out, err := release("v9.9.9"); err == nil || !strings.Contains(out, `CHANGELOG.md has no "## [9.9.9]" section`) {
 		t.Fatalf("release without notes: %v\n%s", err, out)
 	}
 	if out, err := release("9.9"); err == nil || !strings.Contains(out, "is not vMAJOR.MINOR.PATCH") {
@@ -93,5 +94,31 @@ func TestMakeRelease(t *testing.T) {
 	}
 	if n, _ := os.ReadFile(filepath.Join(dist, "RELEASE_NOTES.md")); !strings.Contains(string(n), "The release test's own notes.") {
 		t.Fatalf("RELEASE_NOTES.md:\n%s", n)
+	}
+}
+
+// The Helm chart's default image is the one a release publishes: its appVersion (the image
+// tag by default) is the newest version of CHANGELOG.md, spelt as `make release` tags the
+// image (vX.Y.Z), and its repository the one docs/releasing.md pushes to.
+func TestChartDefaultImageIsTheReleasedOne(t *testing.T) {
+	t.Parallel()
+	read := func(p string) string {
+		b, err := os.ReadFile("../../" + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	m := regexp.MustCompile(`(?m)^## \[(\d+\.\d+\.\d+[^\]]*)\] - \d{4}-\d{2}-\d{2}$`).FindStringSubmatch(read("CHANGELOG.md"))
+	if m == nil {
+		t.Fatal("CHANGELOG.md has no released version (## [X.Y.Z] - YYYY-MM-DD)")
+	}
+	chart := read("deploy/helm/outbox-relay/Chart.yaml")
+	if want := `appVersion: "v` + m[1] + `"`; !strings.Contains(chart, want) {
+		t.Errorf("Chart.yaml lacks %s (the newest release in CHANGELOG.md, as make release tags it)", want)
+	}
+	repo := regexp.MustCompile(`(?m)^  repository: (\S+)$`).FindStringSubmatch(read("deploy/helm/outbox-relay/values.yaml"))
+	if repo == nil || !strings.Contains(read("docs/releasing.md"), "--tag "+repo[1]+":vX.Y.Z") {
+		t.Errorf("values.yaml's image.repository %v is not the repository docs/releasing.md pushes to", repo)
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"os"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql" // the "mysql" database/sql driver
+	"github.com/go-sql-driver/mysql" // also the "mysql" database/sql driver
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -95,6 +95,7 @@ func (a *app) execute(ctx context.Context, args []string) int {
 	case !a.ready:
 		code = exitUsage
 	}
+	err = withHint(err)
 	if a.ready && (cmd == root || cmd.Name() == "run") {
 		// The relay's stderr goes to a log shipper: its last words are a JSON line too.
 		a.log.Error().Err(err).Int("exit_code", code).Msg("outbox-relay stopped")
@@ -106,6 +107,19 @@ func (a *app) execute(ctx context.Context, args []string) int {
 	}
 	return code
 }
+
+// withHint adds what to do to an error whose cause the server names but not its remedy: a
+// missing table (MySQL error 1146) is one `outbox-relay migrate` creates.
+func withHint(err error) error {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == mysqlNoSuchTable {
+		return fmt.Errorf("%w\nthe outbox table does not exist in this database: run `outbox-relay migrate` to create it (or check mysql.table)", err)
+	}
+	return err
+}
+
+// mysqlNoSuchTable is the server's ER_NO_SUCH_TABLE.
+const mysqlNoSuchTable = 1146
 
 func (a *app) newRootCmd() *cobra.Command {
 	root := &cobra.Command{

@@ -4,8 +4,10 @@ package main
 
 import (
 	"fmt"
+	"regexp"
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -18,10 +20,22 @@ var (
 	date    = ""
 )
 
-// buildInfo fills what -ldflags left empty from the module's VCS stamp, when Go recorded one.
+// buildInfo fills what -ldflags left empty from what the Go toolchain recorded in the binary.
 func buildInfo() (v, c, d string) {
-	v, c, d = version, commit, date
-	if bi, ok := debug.ReadBuildInfo(); ok {
+	bi, _ := debug.ReadBuildInfo()
+	return stamps(version, commit, date, bi)
+}
+
+// stamps completes the -ldflags stamps v, c, d from bi (nil when the binary has none): the
+// module version that `go install .../cmd/outbox-relay@v0.1.0` (or `go build` in a tagged
+// checkout) records as Main.Version, and the vcs.revision and vcs.time of a build in a
+// checkout. A pseudo-version (v0.0.0-20261127120000-0123456789ab) carries a commit prefix,
+// which serves when no vcs.revision was recorded (a module fetched through a proxy has none).
+func stamps(v, c, d string, bi *debug.BuildInfo) (string, string, string) {
+	if bi != nil {
+		if v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
 		for _, s := range bi.Settings {
 			switch {
 			case s.Key == "vcs.revision" && c == "":
@@ -29,6 +43,9 @@ func buildInfo() (v, c, d string) {
 			case s.Key == "vcs.time" && d == "":
 				d = s.Value
 			}
+		}
+		if c == "" {
+			c = pseudoRevision(bi.Main.Version)
 		}
 	}
 	if c == "" {
@@ -39,6 +56,19 @@ func buildInfo() (v, c, d string) {
 	}
 	return v, c, d
 }
+
+// pseudoRevision returns the commit prefix of a Go pseudo-version, or "".
+func pseudoRevision(v string) string {
+	v = strings.TrimSuffix(v, "+dirty")
+	i := strings.LastIndexByte(v, '-')
+	if i < 0 || len(v)-i-1 != 12 || !pseudoTime.MatchString(v[:i]) {
+		return ""
+	}
+	return v[i+1:]
+}
+
+// pseudoTime matches a pseudo-version up to its timestamp (yyyymmddhhmmss).
+var pseudoTime = regexp.MustCompile(`^v\d+\.\d+\.\d+-(?:.*\.)?(?:0\.)?\d{14}$`)
 
 func (a *app) newVersionCmd() *cobra.Command {
 	return &cobra.Command{

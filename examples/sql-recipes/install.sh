@@ -12,14 +12,22 @@ cd "$(dirname "$0")"
 
 die() { printf 'sql-recipes: %s\n' "$*" >&2; exit 1; }
 have() { command -v "$1" >/dev/null 2>&1; }
+# apt_install installs Debian packages when running as root with apt-get (the tools below
+# are installed before they are used: a machine without Node stops nowhere).
+apt_install() {
+	[ "$(id -u)" = 0 ] && have apt-get || return 1
+	printf 'sql-recipes: installing %s from Debian'"'"'s packages\n' "$*" >&2
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
 DIR=${OUTBOX_SERVICES_DIR:-/tmp/outbox-relay-services}/sql-recipes
 mkdir -p "$DIR"
 
 # Java: the JDBC driver and the RocketMQ client (the programs run as single source files, JDK
 # 11+); fetched again when pom.xml changes.
 if [ ! -f "$DIR/java/.complete" ] || ! cmp -s java/pom.xml "$DIR/java/pom.xml"; then
-	have java || die "java not found: install a JDK 11+ (Debian: openjdk-17-jdk-headless)"
-	have mvn || die "mvn not found: install Maven (Debian: maven)"
+	have java || apt_install openjdk-17-jdk-headless || die "java not found: install a JDK 11+ (Debian: openjdk-17-jdk-headless)"
+	have mvn || apt_install maven || die "mvn not found: install Maven (Debian: maven)"
 	rm -rf "$DIR/java.tmp"
 	mvn -B -q -f java/pom.xml dependency:copy-dependencies -DoutputDirectory="$DIR/java.tmp" >"$DIR/mvn.log" 2>&1 ||
 		{ tail -5 "$DIR/mvn.log" >&2; die "Maven could not fetch the JDBC driver (network?); log: $DIR/mvn.log"; }
@@ -29,7 +37,8 @@ if [ ! -f "$DIR/java/.complete" ] || ! cmp -s java/pom.xml "$DIR/java/pom.xml"; 
 fi
 
 # Python: PyMySQL into a directory of its own (PYTHONPATH), not the system's site-packages.
-have python3 || die "python3 not found (Debian: python3 python3-pip)"
+{ have python3 && python3 -m pip --version >/dev/null 2>&1; } || apt_install python3 python3-pip ||
+	die "python3 with pip not found (Debian: python3 python3-pip)"
 # The directory is named by the requirements' hash, so that checkouts with other requirements
 # sharing $DIR (worktrees, branches) never replace each other's packages under a running test.
 py=$DIR/python-$(sha256sum python/requirements.txt | cut -c1-12)
@@ -43,7 +52,7 @@ if [ ! -f "$py/.complete" ]; then
 fi
 
 # Node: mysql2 exactly as package-lock.json says (NODE_PATH).
-have node && have npm || die "node and npm not found (Debian: nodejs npm)"
+{ have node && have npm; } || apt_install nodejs npm || die "node and npm not found (Debian: nodejs npm)"
 if ! cmp -s node/package-lock.json "$DIR/node/package-lock.json"; then
 	rm -rf "$DIR/node" && mkdir -p "$DIR/node"
 	cp node/package.json node/package-lock.json "$DIR/node/"

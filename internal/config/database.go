@@ -112,12 +112,25 @@ func dsnProblem(dsn string) string {
 	}
 	mc, err := mysql.ParseDSN(dsn)
 	if err != nil {
-		return "invalid DSN: " + err.Error()
+		return "invalid DSN: " + err.Error() + dsnHint(dsn)
 	}
 	if mc.DBName == "" {
 		return "names no database: end it with /<schema>, e.g. user:password@tcp(host:3306)/shop"
 	}
 	return ""
+}
+
+// dsnForm is the DSN form the MySQL driver takes, as every hint spells it.
+const dsnForm = "user:password@tcp(host:port)/db"
+
+// dsnHint names the form the driver expects after its own message, which rarely says what
+// to change (`host:port` without tcp(...) gives "default addr for network ... unknown").
+// It echoes nothing of the DSN, so no password reaches the error.
+func dsnHint(dsn string) string {
+	if i := strings.Index(dsn, "://"); i > 0 && !strings.ContainsAny(dsn[:i], "@:/(") {
+		return fmt.Sprintf("; a %s:// URL is not a DSN: write it as %s, e.g. app:secret@tcp(db:3306)/shop", dsn[:i], dsnForm)
+	}
+	return fmt.Sprintf("; expected %s, the address inside tcp(...), e.g. app:secret@tcp(db:3306)/shop", dsnForm)
 }
 
 // databaseProblems checks the databases list: names, DSNs, tables, and that it is not mixed

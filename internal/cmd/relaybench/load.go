@@ -68,13 +68,13 @@ func runLoad(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	f.servers.register(fs)
 	registerMix(fs, &f.writers, 200)
-	polls := fs.String("polls", "200ms,1s", "relay poll intervals (seed 002: its schedule), comma-separated")
+	polls := fs.String("polls", "200ms,1s", "relay poll intervals (the classic relay: its schedule), comma-separated")
 	relays := fs.String("relays", "1,2", "numbers of relay processes per table, comma-separated")
 	algos := fs.String("algos", "outbox-relay,outbox-relay-poll,seed002", "what to run: outbox-relay (with nudges), outbox-relay-poll (without), seed002")
 	fs.DurationVar(&f.duration, "duration", 20*time.Second, "writing time of each scenario")
 	fs.DurationVar(&f.idle, "idle", 10*time.Second, "idle time over which the relays' queries/s are counted")
 	fs.StringVar(&f.relayBin, "relay-bin", "", "outbox-relay binary (default: built from this checkout)")
-	fs.IntVar(&f.partitions, "partitions", 1, "outbox-relay's relay.partitions: the relays of a table share its partitions (seed 002 ignores it)")
+	fs.IntVar(&f.partitions, "partitions", 1, "outbox-relay's relay.partitions: the relays of a table share its partitions (the classic relay ignores it)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -119,7 +119,7 @@ func runLoad(ctx context.Context, args []string) error {
 
 	fmt.Printf("relaybench load: %d writers, %.0f tx/s, %.0f%% held open up to %s, %.0f%% rolled back; %s of writing per scenario, idle %s\n",
 		f.writers.Writers, f.writers.Rate, 100*f.writers.HoldShare, f.writers.HoldMax, 100*f.writers.RollbackShare, f.duration, f.idle)
-	fmt.Printf("database %s on %s, Redis, in-process broker; relays are processes (%s, and seed 002's algorithm)\n\n",
+	fmt.Printf("database %s on %s, Redis, in-process broker; relays are processes (%s, and the classic local-message relay's algorithm)\n\n",
 		w.cfg.DBName, w.cfg.Addr, f.relayBin)
 	var results []loadResult
 	for _, poll := range f.polls {

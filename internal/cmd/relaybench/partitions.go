@@ -40,7 +40,7 @@ func runPartitions(ctx context.Context, args []string) error {
 	rows := fs.Int("rows", 100000, "due rows in the backlog of each run")
 	parts := fs.Int("partitions", 8, "relay.partitions")
 	relaysFlag := fs.String("relays", "1,2,3", "relay process counts to measure, comma-separated")
-	seed := fs.Bool("seed002", true, "also drain the same backlog with seed 002's relay")
+	seed := fs.Bool("seed002", true, "also drain the same backlog with the classic local-message relay")
 	idle := fs.Duration("idle", 10*time.Second, "idle window over which Redis commands are counted")
 	relayBin := fs.String("relay-bin", "", "outbox-relay binary (default: built from this checkout)")
 	ownRedis := fs.Bool("own-redis", true, "run a private redis-server for the run, so that its command count is the group's alone")
@@ -108,7 +108,7 @@ func runPartitions(ctx context.Context, args []string) error {
 			r.cpu.Seconds(), r.idleCmds, orDash(r.killTakeover), orDash(r.joinTakeover), orDash(r.leaveTakeover))
 	}
 	if *seed {
-		fmt.Printf("| seed 002 (1 relay) | %.0f | %.2f× | | | | | |\n", seedRate, seedRate/results[0].rowsPerSec)
+		fmt.Printf("| classic relay (1 relay) | %.0f | %.2f× | | | | | |\n", seedRate, seedRate/results[0].rowsPerSec)
 	}
 	return nil
 }
@@ -242,7 +242,7 @@ func measureSeedDrain(ctx context.Context, w *world, rows int) (float64, error) 
 	// Seed 002 stamps no sent_time: its span is timed from the first row seen sent to the
 	// last, polled every 100 ms (under a second of error on a drain of tens of seconds).
 	var first, last time.Time
-	if err := pollUntil(ctx, 30*time.Minute, 100*time.Millisecond, "seed 002 to send every row", func() (bool, error) {
+	if err := pollUntil(ctx, 30*time.Minute, 100*time.Millisecond, "the classic relay to send every row", func() (bool, error) {
 		var sent int
 		err := w.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table+" WHERE status = 2").Scan(&sent)
 		if sent > 0 && first.IsZero() {

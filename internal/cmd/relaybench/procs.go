@@ -43,7 +43,7 @@ type relaySpec struct {
 
 const (
 	algoRelay = "outbox-relay"
-	algoSeed  = "seed 002"
+	algoSeed  = "classic relay"
 )
 
 // proc is a running relay process.
