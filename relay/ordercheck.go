@@ -48,6 +48,20 @@ func (s *store) orderedHeads(ctx context.Context, streams map[orderKey][]int64, 
 	if err != nil {
 		return nil, err
 	}
+	heads, err := s.headsBy(ctx, ix, streams, ordered)
+	if s.indexGone(err) {
+		// The forced index was dropped since it was found. When the table has the other
+		// one now (migrate swaps them in one ALTER), the check reads by it at once; a
+		// table left with neither fails this check, and the next reads unforced.
+		if again, lerr := s.orderedIndex(ctx); lerr == nil && again.hint != "" && again != ix {
+			return s.headsBy(ctx, again, streams, ordered)
+		}
+	}
+	return heads, err
+}
+
+// headsBy is orderedHeads reading by the index ix.
+func (s *store) headsBy(ctx context.Context, ix checkIndex, streams map[orderKey][]int64, ordered func(topic, tag string) bool) (map[orderKey]heldHead, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	heads := map[orderKey]heldHead{}
@@ -70,7 +84,7 @@ func (s *store) orderedHeads(ctx context.Context, streams map[orderKey][]int64, 
 	}
 	nearest, err := s.nearestOlder(ctx, ix, keys, bounds)
 	if err != nil {
-		return nil, s.checkFailed(err)
+		return nil, err
 	}
 	undecided := walks[:0]
 	for n, w := range walks {
@@ -87,7 +101,7 @@ func (s *store) orderedHeads(ctx context.Context, streams map[orderKey][]int64, 
 		}
 	}
 	if err := s.walkOlder(ctx, ix, undecided, streams, inner, ordered, heads); err != nil {
-		return nil, s.checkFailed(err)
+		return nil, err
 	}
 	return heads, nil
 }
@@ -113,12 +127,13 @@ func (s *store) walkOlder(ctx context.Context, ix checkIndex, walks []walk, stre
 			var args []any
 			readInner := !innerDone && start == 0
 			if readInner {
-				// The rows between a stream's first and last row in the page: only the
-				// unsent ones matter (a gap in the page's run of the stream).
+				// The rows between a stream's first and last row in the page: an unsent
+				// one not in the page that is the nearest older row of a page's row
+				// holds it (a gap in the page's run of the stream).
 				for n, k := range inner {
 					ids := streams[k]
 					parts = append(parts, `(SELECT `+fmt.Sprint(-1-n)+` AS part, id, COALESCE(topic, ''), sharding_key, tag, status, next_retry_time FROM `+s.table+ix.hint+`
-						WHERE sharding_key = ? AND id > ? AND id < ? AND COALESCE(topic, '') = ? AND status IN (0, 1) AND is_deleted = 0)`)
+						WHERE sharding_key = ? AND id > ? AND id < ? AND COALESCE(topic, '') = ? AND status IN (0, 1, 2) AND is_deleted = 0)`)
 					args = append(args, k.key, ids[0], ids[len(ids)-1], k.topic)
 				}
 				innerDone = true
@@ -148,18 +163,39 @@ func (s *store) walkOlder(ctx context.Context, ix checkIndex, walks []walk, stre
 	return nil
 }
 
-// innerHeads adds to heads, per stream of inner, its first unsent ordered row that lies
-// between the stream's rows in the page and is not one of them (got[-1-n], for inner[n]).
+// innerHeads adds to heads, per stream of inner, the first of its rows between the stream's
+// rows in the page (got[-1-n], for inner[n]) that holds one of them: the nearest older
+// ordered row of a page's row, unsent and not in the page. Below a sent row, an unsent one
+// holds nothing (a late row). The page's rows of the stream after a held one wait with it.
 func innerHeads(streams map[orderKey][]int64, inner []orderKey, got map[int][]checkRow, ordered func(topic, tag string) bool, heads map[orderKey]heldHead) {
 	for n, k := range inner {
+		if _, held := heads[k]; held {
+			continue // held below its first row in the page already
+		}
 		in := streams[k]
-		for _, r := range got[-1-n] {
-			if _, found := slices.BinarySearch(in, r.id); found || r.key != k.key || r.topic != k.topic || !ordered(r.topic, r.tag) {
+		rs := got[-1-n]
+		slices.SortFunc(rs, func(a, b checkRow) int { return cmp.Compare(a.id, b.id) })
+		// holding is the first of the unsent ordered rows not in the page since the last row
+		// of the page or sent row of the stream.
+		var holding *checkRow
+	rows:
+		for i := range rs {
+			r := &rs[i]
+			if r.key != k.key || r.topic != k.topic || !ordered(r.topic, r.tag) {
 				continue
 			}
-			if h, ok := heads[k]; !ok || r.id < h.id {
-				heads[k] = heldHead{id: r.id, dueMs: r.due}
+			_, inPage := slices.BinarySearch(in, r.id)
+			switch {
+			case inPage && holding != nil:
+				break rows
+			case inPage || r.status == 2:
+				holding = nil
+			case holding == nil:
+				holding = r
 			}
+		}
+		if holding != nil { // holds the next row in the page, the last one at least
+			heads[k] = heldHead{id: holding.id, dueMs: holding.due}
 		}
 	}
 }
@@ -195,12 +231,11 @@ func newestFirst(rs []checkRow, limit int) []checkRow {
 }
 
 // checkIndex is the index the ordered check reads a stream's rows by: hint forces the
-// table's (sharding_key, id) index; byStatus says the table has a (sharding_key, status, id)
-// index instead (an older table's), which gives a stream's rows in id order within one
-// status only, so the check reads once per status and merges. That index is not forced (a
-// statement forcing it would fail while migrate swaps it for the new one); each read is then
-// an equality on its first two columns and a range on the third, which the server plans on
-// it. A table with neither reads unforced.
+// table's (sharding_key, id) index, or, with byStatus, its (sharding_key, status, id) index
+// (an older table's), which gives a stream's rows in id order within one status only, so
+// the check reads it once per status and merges. Unforced, MariaDB plans a status's read
+// on another index when its statistics say the status is rare (a filesort of that status's
+// rows). A table with neither reads unforced.
 type checkIndex struct {
 	hint     string
 	byStatus bool
@@ -231,16 +266,17 @@ func (s *store) olderParts(ix checkIndex, part int, w walk) ([]string, []any) {
 	return parts, args
 }
 
-// checkFailed returns err of a statement of the ordered check, after forgetting the index
-// it forced when the index was dropped since: the next check looks for it again.
-func (s *store) checkFailed(err error) error {
+// indexGone reports whether err, of a statement of the ordered check, says that the index
+// it forced was dropped since, after forgetting that index: the check looks for one again.
+func (s *store) indexGone(err error) bool {
 	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == 1176 { // ER_KEY_DOES_NOT_EXITS
-		s.scanMu.Lock()
-		s.checkHint, s.checkByStatus, s.checkLooked = "", false, time.Time{}
-		s.scanMu.Unlock()
+	if !errors.As(err, &me) || me.Number != 1176 { // ER_KEY_DOES_NOT_EXITS
+		return false
 	}
-	return err
+	s.scanMu.Lock()
+	s.checkHint, s.checkStatusHint, s.checkLooked = "", "", time.Time{}
+	s.scanMu.Unlock()
+	return true
 }
 
 // checkNearestPerStatement bounds the streams whose nearest older row one statement reads.
@@ -328,7 +364,7 @@ func (s *store) nearestOlder(ctx context.Context, ix checkIndex, keys []orderKey
 // orderedIndex returns the index the ordered check reads by: the table's (sharding_key, id)
 // index, or else its (sharding_key, status, id) one. A table without the first is looked at
 // again after a minute, so that a relay running while migrate adds it starts using it; a
-// table whose index was dropped since is looked at again at once (checkFailed).
+// table whose index was dropped since is looked at again at once (indexGone).
 func (s *store) orderedIndex(ctx context.Context) (checkIndex, error) {
 	if err := s.scanIndex(ctx); err != nil {
 		return checkIndex{}, err
@@ -343,7 +379,7 @@ func (s *store) orderedIndex(ctx context.Context) (checkIndex, error) {
 	if s.checkHint != "" {
 		return checkIndex{hint: s.checkHint}, nil
 	}
-	return checkIndex{byStatus: s.checkByStatus}, nil
+	return checkIndex{hint: s.checkStatusHint, byStatus: s.checkStatusHint != ""}, nil
 }
 
 // lookCheckIndex finds the ordered check's indexes (orderedIndex); the caller holds scanMu.
@@ -358,7 +394,7 @@ func (s *store) lookCheckIndex(ctx context.Context) error {
 			return err
 		}
 	}
-	s.checkHint, s.checkByStatus, s.checkLooked = hint, status != "", time.Now()
+	s.checkHint, s.checkStatusHint, s.checkLooked = hint, status, time.Now()
 	return nil
 }
 

@@ -91,6 +91,10 @@ var checkCases = []checkCase{
 		rows: []checkFixture{{id: 1}, {id: 2, status: 2}, {id: 3, status: 2}, {id: 4}}, page: []int64{1, 4}},
 	{name: "an unsent row between the page's rows of the key",
 		rows: []checkFixture{{id: 1, status: 2}, {id: 2}, {id: 3, status: 1}, {id: 4}}, page: []int64{2, 4}, head: 3},
+	{name: "a late row between the page's rows of the key, below a sent one",
+		rows: []checkFixture{{id: 1, status: 2}, {id: 2}, {id: 3, status: 1, parked: true}, {id: 4, status: 2}, {id: 5}}, page: []int64{2, 5}},
+	{name: "unsent rows between the page's rows of the key, above a sent one",
+		rows: []checkFixture{{id: 1, status: 2}, {id: 2}, {id: 3, status: 2}, {id: 4, status: 1}, {id: 5}, {id: 6}}, page: []int64{2, 6}, head: 4},
 	{name: "rows of other streams between the page's rows of the key",
 		rows: []checkFixture{{id: 1, status: 2}, {id: 2}, {id: 3, topic: "payments"}, {id: 4, tag: "close-check"}, {id: 5, status: 3}, {id: 6, deleted: true}, {id: 7}},
 		page: []int64{2, 7}},
@@ -173,8 +177,8 @@ func TestOrderedCheckReadsTheNearestDecidingRow(t *testing.T) {
 }
 
 // A relay running while migrate swaps the ordered check's index starts reading the new one
-// (looked for again a minute after it found none); one whose index is dropped fails one
-// check, then reads the keys' unsent rows as on a table not yet migrated.
+// at once (the index it forced is gone; a table without either is looked at again a minute
+// after it found none); one whose index is dropped fails one check, then reads unforced.
 func TestOrderedCheckFollowsTheTablesIndex(t *testing.T) {
 	t.Parallel()
 	db := testenv.MySQL(t)
@@ -211,7 +215,7 @@ func TestOrderedCheckFollowsTheTablesIndex(t *testing.T) {
 	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
 		t.Fatal(err)
 	}
-	check("migrated, within the minute", false)
+	check("migrated: the previous index swapped for the new one", true)
 	r.store.checkLooked = r.store.checkLooked.Add(-2 * time.Minute)
 	check("migrated, a minute later", true)
 	if _, err := db.Exec("ALTER TABLE local_message DROP INDEX idx_sharding_id"); err != nil {

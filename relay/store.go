@@ -34,13 +34,13 @@ type store struct {
 	scanMu   sync.Mutex
 	scanHint string
 	// checkHint is the ordered check's FORCE INDEX clause for the table's (sharding_key, id)
-	// index, empty when the table has none; checkByStatus then says it has a
+	// index, empty when the table has none; checkStatusHint then that of its
 	// (sharding_key, status, id) index (an older table's), which the check reads once per
 	// status (orderedIndex); checkLooked is when they were looked up.
-	checkHint     string
-	checkByStatus bool
-	checkLooked   time.Time
-	scanDone      bool
+	checkHint       string
+	checkStatusHint string
+	checkLooked     time.Time
+	scanDone        bool
 	// reasonChars is the width of the table's fail_reason (0: unknown), read by scanIndex.
 	reasonChars int
 }
