@@ -4,6 +4,7 @@ package relay_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strconv"
 	"sync"
@@ -25,24 +26,11 @@ func TestOrderFollowsIDAmongCommittedRows(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	router, err := relay.NewPatternRouter(relay.PatternRule{Topic: "order-events", Route: relay.Route{Ordered: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := b.config()
-	cfg.Router = router
-	run(t, b.newRelay(t, cfg))
+	run(t, b.newRelay(t, orderedEventsConfig(t, b)))
 
 	// A lower id committed late follows the higher id sent meanwhile.
-	late, err := b.db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	late := writeLatePair(t, b)
 	defer late.Rollback()
-	if err := b.writer.Insert(ctx, late, &outbox.Message{MsgID: "late-1", Topic: "order-events", ShardingKey: "SN-late", Body: []byte("first inserted")}); err != nil {
-		t.Fatal(err)
-	}
-	b.insert(t, outbox.Message{MsgID: "late-2", Topic: "order-events", ShardingKey: "SN-late", Body: []byte("second inserted")})
 	eventually(t, 30*time.Second, "the committed row sent though a lower id of its key is open", func() bool {
 		return countWhere(t, b.db.DB, "msg_id = 'late-2' AND status = 2") == 1
 	})
@@ -162,12 +150,7 @@ func TestLateRowHoldsNothingBehindIt(t *testing.T) {
 // late-1's retry due, and returns the key's messages in the order the broker stored them.
 func lateRowDelivery(t *testing.T, b *bundle) string {
 	ctx := context.Background()
-	router, err := relay.NewPatternRouter(relay.PatternRule{Topic: "order-events", Route: relay.Route{Ordered: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := b.config()
-	cfg.Router = router
+	cfg := orderedEventsConfig(t, b)
 	cfg.Backoff = backoff.Policy{Base: time.Hour, Multiplier: 2, Max: time.Hour} // no retry on its own
 	r := b.newRelay(t, cfg)
 	drain := func(want string) {
@@ -179,15 +162,8 @@ func lateRowDelivery(t *testing.T, b *bundle) string {
 			t.Fatalf("after a pass, no row %s (%s)", want, statusCounts(t, b.db.DB))
 		}
 	}
-	late, err := b.db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	late := writeLatePair(t, b)
 	defer late.Rollback()
-	if err := b.writer.Insert(ctx, late, &outbox.Message{MsgID: "late-1", Topic: "order-events", ShardingKey: "SN-late", Body: []byte("1")}); err != nil {
-		t.Fatal(err)
-	}
-	b.insert(t, outbox.Message{MsgID: "late-2", Topic: "order-events", ShardingKey: "SN-late", Body: []byte("2")})
 	drain("msg_id = 'late-2' AND status = 2")
 	if err := late.Commit(); err != nil {
 		t.Fatal(err)
@@ -206,4 +182,34 @@ func lateRowDelivery(t *testing.T, b *bundle) string {
 		got = append(got, m.Properties[outbox.MsgIDProperty])
 	}
 	return fmt.Sprint(got)
+}
+
+// orderedEventsConfig is b's relay configuration with the topic order-events on an ordered
+// route.
+func orderedEventsConfig(t *testing.T, b *bundle) relay.Config {
+	t.Helper()
+	router, err := relay.NewPatternRouter(relay.PatternRule{Topic: "order-events", Route: relay.Route{Ordered: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.config()
+	cfg.Router = router
+	return cfg
+}
+
+// writeLatePair inserts the key SN-late's row late-1 in a transaction it leaves open and
+// returns, then commits the key's row late-2 (a higher id).
+func writeLatePair(t *testing.T, b *bundle) *sql.Tx {
+	t.Helper()
+	ctx := context.Background()
+	late, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.writer.Insert(ctx, late, &outbox.Message{MsgID: "late-1", Topic: "order-events", ShardingKey: "SN-late", Body: []byte("first inserted")}); err != nil {
+		late.Rollback()
+		t.Fatal(err)
+	}
+	b.insert(t, outbox.Message{MsgID: "late-2", Topic: "order-events", ShardingKey: "SN-late", Body: []byte("second inserted")})
+	return late
 }
