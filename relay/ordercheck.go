@@ -16,7 +16,8 @@ import (
 )
 
 // checkStreamsPerStatement bounds the streams one statement of the ordered check reads (two
-// subqueries each), so that a page of 1,000 keys costs a few statements per round.
+// subqueries each, four on a (sharding_key, status, id) index: one per status), so that a
+// page of 1,000 keys costs a few statements per round.
 const checkStreamsPerStatement = 200
 
 // checkFirstLimit is how many of a stream's older rows the check's first round reads below
@@ -32,10 +33,10 @@ const checkFirstLimit = 4
 // exactly"), on every index layout alike. The check reads only that: each stream's nearest
 // older row first, for all streams in one statement (nearestOlder), then, one statement per
 // round for up to checkStreamsPerStatement streams, the stream's rows between its first and
-// last row in the page that are unsent and not in the page, and, for the streams whose
-// nearest row did not decide, their older rows, newest first, up to the first ordered one.
-// Rows of other topics, of unordered routes (ordered(topic, tag) false), dead and
-// soft-deleted rows are skipped, as they hold nothing back. An unsent ordered row holds the
+// last row in the page (innerHeads), and, for the streams whose nearest row did not decide,
+// their older rows, newest first, up to the first ordered one. Rows of other topics, of
+// unordered routes (ordered(topic, tag) false), dead (and handed) and soft-deleted rows are
+// skipped, as they neither hold nor free the stream. An unsent ordered row holds the
 // stream; a sent one decides that nothing older does: an unsent row below it was committed
 // (or requeued) after the stream had passed it, and goes on its own. Parked rows are unsent
 // rows and hold like any. The rows are read by the (sharding_key, id) index, or, on an older
