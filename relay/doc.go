@@ -17,10 +17,12 @@
 //
 // Where each guarantee is enforced (one place each):
 //   - Per-key order (a key's rows in id order, one in flight): plan.go. It lets an ordered
-//     key's rows go only as the prefix of its unsent rows present in the page (a row of an
-//     unordered route is no part of the stream; ordercheck.go reads the key's rows that
-//     decide it), as one chain that publish.go (runLane) sends one message after the other,
-//     stopping at the first that is not sent. The chains of the keys of one queue go
+//     key's rows go only as the prefix of its unsent rows present in the page, the nearest
+//     older row of the key deciding (a row of an unordered route is no part of the stream;
+//     a late row, committed after a higher id of its key was sent, holds nothing behind it;
+//     ordercheck.go reads the key's rows that decide it, alike on every index layout), as
+//     one chain that publish.go (runLane) sends one message after the other, stopping at
+//     the first that is not sent. The chains of the keys of one queue go
 //     together as one lane (plan.go laneOf), in batch requests of one row per key, a key
 //     whose row is not sent holding its later rows while the other keys go on. A lane still
 //     sending when the rest of its page is done goes on detached (publish.go, relay.go

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -36,12 +35,13 @@ type store struct {
 	scanMu   sync.Mutex
 	scanHint string
 	// checkHint is the ordered check's FORCE INDEX clause for the table's (sharding_key, id)
-	// index, empty when the table has none (an older table with (sharding_key, status, id)
-	// only: the check then reads the keys' unsent rows instead, unsentUpTo); checkLooked is
-	// when it was looked up (orderedIndex).
-	checkHint   string
-	checkLooked time.Time
-	scanDone    bool
+	// index, empty when the table has none; checkStatusHint then that of its
+	// (sharding_key, status, id) index (an older table's), which the check reads once per
+	// status (orderedIndex); checkLooked is when they were looked up.
+	checkHint       string
+	checkStatusHint string
+	checkLooked     time.Time
+	scanDone        bool
 	// reasonChars is the width of the table's fail_reason (0: unknown), read by scanIndex.
 	reasonChars int
 }
@@ -162,10 +162,9 @@ func (s *store) scanIndex(ctx context.Context) error {
 	if s.scanHint, err = s.indexHint(ctx, cols); err != nil {
 		return err
 	}
-	if s.checkHint, err = s.indexHint(ctx, "sharding_key,id"); err != nil {
+	if err = s.lookCheckIndex(ctx); err != nil {
 		return err
 	}
-	s.checkLooked = time.Now()
 	if s.reasonChars, err = schema.FailReasonWidth(ctx, s.db, s.name); err != nil {
 		return err
 	}
@@ -189,54 +188,6 @@ func (s *store) indexHint(ctx context.Context, cols string) (string, error) {
 
 // orderKey identifies one ordered stream: a sharding key within a topic.
 type orderKey struct{ topic, key string }
-
-// unsentUpTo returns, per ordered stream among keys, the ids of its rows still pending or
-// failed (due or not) up to maxID, ascending, leaving out the rows whose topic and tag are
-// not ordered (an unordered row of the same order, a delayed close-check say, is no part of
-// the stream and holds nothing back). A row may go only when every earlier unsent row of its
-// stream goes before it in the same batch.
-func (s *store) unsentUpTo(ctx context.Context, keys []string, maxID int64, ordered func(topic, tag string) bool) (map[orderKey][]int64, map[int64]int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	out := map[orderKey][]int64{}
-	due := map[int64]int64{}
-	for start := 0; start < len(keys); start += maxIDsPerStatement {
-		chunk := keys[start:min(start+maxIDsPerStatement, len(keys))]
-		q := `SELECT id, COALESCE(topic, ''), tag, sharding_key, ` + schema.NextRetrySQL + ` FROM ` + s.table + `
-			WHERE sharding_key IN (` + placeholders(len(chunk)) + `) AND status IN (0, 1) AND id <= ? AND ` + schema.NotDeletedSQL
-		args := make([]any, 0, len(chunk)+1)
-		for _, k := range chunk {
-			args = append(args, k)
-		}
-		args = append(args, maxID)
-		rows, err := s.query(ctx, q, args...)
-		if err != nil {
-			return nil, nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.name, err)
-		}
-		for rows.Next() {
-			var id, next int64
-			var k orderKey
-			var tag sql.NullString // NULL in an adopted table whose tag column allows it
-			if err := rows.Scan(&id, &k.topic, &tag, &k.key, &next); err != nil {
-				rows.Close()
-				return nil, nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.name, err)
-			}
-			if ordered(k.topic, tag.String) {
-				out[k] = append(out[k], id)
-				due[id] = next
-			}
-		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
-			return nil, nil, fmt.Errorf("read unsent rows of ordered keys in %s: %w", s.name, err)
-		}
-	}
-	for _, ids := range out {
-		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	}
-	return out, due, nil
-}
 
 // park makes the pending rows ids, held behind the unsent row head of their key that is not
 // due before untilMs, due at untilMs, their reason naming head (parkedReason): the scan stops

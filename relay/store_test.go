@@ -137,13 +137,30 @@ func TestPageStaysWithinItsByteBudget(t *testing.T) {
 // and not a key's sent history (docs/decisions.md, "Indexes (issue 21)"): a page with a
 // key's 3 unsent rows reads the rows between them and the key's newest sent row below them
 // only, with the table's statistics young and current; so does a page with the last of
-// them, held behind the other two.
+// them, held behind the other two. So does a table with the previous (sharding_key, status,
+// id) index instead.
 func TestOrderedCheckIgnoresTheKeysHistory(t *testing.T) {
 	t.Parallel()
+	for _, layout := range []string{"contract", "previous"} {
+		t.Run(layout, func(t *testing.T) {
+			t.Parallel()
+			orderedCheckReads(t, layout)
+		})
+	}
+}
+
+// orderedCheckReads is TestOrderedCheckIgnoresTheKeysHistory on a table of layout: the
+// contract's, or the previous one with (sharding_key, status, id) instead of (sharding_key, id).
+func orderedCheckReads(t *testing.T, layout string) {
 	db := testenv.MySQL(t)
 	ctx := context.Background()
 	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
 		t.Fatal(err)
+	}
+	if layout == "previous" {
+		if _, err := db.Exec("ALTER TABLE local_message DROP INDEX idx_sharding_id, ADD INDEX idx_sharding_status (sharding_key, status, id)"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// 5,000 sent rows of one order, then its 3 unsent ones, other keys' rows around them, and a
 	// backlog of 10,000 unsent rows of other keys (so that the status index alone is no help).
@@ -208,7 +225,7 @@ func TestOrderedCheckIgnoresTheKeysHistory(t *testing.T) {
 				examined += n
 			}
 			if examined > 20 {
-				t.Errorf("statistics %s: checking %d of a key's rows examined %d index entries: it walks the key's 5,000 sent rows", stats, len(page), examined)
+				t.Errorf("%s layout, statistics %s: checking %d of a key's rows examined %d index entries: it walks the key's 5,000 sent rows", layout, stats, len(page), examined)
 			}
 		}
 	}
