@@ -260,15 +260,15 @@ func TestIdleLeaderWithLongPollIntervalKeepsItsLock(t *testing.T) {
 	eventually(t, 30*time.Second, "the relay to lead", func() bool { return r.Health().Leader })
 	idleUntil := time.Now().Add(5 * cfg.StallTimeout)
 	eventually(t, 30*time.Second, "five stall timeouts of idleness", func() bool {
-		if !r.Health().Leader {
-			t.Fatal("the idle leader gave its lock up")
+		if h := r.Health(); !h.Leader {
+			t.Fatalf("the idle leader gave its lock up: %+v", h)
 		}
 		return time.Now().After(idleUntil)
 	})
 	b.insert(t, outbox.Message{MsgID: "quiet", Topic: "orders", Body: []byte("x")})
 	eventually(t, 30*time.Second, "the row sent without a nudge", func() bool {
-		if !r.Health().Leader {
-			t.Fatal("the idle leader gave its lock up")
+		if h := r.Health(); !h.Leader {
+			t.Fatalf("the idle leader gave its lock up: %+v", h)
 		}
 		return countWhere(t, b.db.DB, "status = 2") == 1
 	})

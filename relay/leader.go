@@ -219,7 +219,6 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 	ctx, handedOver := r.gate.handover(ctx)
 	defer handedOver()
 	r.progress.restart() // the stall clock starts now
-	r.checkDatabase(ctx) // the database's clock, and whether it accepts writes
 	// Another leader may have parked rows meanwhile: find them again.
 	r.parkedFound, r.parkReviewed = false, time.Time{}
 
@@ -258,6 +257,9 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 	// no next owner reads rows whose sends are still in flight here.
 	stopKeeping := r.goKeepLock(ctx, mutex, stopLeading, cancel)
 	defer stopKeeping()
+	// The database's clock, and whether it accepts writes: read once the lock is being kept,
+	// so that a slow answer never lets the lock lapse before its first extension.
+	r.checkDatabase(stopLead)
 
 	empty, failures := 0, 0
 	// lastPolled is when a pass the poll started (not a nudge) last changed a row: rows
