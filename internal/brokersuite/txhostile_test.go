@@ -71,6 +71,7 @@ func TestStoredFindsAMessageByItsUniqueKey(t *testing.T) {
 // the broker checks it with the relay, which answers UNKNOWN (unauthenticated) and leaves
 // the victim's DeliverAt row, an hour out, alone.
 func TestForgedHalfCheckedByTheBrokerTouchesNoRow(t *testing.T) {
+	t.Parallel() // mostly waiting on the broker's check schedule; its group and topic are its own
 	each(t, false, func(t *testing.T, b *target) {
 		topic := b.topic(t, "TxForged")
 		e := newEnv(t, b)
@@ -117,6 +118,7 @@ func TestForgedHalfCheckedByTheBrokerTouchesNoRow(t *testing.T) {
 // one is left handed (consumed once), the other is recovered and consumed once. Without the
 // lookup the relay sent the late-committed row again: two copies.
 func TestDiscardedHalfCommittedLateOnTheBroker(t *testing.T) {
+	t.Parallel() // mostly waiting on the broker's check schedule; its group and topic are its own
 	each(t, false, func(t *testing.T, b *target) {
 		if !b.real {
 			t.Skip("rmqtest: TestDiscardedHalfCommittedLateIsNotSentAgain in internal/txcheck")
