@@ -16,7 +16,7 @@ import (
 // seedTable creates table with seed 002's DDL and one row with an application-chosen id.
 func seedTable(t *testing.T, db *testenv.DB, table string) {
 	t.Helper()
-	ddl, err := os.ReadFile("testdata/seed002.sql")
+	ddl, err := os.ReadFile("testdata/classicrelay.sql")
 	if err != nil {
 		t.Fatal(err)
 	}

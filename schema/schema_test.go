@@ -78,7 +78,7 @@ func TestMigrateUpgradesSeedTable(t *testing.T) {
 	t.Parallel()
 	db := testenv.MySQL(t)
 	ctx := context.Background()
-	ddl, err := os.ReadFile("testdata/seed002.sql")
+	ddl, err := os.ReadFile("testdata/classicrelay.sql")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func TestAdoptingDocCommands(t *testing.T) {
 }
 
 // The classic local-message table shown in docs/adopting.md is the one the migration tests
-// upgrade (schema/testdata/seed002.sql), its COMMENT clauses aside.
+// upgrade (schema/testdata/classicrelay.sql), its COMMENT clauses aside.
 func TestAdoptingDocShowsTheClassicTable(t *testing.T) {
 	t.Parallel()
 	doc, err := os.ReadFile("../../docs/adopting.md")
@@ -63,7 +63,7 @@ func TestAdoptingDocShowsTheClassicTable(t *testing.T) {
 	if m == nil {
 		t.Fatal("docs/adopting.md has no classic-local-message-ddl block")
 	}
-	tested, err := os.ReadFile("../../schema/testdata/seed002.sql")
+	tested, err := os.ReadFile("../../schema/testdata/classicrelay.sql")
 	if err != nil {
 		t.Fatal(err)
 	}

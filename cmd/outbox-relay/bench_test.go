@@ -97,7 +97,7 @@ func TestReleaseBinaryHasNoTestBroker(t *testing.T) {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
 	for _, pkg := range strings.Fields(string(out)) {
-		if strings.Contains(pkg, "internal/rmqtest") || strings.Contains(pkg, "internal/seed002") {
+		if strings.Contains(pkg, "internal/rmqtest") || strings.Contains(pkg, "internal/classicrelay") {
 			t.Errorf("the release binary links %s", pkg)
 		}
 	}

@@ -12,10 +12,10 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 )
 
-// seed002 creates a live seed-002 table (application-chosen ids) with one row.
+// seed002 creates a live classic local-message table (application-chosen ids) with one row.
 func seed002(t *testing.T, db *testenv.DB) {
 	t.Helper()
-	ddl, err := os.ReadFile("../../schema/testdata/seed002.sql")
+	ddl, err := os.ReadFile("../../schema/testdata/classicrelay.sql")
 	if err != nil {
 		t.Fatal(err)
 	}

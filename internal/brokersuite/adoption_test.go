@@ -69,7 +69,7 @@ func TestAdoptionPathEndToEnd(t *testing.T) {
 
 	// The service's seed-002 table, 90 days of history: sent rows, rows the old relay gave up
 	// on, and rows still pending (which the relay must deliver).
-	ddl, err := os.ReadFile(filepath.Join("..", "..", "schema", "testdata", "seed002.sql"))
+	ddl, err := os.ReadFile(filepath.Join("..", "..", "schema", "testdata", "classicrelay.sql"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func runLoad(ctx context.Context, args []string) error {
 	registerMix(fs, &f.writers, 200)
 	polls := fs.String("polls", "200ms,1s", "relay poll intervals (the classic relay: its schedule), comma-separated")
 	relays := fs.String("relays", "1,2", "numbers of relay processes per table, comma-separated")
-	algos := fs.String("algos", "outbox-relay,outbox-relay-poll,seed002", "what to run: outbox-relay (with nudges), outbox-relay-poll (without), seed002")
+	algos := fs.String("algos", "outbox-relay,outbox-relay-poll,classic", "what to run: outbox-relay (with nudges), outbox-relay-poll (without), classic (the classic local-message relay)")
 	fs.DurationVar(&f.duration, "duration", 20*time.Second, "writing time of each scenario")
 	fs.DurationVar(&f.idle, "idle", 10*time.Second, "idle time over which the relays' queries/s are counted")
 	fs.StringVar(&f.relayBin, "relay-bin", "", "outbox-relay binary (default: built from this checkout)")
@@ -96,8 +96,8 @@ func runLoad(ctx context.Context, args []string) error {
 		f.relays = append(f.relays, n)
 	}
 	for _, a := range strings.Split(*algos, ",") {
-		if a = strings.TrimSpace(a); !slices.Contains([]string{"outbox-relay", "outbox-relay-poll", "seed002"}, a) {
-			return fmt.Errorf("--algos: unknown %q (outbox-relay, outbox-relay-poll, seed002)", a)
+		if a = strings.TrimSpace(a); !slices.Contains([]string{"outbox-relay", "outbox-relay-poll", "classic"}, a) {
+			return fmt.Errorf("--algos: unknown %q (outbox-relay, outbox-relay-poll, classic)", a)
 		}
 		f.algos = append(f.algos, a)
 	}
@@ -126,7 +126,7 @@ func runLoad(ctx context.Context, args []string) error {
 		for _, n := range f.relays {
 			for _, a := range f.algos {
 				sc := scenario{algo: algoRelay, poll: poll, nudge: a == "outbox-relay", relays: n}
-				if a == "seed002" {
+				if a == "classic" {
 					sc.algo = algoSeed
 				}
 				r, err := runScenario(ctx, w, f, sc)

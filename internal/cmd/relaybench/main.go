@@ -9,7 +9,7 @@
 //	go run ./internal/cmd/relaybench failover               # make bench-failover
 //
 // drain is `outbox-relay bench` against the in-process broker. load runs writers at a
-// target rate beside relay processes (outbox-relay and seed 002's algorithm in the same run)
+// target rate beside relay processes (outbox-relay and the classic relay's algorithm in the same run)
 // and reports commit → broker ack latency, rows/s, relay CPU and idle queries/s. failover
 // measures the delivery gap after kill -9 and SIGTERM of the leader. Every run creates its
 // own database (outbox_bench_<random>) on the server and drops it at the end.
@@ -71,11 +71,11 @@ func usage() {
 	fmt.Fprint(os.Stderr, `usage: relaybench <command> [flags]   (relaybench <command> -h lists the flags)
 
   drain     fill a table and drain it once to the in-process broker (outbox-relay bench's measure)
-  load      production load: writers at a rate, relay processes, outbox-relay vs seed 002
+  load      production load: writers at a rate, relay processes, outbox-relay vs the classic relay
   failover  delivery gap after kill -9 and SIGTERM of the leader, default settings
   rolling   a Kubernetes rolling update with processes: surge (new ready, then old SIGTERM)
             and recreate; delivery gap, SIGTERM → exit, RSS, CPU, duplicates
   partitions  a relay group on one table: drain rate with 1, 2, 3 relays, idle Redis upkeep,
-            takeover after kill -9, join; seed 002's relay on the same backlog
+            takeover after kill -9, join; the classic relay on the same backlog
 `)
 }

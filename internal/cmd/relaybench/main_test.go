@@ -14,7 +14,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 )
 
-// TestMain lets the test binary stand in for relaybench when load starts seed 002's relay
+// TestMain lets the test binary stand in for relaybench when load starts the classic relay
 // as a process of its own (os.Executable is the test binary here).
 func TestMain(m *testing.M) {
 	rlog.SetLogLevel("error")
@@ -41,7 +41,7 @@ func TestLoadDeliversEveryCommittedRow(t *testing.T) {
 	testenv.MySQL(t) // fails or skips as the other tests do when the servers are missing
 	testenv.Redis(t)
 	args := append(servers(), "-duration", "2s", "-idle", "1s", "-polls", "200ms", "-relays", "1",
-		"-algos", "outbox-relay,seed002", "-rate", "50")
+		"-algos", "outbox-relay,classic", "-rate", "50")
 	if err := runLoad(context.Background(), args); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestPartitionsBench(t *testing.T) {
 	}
 	testenv.MySQL(t)
 	testenv.Redis(t)
-	args := append(servers(), "-rows", "2000", "-relays", "1,2", "-idle", "500ms", "-seed002=false")
+	args := append(servers(), "-rows", "2000", "-relays", "1,2", "-idle", "500ms", "-classic=false")
 	if err := runPartitions(context.Background(), args); err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ type partitionsResult struct {
 // runPartitions measures a relay group on one table split into partitions: the drain rate
 // of a backlog with 1, 2, 3... relay processes, the Redis commands the group spends when
 // idle, the time until the survivors own every partition after a kill -9, and the time a
-// joining relay takes to get its share; and seed 002's single relay on the same backlog.
+// joining relay takes to get its share; and the classic relay, alone, on the same backlog.
 func runPartitions(ctx context.Context, args []string) error {
 	var s serverFlags
 	fs := flag.NewFlagSet("partitions", flag.ContinueOnError)
@@ -40,7 +40,7 @@ func runPartitions(ctx context.Context, args []string) error {
 	rows := fs.Int("rows", 100000, "due rows in the backlog of each run")
 	parts := fs.Int("partitions", 8, "relay.partitions")
 	relaysFlag := fs.String("relays", "1,2,3", "relay process counts to measure, comma-separated")
-	seed := fs.Bool("seed002", true, "also drain the same backlog with the classic local-message relay")
+	seed := fs.Bool("classic", true, "also drain the same backlog with the classic local-message relay")
 	idle := fs.Duration("idle", 10*time.Second, "idle window over which Redis commands are counted")
 	relayBin := fs.String("relay-bin", "", "outbox-relay binary (default: built from this checkout)")
 	ownRedis := fs.Bool("own-redis", true, "run a private redis-server for the run, so that its command count is the group's alone")
@@ -223,7 +223,7 @@ func measurePartitions(ctx context.Context, w *world, bin string, n, parts, rows
 	return res, nil
 }
 
-// measureSeedDrain drains rows with seed 002's relay (one process, its 1s job) and returns
+// measureSeedDrain drains rows with the classic relay (one process, its 1s job) and returns
 // its rate.
 func measureSeedDrain(ctx context.Context, w *world, rows int) (float64, error) {
 	table := "lm_part_seed"
@@ -234,7 +234,7 @@ func measureSeedDrain(ctx context.Context, w *world, rows int) (float64, error) 
 		return 0, err
 	}
 	p, err := startRelay(relaySpec{algo: algoSeed, dsn: w.cfg.FormatDSN(), table: table, redisAddr: w.rdb.Options().Addr,
-		lockKey: w.prefix + "lock:" + table, nameSrv: w.broker.NameServerAddr(), group: "seed002", poll: time.Second})
+		lockKey: w.prefix + "lock:" + table, nameSrv: w.broker.NameServerAddr(), group: "classic-relay", poll: time.Second})
 	if err != nil {
 		return 0, err
 	}

@@ -16,14 +16,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/outbox-relay/outbox-relay/internal/seed002"
+	"github.com/outbox-relay/outbox-relay/internal/classicrelay"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
-// seedRelayCmd runs seed 002's relay as a process of its own, so that its CPU is measured
+// seedRelayCmd runs the classic relay as a process of its own, so that its CPU is measured
 // the way outbox-relay's is. The load command starts it; it is not meant for users.
-const seedRelayCmd = "seed002-relay"
+const seedRelayCmd = "classic-relay"
 
 // relaySpec says how to start one relay process of a table.
 type relaySpec struct {
@@ -134,7 +134,7 @@ func (p *proc) cpu() time.Duration {
 	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
-// runSeedRelay is the seed002-relay command: seed 002's relay until SIGTERM.
+// runSeedRelay is the classic-relay command: the classic relay until SIGTERM.
 func runSeedRelay(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet(seedRelayCmd, flag.ContinueOnError)
 	dsn := fs.String("dsn", "", "database DSN")
@@ -142,13 +142,13 @@ func runSeedRelay(ctx context.Context, args []string) error {
 	redisAddr := fs.String("redis", "127.0.0.1:6379", "Redis address")
 	lockKey := fs.String("lock-key", "LocalMessageScan", "lock key")
 	nameSrv := fs.String("nameservers", "", "name server")
-	group := fs.String("group", "seed002", "producer group")
+	group := fs.String("group", "classic-relay", "producer group")
 	interval := fs.Duration("interval", time.Minute, "the job's schedule")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *dsn == "" || *nameSrv == "" {
-		return errors.New("seed002-relay: -dsn and -nameservers are required")
+		return errors.New("classic-relay: -dsn and -nameservers are required")
 	}
 	db, err := openDB(*dsn)
 	if err != nil {
@@ -162,7 +162,7 @@ func runSeedRelay(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pub.Close()
-	r, err := seed002.New(db, rdb, pub, seed002.Config{Table: *table, Interval: *interval, LockKey: *lockKey})
+	r, err := classicrelay.New(db, rdb, pub, classicrelay.Config{Table: *table, Interval: *interval, LockKey: *lockKey})
 	if err != nil {
 		return err
 	}

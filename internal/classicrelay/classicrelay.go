@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package seed002 reproduces the relay of seed 002 (the "local message table" article the
+// Package classicrelay reproduces the relay of the classic local-message table (the "local message table" article the
 // project grew from), as a baseline that benchmarks run beside outbox-relay in the
 // same run, against the same database and broker. It is not a product: it keeps the seed's
 // behaviour, including its costs and its flaws, on purpose.
@@ -25,7 +25,7 @@
 // Kept as the seed has it: a row whose retry_count passed max_retry_count is skipped by the
 // scan and so never reaches status 3 (the "arrive max retry count" branch cannot run), and a
 // relay that lost its lock keeps going until its run ends.
-package seed002
+package classicrelay
 
 import (
 	"context"
@@ -80,13 +80,13 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub relay.Publisher, cfg Config)
 		cfg.Table = "local_message"
 	}
 	if err := schema.ValidateIdent(cfg.Table); err != nil {
-		return nil, fmt.Errorf("seed002: Table: %w", err)
+		return nil, fmt.Errorf("classicrelay: Table: %w", err)
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = time.Minute
 	}
 	if cfg.Interval < 0 {
-		return nil, fmt.Errorf("seed002: Interval: must be positive, got %s", cfg.Interval)
+		return nil, fmt.Errorf("classicrelay: Interval: must be positive, got %s", cfg.Interval)
 	}
 	if cfg.LockKey == "" {
 		cfg.LockKey = "LocalMessageScan"
@@ -99,7 +99,7 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub relay.Publisher, cfg Config)
 		cfg.Logger = &nop
 	}
 	if db == nil || rdb == nil || pub == nil {
-		return nil, errors.New("seed002: New needs a database, a Redis client and a publisher")
+		return nil, errors.New("classicrelay: New needs a database, a Redis client and a publisher")
 	}
 	return &Relay{cfg: cfg, db: db, rdb: rdb, pub: pub, q: newQueries(cfg.Table)}, nil
 }
@@ -124,7 +124,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		if _, err := r.ProcessOnce(ctx); err != nil && ctx.Err() == nil {
-			r.cfg.Logger.Error().Err(err).Msg("seed002: process local messages")
+			r.cfg.Logger.Error().Err(err).Msg("classicrelay: process local messages")
 		}
 	}
 }
@@ -141,7 +141,7 @@ func (r *Relay) ProcessOnce(ctx context.Context) (Stats, error) {
 		redsync.WithRetryDelay(retryDelay),
 	)
 	if err := mutex.LockContext(ctx); err != nil {
-		r.cfg.Logger.Warn().Err(err).Msg("seed002: lock not taken, run skipped")
+		r.cfg.Logger.Warn().Err(err).Msg("classicrelay: lock not taken, run skipped")
 		return st, nil
 	}
 	stopWatchdog := watchdog(ctx, mutex)
@@ -155,14 +155,14 @@ func (r *Relay) ProcessOnce(ctx context.Context) (Stats, error) {
 	start := time.Now()
 	rows, err := r.db.QueryContext(ctx, r.q.scan, start.UnixMilli())
 	if err != nil {
-		return st, fmt.Errorf("seed002: scan %s: %w", r.cfg.Table, err)
+		return st, fmt.Errorf("classicrelay: scan %s: %w", r.cfg.Table, err)
 	}
 	defer rows.Close()
 	var buf []row
 	for rows.Next() {
 		var m row
 		if err := rows.Scan(&m.id, &m.msgID, &m.topic, &m.tag, &m.content, &m.retryCount, &m.maxRetryCount, &m.nextRetryTime); err != nil {
-			return st, fmt.Errorf("seed002: scan %s: %w", r.cfg.Table, err)
+			return st, fmt.Errorf("classicrelay: scan %s: %w", r.cfg.Table, err)
 		}
 		if m.retryCount > m.maxRetryCount {
 			continue
@@ -176,14 +176,14 @@ func (r *Relay) ProcessOnce(ctx context.Context) (Stats, error) {
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return st, fmt.Errorf("seed002: scan %s: %w", r.cfg.Table, err)
+		return st, fmt.Errorf("classicrelay: scan %s: %w", r.cfg.Table, err)
 	}
 	if len(buf) > 0 {
 		if err := r.processBatch(ctx, buf, &st); err != nil {
 			return st, err
 		}
 	}
-	r.cfg.Logger.Debug().Int("sent", st.Sent).Int("retried", st.Retried).Dur("took", time.Since(start)).Msg("seed002: scan done")
+	r.cfg.Logger.Debug().Int("sent", st.Sent).Int("retried", st.Retried).Dur("took", time.Since(start)).Msg("classicrelay: scan done")
 	return st, nil
 }
 
@@ -254,7 +254,7 @@ func (r *Relay) updateSent(ctx context.Context, ids []int64) error {
 	return r.inTx(ctx, func(tx *sql.Tx) error {
 		for _, id := range ids {
 			if _, err := tx.ExecContext(ctx, r.q.markSent, id); err != nil {
-				return fmt.Errorf("seed002: mark row %d sent: %w", id, err)
+				return fmt.Errorf("classicrelay: mark row %d sent: %w", id, err)
 			}
 		}
 		return nil
@@ -270,7 +270,7 @@ func (r *Relay) updateRetry(ctx context.Context, ids []int64, reasons map[int64]
 	}
 	rows, err := r.db.QueryContext(ctx, r.q.listByIDs(len(ids)), args...)
 	if err != nil {
-		return fmt.Errorf("seed002: list failed rows: %w", err)
+		return fmt.Errorf("classicrelay: list failed rows: %w", err)
 	}
 	type failed struct {
 		id         int64
@@ -281,13 +281,13 @@ func (r *Relay) updateRetry(ctx context.Context, ids []int64, reasons map[int64]
 		var f failed
 		if err := rows.Scan(&f.id, &f.retryCount); err != nil {
 			rows.Close()
-			return fmt.Errorf("seed002: list failed rows: %w", err)
+			return fmt.Errorf("classicrelay: list failed rows: %w", err)
 		}
 		list = append(list, f)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("seed002: list failed rows: %w", err)
+		return fmt.Errorf("classicrelay: list failed rows: %w", err)
 	}
 	return r.inTx(ctx, func(tx *sql.Tx) error {
 		for _, f := range list {
@@ -297,7 +297,7 @@ func (r *Relay) updateRetry(ctx context.Context, ids []int64, reasons map[int64]
 				reason = reason[:1000]
 			}
 			if _, err := tx.ExecContext(ctx, r.q.markRetry, n, nextRetryTime(time.Now(), n), reason, f.id); err != nil {
-				return fmt.Errorf("seed002: mark row %d for retry: %w", f.id, err)
+				return fmt.Errorf("classicrelay: mark row %d for retry: %w", f.id, err)
 			}
 		}
 		return nil
@@ -307,14 +307,14 @@ func (r *Relay) updateRetry(ctx context.Context, ids []int64, reasons map[int64]
 func (r *Relay) inTx(ctx context.Context, f func(*sql.Tx) error) error {
 	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("seed002: begin: %w", err)
+		return fmt.Errorf("classicrelay: begin: %w", err)
 	}
 	if err := f(tx); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("seed002: commit: %w", err)
+		return fmt.Errorf("classicrelay: commit: %w", err)
 	}
 	return nil
 }

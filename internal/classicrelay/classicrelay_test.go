@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package seed002_test
+package classicrelay_test
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/outbox-relay/outbox-relay/internal/classicrelay"
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
-	"github.com/outbox-relay/outbox-relay/internal/seed002"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
@@ -42,7 +42,7 @@ func TestProcessOnceAsTheSeed(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r, err := seed002.New(db.DB, rdb, pub, seed002.Config{LockKey: prefix + "LocalMessageScan"})
+	r, err := classicrelay.New(db.DB, rdb, pub, classicrelay.Config{LockKey: prefix + "LocalMessageScan"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package seed002_test
+package classicrelay_test
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/classicrelay"
 	"github.com/outbox-relay/outbox-relay/internal/loadgen"
-	"github.com/outbox-relay/outbox-relay/internal/seed002"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
@@ -32,7 +32,7 @@ func BenchmarkDrain(b *testing.B) {
 	}
 	db, rdb, prefix, _, pub, w := setup(b)
 	ctx := context.Background()
-	r, err := seed002.New(db.DB, rdb, pub, seed002.Config{LockKey: prefix + "LocalMessageScan"})
+	r, err := classicrelay.New(db.DB, rdb, pub, classicrelay.Config{LockKey: prefix + "LocalMessageScan"})
 	if err != nil {
 		b.Fatal(err)
 	}
