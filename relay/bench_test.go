@@ -498,18 +498,7 @@ func benchBusyWriters(b *testing.B, db *sql.DB, suffix string) (stop func()) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	app, err := loadgen.NewApp(context.Background(), db, w, "orders", false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	stopApp := app.Start(loadgen.Busy, nil, suffix)
-	stop = func() {
-		if err := stopApp(); err != nil {
-			b.Error(err)
-		}
-	}
-	b.Cleanup(stop)
-	return stop
+	return loadgen.StartBusy(b, db, w, suffix)
 }
 
 // BenchmarkDrainMemory drains OUTBOX_BENCH_ROWS and OUTBOX_BENCH_BIG_ROWS due rows (default

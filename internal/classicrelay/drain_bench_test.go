@@ -78,16 +78,5 @@ func busyWriters(b *testing.B, db *sql.DB, w *outbox.Writer, busy bool, suffix s
 	if !busy {
 		return func() {}
 	}
-	app, err := loadgen.NewApp(context.Background(), db, w, "orders", false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	stopApp := app.Start(loadgen.Busy, nil, suffix)
-	stop = func() {
-		if err := stopApp(); err != nil {
-			b.Error(err)
-		}
-	}
-	b.Cleanup(stop)
-	return stop
+	return loadgen.StartBusy(b, db, w, suffix)
 }

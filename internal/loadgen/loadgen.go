@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -211,4 +212,23 @@ func (a *App) Start(m Mix, l *Ledger, suffix string) (stop func() error) {
 		})
 		return err
 	}
+}
+
+// StartBusy runs the Busy mix of an App on db through w (orders table "orders") beside a
+// benchmark or test until the returned stop is called, or at tb's cleanup; a writer's error
+// fails tb. stop may be called more than once.
+func StartBusy(tb testing.TB, db *sql.DB, w *outbox.Writer, suffix string) (stop func()) {
+	tb.Helper()
+	app, err := NewApp(context.Background(), db, w, "orders", false)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	stopApp := app.Start(Busy, nil, suffix)
+	stop = func() {
+		if err := stopApp(); err != nil {
+			tb.Error(err)
+		}
+	}
+	tb.Cleanup(stop)
+	return stop
 }
