@@ -85,6 +85,8 @@ public class TxOrderOutbox {
     }
 
     static final class OutboxListener implements TransactionListener {
+        /** The END grace: the relay's default handed_end_grace, RocketMQ's transactionTimeOut. */
+        static final long END_GRACE_MILLIS = 6_000;
         final Callable<Connection> checkConnections;
         final String secret;
 
@@ -108,12 +110,26 @@ public class TxOrderOutbox {
             }
             try (Connection c = checkConnections.call();
                  PreparedStatement probe = c.prepareStatement(
-                     "SELECT status, is_deleted FROM local_message WHERE msg_id = ? FOR UPDATE NOWAIT")) {
+                     "SELECT status, is_deleted, sent_time, CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
+                         + " FROM local_message WHERE msg_id = ? FOR UPDATE NOWAIT")) {
                 c.setAutoCommit(true); // the probe's lock lasts for the statement only
                 probe.setString(1, msgId);
                 try (ResultSet row = probe.executeQuery()) {
                     if (row.next() && row.getInt(1) == 4 && row.getInt(2) == 0) {
-                        return LocalTransactionState.COMMIT_MESSAGE; // committed, handed: deliver
+                        // Committed, handed: deliver, but only an END grace after a check first found
+                        // it committed (sent_time, stamped by the database's clock as the relay does):
+                        // the writer's END may still be on its way, and both would store two copies.
+                        long seen = row.getLong(3), now = row.getLong(4);
+                        if (seen == 0) {
+                            try (PreparedStatement stamp = c.prepareStatement(
+                                    "UPDATE local_message SET sent_time = ? WHERE msg_id = ? AND status = 4 AND sent_time = 0")) {
+                                stamp.setLong(1, now);
+                                stamp.setString(2, msgId);
+                                stamp.executeUpdate();
+                            }
+                            return LocalTransactionState.UNKNOW;
+                        }
+                        return now - seen < END_GRACE_MILLIS ? LocalTransactionState.UNKNOW : LocalTransactionState.COMMIT_MESSAGE;
                     }
                     // No row and no lock: rolled back (the row precedes the half). Status 2:
                     // delivered already; 0 or 1: the relay's; 3 or deleted: the operator's.
@@ -178,13 +194,16 @@ public class TxOrderOutbox {
         msg.putUserProperty("OUTBOX_SIG", sign(secret, "local_message", msgId, topic)); // keys: msg_keys
         LocalTx tx = new LocalTx(conn, restOfTransaction);
         TransactionSendResult sent = null;
+        String notStored = null;
         try {
             sent = producer.sendMessageInTransaction(msg, tx); // the half, then tx.run(), then END (one-way)
+            notStored = sent.getSendStatus() == SendStatus.SEND_OK ? null : sent.getSendStatus().toString();
         } catch (MQClientException e) {
-            // no half: handled below
+            notStored = e.getCause() == null ? e.getMessage() : e.getCause().toString(); // no half: handled below
         }
-        if (sent == null || sent.getSendStatus() != SendStatus.SEND_OK) {
+        if (notStored != null) {
             // The half was not stored (or not safely): the row becomes the relay's, status 0.
+            System.err.println("order " + orderNo + ": half not stored, the relay will send the row: " + notStored);
             try (PreparedStatement relay = conn.prepareStatement("UPDATE local_message SET status = 0 WHERE msg_id = ?")) {
                 relay.setString(1, msgId);
                 relay.executeUpdate();
