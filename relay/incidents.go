@@ -36,6 +36,7 @@ type incidents struct {
 	missing       map[string]time.Time    // topic -> first seen without a route
 	misconfigured map[string]*brokerState // topic -> refused for the relay's configuration
 	metrics       *TableMetrics
+	now           func() time.Time // the relay's clock
 }
 
 type brokerState struct {
@@ -46,8 +47,9 @@ type brokerState struct {
 	probeAt, probing time.Time
 }
 
-func newIncidents(log zerolog.Logger, metrics *TableMetrics) *incidents {
+func newIncidents(log zerolog.Logger, metrics *TableMetrics, now func() time.Time) *incidents {
 	return &incidents{
+		now:           now,
 		log:           log,
 		recent:        map[string][]time.Time{},
 		failing:       map[string]*brokerState{},
@@ -60,7 +62,7 @@ func newIncidents(log zerolog.Logger, metrics *TableMetrics) *incidents {
 
 // success records an acknowledged send of topic.
 func (in *incidents) success(topic string) {
-	now := time.Now()
+	now := in.now()
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	delete(in.missing, topic)
@@ -103,7 +105,7 @@ const topicMissingGrace = incidentWindow
 // updates the brokers' and topics' states. It reports whether a broker's incident ended
 // with this page: the rows it deferred may be tried again now.
 func (in *incidents) judge(items []item, results []result) (recovered bool) {
-	now := time.Now()
+	now := in.now()
 	in.mu.Lock()
 	defer in.mu.Unlock()
 

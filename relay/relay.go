@@ -320,7 +320,7 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Rel
 		store: store{db: db, table: schema.QuoteIdent(cfg.Table), name: cfg.Table, timeout: cfg.QueryTimeout,
 			partition: cfg.Partition, partitions: cfg.Partitions},
 		log:       log,
-		incidents: newIncidents(log, cfg.Metrics.Table(cfg.Database, cfg.Table)),
+		incidents: newIncidents(log, cfg.Metrics.Table(cfg.Database, cfg.Table), cfg.now),
 		tracer:    msgtrace.Tracer(cfg.TracerProvider),
 		slots:     make(chan struct{}, cfg.Concurrency),
 		inflight:  map[int64]struct{}{},
