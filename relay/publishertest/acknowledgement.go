@@ -96,8 +96,10 @@ func (s *suite) emptySend(t *testing.T) {
 		t.Fatalf("send of no message: %v", err)
 	}
 	marker := s.sendMarker(t, p, topic)
-	if got := s.stored(t, topic); len(got) != 1 {
-		t.Errorf("%d messages stored in %s, want only the marker %s", len(got), topic, marker)
+	ids := byMsgID(s.stored(t, topic))
+	delete(ids, "") // a target's own probes carry no msg id
+	if len(ids) != 1 {
+		t.Errorf("%d messages stored in %s, want only the marker %s", len(ids), topic, marker)
 	}
 }
 
