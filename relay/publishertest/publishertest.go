@@ -183,19 +183,6 @@ func byMsgID(msgs []Stored) map[string][]Stored {
 	return out
 }
 
-// eventually polls cond every 10 ms until it holds, and fails the test naming what it
-// waited for if within passes first.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
