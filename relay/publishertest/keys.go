@@ -110,29 +110,32 @@ func (s *suite) orderedKeys(t *testing.T) {
 			chains[k] = append(chains[k], m)
 		}
 	}
-	sendChains(t, s.publisher(t), route, chains, 0, each-1)
-	sendChains(t, s.publisher(t), route, chains, each-1, each) // a new publisher: the next leader
-	got := s.await(t, topic, slices.Concat(chains...)...)
+	acked := make([][]*relay.Message, keys)
+	sendChains(t, s.publisher(t), route, chains, acked, 0, each-1)
+	sendChains(t, s.publisher(t), route, chains, acked, each-1, each) // a new publisher: the next leader
+	got := s.await(t, topic, slices.Concat(acked...)...)
 	ids := byMsgID(got)
-	for _, chain := range chains {
+	for _, chain := range acked {
 		expectInOrder(t, ids, chain)
 	}
 }
 
 // sendChains sends the messages from..to-1 of every chain, the chains at once, each chain's
-// one after the other, stopping a chain at its first failure.
-func sendChains(t *testing.T, p relay.Publisher, route relay.Route, chains [][]*relay.Message, from, to int) {
+// one after the other, stopping a chain at its first failure; it appends the messages
+// acknowledged to acked, chain by chain.
+func sendChains(t *testing.T, p relay.Publisher, route relay.Route, chains, acked [][]*relay.Message, from, to int) {
 	t.Helper()
 	var wg sync.WaitGroup
-	for _, chain := range chains {
+	for k, chain := range chains {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for _, m := range chain[from:to] {
 				if err := send(p, route, m); err != nil {
-					t.Errorf("send %s (key %s): %v", m.MsgID, m.ShardingKey, err)
+					t.Errorf("send %s (key %s): %v (kind %s)", m.MsgID, m.ShardingKey, err, relay.KindOf(err))
 					return
 				}
+				acked[k] = append(acked[k], m)
 			}
 		}()
 	}

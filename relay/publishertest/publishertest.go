@@ -47,8 +47,9 @@ type Stored struct {
 	Queue string
 	// Offset is the message's position in its queue.
 	Offset int64
-	Tag    string
-	Keys   []string
+	// Tag and Keys are the message's tag and keys as the broker stores them.
+	Tag  string
+	Keys []string
 	// Body is the body as the producer gave it (inflated if the client compressed it).
 	Body []byte
 	// Properties holds the message's properties, user ones and the broker's own.
