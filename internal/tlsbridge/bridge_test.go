@@ -191,3 +191,38 @@ func attack(addr string) int {
 	fmt.Println("refused:", err)
 	return 0
 }
+
+// Connections beyond MaxConns are closed at once; the open one is served.
+func TestBridgeBoundsConnections(t *testing.T) {
+	ca := testcerts.NewCA(t, "right")
+	srv := tlsBroker(t, ca, serverName)
+	b, err := tlsbridge.Start(tlsbridge.Config{TLS: &tls.Config{RootCAs: ca.Pool(), ServerName: serverName}, MaxConns: 1}, []string{srv.NameServerAddr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	first, err := net.Dial("tcp", b.NameServers()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	second, err := net.Dial("tcp", b.NameServers()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	_ = second.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := second.Read(make([]byte, 1)); n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the connection over MaxConns: read %d, %v; want it closed", n, err)
+	}
+	h := `{"code":106,"language":"GO","version":399,"opaque":9,"flag":0}`
+	req := binary.BigEndian.AppendUint32(nil, uint32(4+len(h)))
+	req = binary.BigEndian.AppendUint32(req, uint32(len(h)))
+	if _, err := first.Write(append(req, h...)); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := first.Read(make([]byte, 64)); n == 0 {
+		t.Fatalf("the connection within MaxConns got no answer: %v", err)
+	}
+}
