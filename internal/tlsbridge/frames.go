@@ -126,13 +126,19 @@ func (f *framer) requests(client io.Reader, up io.Writer) error {
 				return fmt.Errorf("tlsbridge: more than %d requests unanswered", maxPending)
 			}
 		}
-		if _, err := up.Write(h.prefix); err != nil {
-			return err
-		}
-		if _, err := io.CopyN(up, r, int64(h.bodyLen())); err != nil {
+		if err := h.pass(r, up); err != nil {
 			return err
 		}
 	}
+}
+
+// pass writes the frame of h to w as it is: its head, then its body streamed from r.
+func (h *frameHead) pass(r io.Reader, w io.Writer) error {
+	if _, err := w.Write(h.prefix); err != nil {
+		return err
+	}
+	_, err := io.CopyN(w, r, int64(h.bodyLen()))
+	return err
 }
 
 // responses forwards the name server's frames to the client, with the brokers' addresses
@@ -152,15 +158,11 @@ func (f *framer) responses(up io.Reader, client io.Writer) error {
 			f.mu.Unlock()
 		}
 		if code == 0 || h.code != 0 {
-			if _, err := client.Write(h.prefix); err != nil {
-				return err
-			}
-			if _, err := io.CopyN(client, r, int64(h.bodyLen())); err != nil {
-				return err
-			}
-			continue
+			err = h.pass(r, client)
+		} else {
+			err = f.rewrite(h, r, client)
 		}
-		if err := f.rewrite(h, r, client); err != nil {
+		if err != nil {
 			return err
 		}
 	}

@@ -316,17 +316,9 @@ func TestWriterKilledAfterCommitBeforeEnd(t *testing.T) {
 	w := setup(t, rmqtest.Options{}, time.Hour)
 	w.startRelay()
 	w.startResponder()
-	tx, h := w.prepare("killed")
-	w.commit(tx) // ... and the writer dies: no Finish
-	if n := w.broker.TriggerCheck(); n != 1 {
-		t.Fatalf("%d checks sent, want 1", n)
-	}
-	w.waitDeliveredOnce(h.MsgID())
+	h := w.writerDiesBeforeEnd("killed")
 	if hs := w.half(h.MsgID()); hs.Resolution != rmqtest.RolledBack || hs.Commits != 0 {
 		t.Fatalf("half %+v, want rolled back and never committed", hs)
-	}
-	if w.answers("rollback", txcheck.ReasonRelayDelivers) != 1 {
-		t.Fatal("the check was not answered rollback/relay_delivers")
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/testcerts"
 	"github.com/outbox-relay/outbox-relay/internal/tlsbridge"
 	"github.com/outbox-relay/outbox-relay/internal/txcheck"
+	"github.com/outbox-relay/outbox-relay/outbox/txmsg"
 )
 
 // Over TLS verified against the broker's CA and name, end to end: the writer's half and the
@@ -33,13 +34,22 @@ func TestCheckAndRelayOverVerifiedTLS(t *testing.T) {
 	w.tls = verify
 	w.startRelay()
 	w.startResponder()
-	tx, h := w.prepare("over-tls")
+	w.writerDiesBeforeEnd("over-tls")
+}
+
+// writerDiesBeforeEnd commits a prepared half's row and never ends the half; the check
+// answers ROLLBACK and pulls the row forward, and the relay delivers it once. It returns
+// the half.
+func (w *world) writerDiesBeforeEnd(body string) *txmsg.Half {
+	w.t.Helper()
+	tx, h := w.prepare(body)
 	w.commit(tx) // ... and the writer dies: no Finish
 	if n := w.broker.TriggerCheck(); n != 1 {
-		t.Fatalf("%d checks sent, want 1", n)
+		w.t.Fatalf("%d checks sent, want 1", n)
 	}
 	w.waitDeliveredOnce(h.MsgID())
 	if w.answers("rollback", txcheck.ReasonRelayDelivers) != 1 {
-		t.Fatal("the check was not answered rollback/relay_delivers")
+		w.t.Fatal("the check was not answered rollback/relay_delivers")
 	}
+	return h
 }
