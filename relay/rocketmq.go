@@ -36,8 +36,9 @@ type RocketMQConfig struct {
 	// Namespace is the RocketMQ namespace (an instance id on some managed offerings): topics
 	// are sent as "Namespace%topic". Empty for none.
 	Namespace string
-	// TLS encrypts every connection to name servers and brokers. rocketmq-client-go does not
-	// verify the server's certificate; the publisher logs a warning saying so.
+	// TLS encrypts every connection to name servers and brokers with the client's own TLS,
+	// which does not verify the server's certificate; the publisher logs a warning saying so.
+	// For verified TLS, give NameServers of an internal/tlsbridge Bridge and leave TLS off.
 	TLS bool
 	// Connections is the number of connections to each broker, spread over as many
 	// clients per producer group; sends go round robin. A broker that drops a connection
@@ -170,9 +171,9 @@ func (p *RocketMQPublisher) newProducer(group string, c int) (prod rocketmq.Prod
 	if p.cfg.Namespace != "" {
 		opts = append(opts, producer.WithNamespace(p.cfg.Namespace))
 	}
-	if p.cfg.TLS {
-		opts = append(opts, producer.WithTls(true))
-	}
+	// Set either way: the client keeps this switch in one process-wide configuration
+	// shared by every client, so a producer that left it alone would inherit another's.
+	opts = append(opts, producer.WithTls(p.cfg.TLS))
 	if p.cfg.AccessKey != "" {
 		opts = append(opts, producer.WithCredentials(primitive.Credentials{AccessKey: p.cfg.AccessKey, SecretKey: p.cfg.SecretKey}))
 	}

@@ -66,7 +66,12 @@ func (a *app) bench(ctx context.Context, d config.Database, o drainbench.Options
 		return err
 	}
 	defer db.Close()
-	pub, err := relay.NewRocketMQPublisher(rocketmqConfig(a.cfg, a.log, nil))
+	link, err := openRocketMQ(ctx, a.cfg.RocketMQ, a.log)
+	if err != nil {
+		return err
+	}
+	defer link.close()
+	pub, err := relay.NewRocketMQPublisher(rocketmqConfig(a.cfg, link, a.log, nil))
 	if err != nil {
 		return err
 	}

@@ -48,13 +48,18 @@ missing or a name server does not answer.`,
 				fmt.Fprintln(a.out, "no topic to check: the routes name none literally; name topics with --topic")
 				return nil
 			}
-			adm, err := newAdmin(a.cfg.RocketMQ)
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			link, err := openRocketMQ(ctx, a.cfg.RocketMQ, a.log)
+			if err != nil {
+				return err
+			}
+			defer link.close()
+			adm, err := newAdmin(a.cfg.RocketMQ, link)
 			if err != nil {
 				return err
 			}
 			defer adm.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
 			results := checkTopics(ctx, adm, checks)
 			if err := printTopicChecks(a.out, a.cfg.RocketMQ, results, clusterOf(adm, a.cfg.RocketMQ.Namespace, results)); err != nil {
 				return err
@@ -117,16 +122,14 @@ type routeReader interface {
 	FetchClusterList(topic string) ([]string, error)
 }
 
-func newAdmin(mq config.RocketMQ) (admin.Admin, error) {
-	opts := []admin.AdminOption{admin.WithResolver(primitive.NewPassthroughResolver(mq.NameServers))}
+// newAdmin returns the admin client of mq, reaching it through link.
+func newAdmin(mq config.RocketMQ, link rocketMQLink) (admin.Admin, error) {
+	opts := []admin.AdminOption{admin.WithResolver(primitive.NewPassthroughResolver(link.nameServers)), admin.WithTls(link.clientTLS)}
 	if mq.AccessKey != "" {
 		opts = append(opts, admin.WithCredentials(primitive.Credentials{AccessKey: mq.AccessKey, SecretKey: mq.SecretKey}))
 	}
 	if mq.Namespace != "" {
 		opts = append(opts, admin.WithNamespace(mq.Namespace))
-	}
-	if mq.TLS.Enable {
-		opts = append(opts, admin.WithTls(true))
 	}
 	adm, err := admin.NewAdmin(opts...)
 	if err != nil {

@@ -82,7 +82,12 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	metrics := relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: routeRules(cfg.Routes)})
 	v, c, _ := buildInfo()
 	metrics.SetBuildInfo(v, c)
-	pub, err := relay.NewRocketMQPublisher(rocketmqConfig(cfg, log, metrics))
+	link, err := openRocketMQ(ctx, cfg.RocketMQ, log)
+	if err != nil {
+		return err
+	}
+	defer link.close()
+	pub, err := relay.NewRocketMQPublisher(rocketmqConfig(cfg, link, log, metrics))
 	if err != nil {
 		return err
 	}
@@ -151,12 +156,13 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 }
 
 // rocketmqConfig is the publisher's configuration; its log lines (a broker down or back, an
-// ordered queue waiting for its broker, sends stored without replication) go to log.
-func rocketmqConfig(cfg config.Config, log zerolog.Logger, metrics *relay.Metrics) relay.RocketMQConfig {
+// ordered queue waiting for its broker, sends stored without replication) go to log. It
+// reaches RocketMQ through link (openRocketMQ).
+func rocketmqConfig(cfg config.Config, link rocketMQLink, log zerolog.Logger, metrics *relay.Metrics) relay.RocketMQConfig {
 	return relay.RocketMQConfig{
-		NameServers: cfg.RocketMQ.NameServers, Group: cfg.RocketMQ.Group, SendTimeout: cfg.RocketMQ.SendTimeout,
+		NameServers: link.nameServers, Group: cfg.RocketMQ.Group, SendTimeout: cfg.RocketMQ.SendTimeout,
 		AccessKey: cfg.RocketMQ.AccessKey, SecretKey: cfg.RocketMQ.SecretKey, Log: log,
-		Namespace: cfg.RocketMQ.Namespace, TLS: cfg.RocketMQ.TLS.Enable,
+		Namespace: cfg.RocketMQ.Namespace, TLS: link.clientTLS,
 		RequireReplication: cfg.RocketMQ.RequireReplication, Metrics: metrics,
 	}
 }

@@ -29,8 +29,12 @@ func startCheckResponder(ctx context.Context, cfg config.Config, d *runDatabase,
 		n := redisnudge.New(rdb).In(d.Label())
 		release = func(ctx context.Context, table string) { _ = n.Nudge(ctx, table) }
 	}
+	tlsCfg, err := cfg.RocketMQ.TLS.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
 	r, err := txcheck.New(txcheck.Config{
-		NameServers: cfg.RocketMQ.NameServers, Groups: groups, DB: d.pool, Tables: d.Tables,
+		NameServers: cfg.RocketMQ.NameServers, Groups: groups, DB: d.pool, Tables: d.Tables, TLS: tlsCfg,
 		AccessKey: cfg.RocketMQ.AccessKey, SecretKey: cfg.RocketMQ.SecretKey,
 		Secrets: cfg.RocketMQ.TransactionCheckSecrets, Fence: cfg.RocketMQ.TransactionCheckFence,
 		Database: d.Label(), Release: release, Logger: &log, Registerer: reg,

@@ -3,12 +3,16 @@
 package config
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -165,23 +169,72 @@ type RocketMQ struct {
 	TransactionCheckFence bool
 }
 
-// RocketMQTLS is TLS to RocketMQ. The remoting client (rocketmq-client-go) encrypts but never
-// verifies the server's certificate, so enabling TLS requires InsecureSkipVerify to be set
-// as an acknowledgement, and CAFile and ServerName are refused until a client that verifies
-// is used.
+// RocketMQTLS is TLS to RocketMQ. Enabled, it verifies the server against CAFile (or the
+// system's CAs) and ServerName; rocketmq-client-go cannot verify, so the relay's sends go
+// through a verifying bridge in the process (internal/tlsbridge). InsecureSkipVerify instead
+// uses the client's own TLS, which encrypts and verifies nothing.
 type RocketMQTLS struct {
 	// Enable turns TLS on for every connection to RocketMQ (rocketmq.tls.enable). Defaults
 	// to false.
 	Enable bool
-	// InsecureSkipVerify acknowledges that the server's certificate is not verified
-	// (rocketmq.tls.insecure_skip_verify); required with Enable. Defaults to false.
+	// InsecureSkipVerify accepts any server certificate (rocketmq.tls.insecure_skip_verify).
+	// Defaults to false: the server is verified.
 	InsecureSkipVerify bool
 	// CAFile is a PEM file of the CAs to verify the server with (rocketmq.tls.ca_file).
-	// Refused today: see RocketMQTLS. Defaults to empty.
+	// Defaults to empty: the system's CAs.
 	CAFile string
-	// ServerName is the name to verify the server's certificate for
-	// (rocketmq.tls.server_name). Refused today: see RocketMQTLS. Defaults to empty.
+	// ServerName is the name the server's certificate must be valid for
+	// (rocketmq.tls.server_name). Defaults to empty: the host of each address dialled.
 	ServerName string
+	// CertFile and KeyFile are the PEM certificate and key presented to brokers that ask
+	// for one (rocketmq.tls.cert_file, rocketmq.tls.key_file), both or neither. Default to
+	// empty: none.
+	CertFile, KeyFile string
+}
+
+// KeyError is an error of the setting Key.
+type KeyError struct {
+	// Key is the setting's key (rocketmq.tls.ca_file, say).
+	Key string
+	// Err is what is wrong with it.
+	Err error
+}
+
+func (e *KeyError) Error() string { return e.Key + ": " + e.Err.Error() }
+func (e *KeyError) Unwrap() error { return e.Err }
+
+// Verified reports whether TLS is on and verifies the server.
+func (t RocketMQTLS) Verified() bool { return t.Enable && !t.InsecureSkipVerify }
+
+// ClientConfig returns the TLS configuration of connections to RocketMQ: nil with TLS off,
+// one that skips verification with InsecureSkipVerify, else one that verifies the server. An
+// error names the key of the file that cannot be used.
+func (t RocketMQTLS) ClientConfig() (*tls.Config, error) {
+	switch {
+	case !t.Enable:
+		return nil, nil
+	case t.InsecureSkipVerify:
+		return &tls.Config{InsecureSkipVerify: true}, nil
+	}
+	cfg := &tls.Config{ServerName: t.ServerName, MinVersion: tls.VersionTLS12}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, &KeyError{Key: KeyRocketMQTLSCAFile, Err: err}
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, &KeyError{Key: KeyRocketMQTLSCAFile, Err: fmt.Errorf("%s holds no PEM certificate", t.CAFile)}
+		}
+	}
+	if t.CertFile != "" && t.KeyFile != "" {
+		pair, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, &KeyError{Key: KeyRocketMQTLSCertFile, Err: fmt.Errorf("with %s: %w", KeyRocketMQTLSKeyFile, err)}
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
 }
 
 // Relay tunes the delivery engine.
@@ -623,18 +676,42 @@ func validNamespace(ns string) bool {
 
 // problems reports rocketmq.tls settings that would not do what they say.
 func (t RocketMQTLS) problems(bad func(key, format string, args ...any)) {
-	const noVerify = "the RocketMQ client cannot verify certificates (rocketmq-client-go's TLS accepts any server certificate); remove it"
-	if t.CAFile != "" {
-		bad(KeyRocketMQTLSCAFile, "%s", noVerify)
+	set := []struct {
+		key string
+		on  bool
+	}{{KeyRocketMQTLSCAFile, t.CAFile != ""}, {KeyRocketMQTLSServerName, t.ServerName != ""},
+		{KeyRocketMQTLSCertFile, t.CertFile != ""}, {KeyRocketMQTLSKeyFile, t.KeyFile != ""}}
+	if !t.Enable {
+		if t.InsecureSkipVerify {
+			bad(KeyRocketMQTLSInsecureSkipVerify, "is set but rocketmq.tls.enable is false: TLS is off")
+		}
+		for _, s := range set {
+			if s.on {
+				bad(s.key, "is set but rocketmq.tls.enable is false: TLS is off")
+			}
+		}
+		return
 	}
-	if t.ServerName != "" {
-		bad(KeyRocketMQTLSServerName, "%s", noVerify)
+	if t.InsecureSkipVerify {
+		for _, s := range set {
+			if s.on {
+				bad(s.key, "cannot be used with rocketmq.tls.insecure_skip_verify: true (the client's own TLS verifies nothing and presents no certificate): remove it, or remove insecure_skip_verify to verify the server")
+			}
+		}
+		return
 	}
 	switch {
-	case t.Enable && !t.InsecureSkipVerify:
-		bad(KeyRocketMQTLSInsecureSkipVerify, "must be true when rocketmq.tls.enable is true: the RocketMQ client encrypts but does not verify the server's certificate (set it to accept that, or leave TLS off)")
-	case !t.Enable && t.InsecureSkipVerify:
-		bad(KeyRocketMQTLSInsecureSkipVerify, "is set but rocketmq.tls.enable is false: TLS is off")
+	case runtime.GOOS != "linux":
+		bad(KeyRocketMQTLSEnable, "verified TLS to RocketMQ needs Linux (the relay's verifying bridge accepts only its own connections, read from /proc); on %s set rocketmq.tls.insecure_skip_verify: true or leave TLS off", runtime.GOOS)
+	case t.CertFile != "" && t.KeyFile == "":
+		bad(KeyRocketMQTLSKeyFile, "required with rocketmq.tls.cert_file")
+	case t.KeyFile != "" && t.CertFile == "":
+		bad(KeyRocketMQTLSCertFile, "required with rocketmq.tls.key_file")
+	default:
+		var ke *KeyError
+		if _, err := t.ClientConfig(); errors.As(err, &ke) {
+			bad(ke.Key, "%v", ke.Err)
+		}
 	}
 }
 
@@ -655,10 +732,7 @@ func (c Config) checkGroupProblems() []problem {
 		}
 	}
 	if len(c.RocketMQ.TransactionCheckGroups) > 0 {
-		switch {
-		case c.RocketMQ.TLS.Enable:
-			out = append(out, problem{KeyRocketMQTransactionCheckGroups, "cannot be used with rocketmq.tls.enable yet: the check responder speaks plain TCP"})
-		case c.RocketMQ.Namespace != "":
+		if c.RocketMQ.Namespace != "" {
 			out = append(out, problem{KeyRocketMQTransactionCheckGroups, "cannot be used with rocketmq.namespace yet: halves and check groups through a namespace are untested"})
 		}
 	}

@@ -199,7 +199,13 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 		{"rocketmq: {send_timeout: 0s}", "rocketmq.send_timeout"},
 		{"rocketmq: {namespace: 'MQ_INST%1'}", "rocketmq.namespace"},
 		{"rocketmq: {namespace: " + strings.Repeat("n", 65) + "}", "rocketmq.namespace"},
-		{"rocketmq: {tls: {enable: true}}", "rocketmq.tls.insecure_skip_verify"},
+		{"rocketmq: {tls: {server_name: mq.example}}", "rocketmq.tls.server_name"},
+		{"rocketmq: {tls: {enable: true, ca_file: /nonexistent/ca.pem}}", "rocketmq.tls.ca_file"},
+		{"rocketmq: {tls: {enable: true, ca_file: /etc/hostname}}", "rocketmq.tls.ca_file"},
+		{"rocketmq: {tls: {enable: true, cert_file: /etc/cert.pem}}", "rocketmq.tls.key_file"},
+		{"rocketmq: {tls: {enable: true, key_file: /etc/key.pem}}", "rocketmq.tls.cert_file"},
+		{"rocketmq: {tls: {enable: true, cert_file: /nonexistent/c.pem, key_file: /nonexistent/k.pem}}", "rocketmq.tls.cert_file"},
+		{"rocketmq: {tls: {enable: true, insecure_skip_verify: true, cert_file: /etc/cert.pem}}", "rocketmq.tls.cert_file"},
 		{"rocketmq: {tls: {insecure_skip_verify: true}}", "rocketmq.tls.insecure_skip_verify"},
 		{"rocketmq: {tls: {enable: true, insecure_skip_verify: true, ca_file: /etc/ca.pem}}", "rocketmq.tls.ca_file"},
 		{"rocketmq: {tls: {enable: true, insecure_skip_verify: true, server_name: mq.example}}", "rocketmq.tls.server_name"},
@@ -209,7 +215,6 @@ func TestInvalidValuesNameTheirKey(t *testing.T) {
 		{"rocketmq: {transaction_check_groups: [tx, tx]}", "rocketmq.transaction_check_groups[1]"},
 		{"rocketmq: {transaction_check_groups: [tx]}", "rocketmq.transaction_check_secrets"},
 		{"rocketmq: {transaction_check_groups: [tx], transaction_check_secrets: [short]}", "rocketmq.transaction_check_secrets[0]"},
-		{"rocketmq: {transaction_check_groups: [tx], tls: {enable: true, insecure_skip_verify: true}}", "rocketmq.transaction_check_groups"},
 		{"rocketmq: {transaction_check_groups: [tx], namespace: ns1}", "rocketmq.transaction_check_groups"},
 		{"rocketmq: {transaction_check_groups: [outbox-relay]}", "rocketmq.transaction_check_groups[0]"},
 		{"rocketmq: {transaction_check_groups: [ok, routed]}\nroutes: [{topic: a, group: routed}]", "rocketmq.transaction_check_groups[1]"},
@@ -414,8 +419,9 @@ func TestRocketMQNamespaceAndTLSFromEnv(t *testing.T) {
 		t.Fatalf("rocketmq = %+v", c.RocketMQ)
 	}
 	t.Setenv("OUTBOX_ROCKETMQ_TLS_INSECURE_SKIP_VERIFY", "false")
-	if _, err := load(t, ""); err == nil || !strings.Contains(err.Error(), "rocketmq.tls.insecure_skip_verify:") {
-		t.Fatalf("TLS without the acknowledgement: err = %v", err)
+	t.Setenv("OUTBOX_ROCKETMQ_TLS_CA_FILE", "/nonexistent/ca.pem")
+	if _, err := load(t, ""); err == nil || !strings.Contains(err.Error(), "rocketmq.tls.ca_file:") {
+		t.Fatalf("verified TLS with a CA file that is not there: err = %v", err)
 	}
 }
 

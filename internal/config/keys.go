@@ -43,6 +43,8 @@ const (
 	KeyRocketMQTLSInsecureSkipVerify = "rocketmq.tls.insecure_skip_verify"
 	KeyRocketMQTLSCAFile             = "rocketmq.tls.ca_file"
 	KeyRocketMQTLSServerName         = "rocketmq.tls.server_name"
+	KeyRocketMQTLSCertFile           = "rocketmq.tls.cert_file"
+	KeyRocketMQTLSKeyFile            = "rocketmq.tls.key_file"
 	// KeyRocketMQRequireReplication makes a send stored without replication a failure.
 	KeyRocketMQRequireReplication = "rocketmq.require_replication"
 	// KeyRocketMQTransactionCheckGroups lists the producer groups whose transactional
@@ -125,6 +127,8 @@ var defaults = []struct {
 	{KeyRocketMQTLSInsecureSkipVerify, false},
 	{KeyRocketMQTLSCAFile, ""},
 	{KeyRocketMQTLSServerName, ""},
+	{KeyRocketMQTLSCertFile, ""},
+	{KeyRocketMQTLSKeyFile, ""},
 	{KeyRocketMQRequireReplication, false},
 	{KeyRocketMQTransactionCheckGroups, []string{}},
 	{KeyRocketMQTransactionCheckSecrets, []string{}},

@@ -109,6 +109,8 @@ func decode(v *viper.Viper, file string, environ []string) (Config, []problem, e
 				InsecureSkipVerify: d.bool(KeyRocketMQTLSInsecureSkipVerify),
 				CAFile:             d.str(KeyRocketMQTLSCAFile),
 				ServerName:         d.str(KeyRocketMQTLSServerName),
+				CertFile:           d.str(KeyRocketMQTLSCertFile),
+				KeyFile:            d.str(KeyRocketMQTLSKeyFile),
 			},
 		},
 		Relay: Relay{

@@ -127,9 +127,9 @@ func ParseProperties(s string) map[string]string {
 }
 
 // Masters asks the name server at addr for the master (broker id 0) of every broker name
-// it knows, as a map from broker name to address.
-func Masters(ctx context.Context, addr string) (map[string]string, error) {
-	resp, err := Call(ctx, addr, GetBrokerClusterInfo, nil, nil)
+// it knows, as a map from broker name to address. opts choose how to connect (WithTLSConfig).
+func Masters(ctx context.Context, addr string, opts ...Option) (map[string]string, error) {
+	resp, err := Call(ctx, addr, GetBrokerClusterInfo, nil, nil, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func Masters(ctx context.Context, addr string) (map[string]string, error) {
 			BrokerAddrs map[string]string `json:"brokerAddrs"`
 		} `json:"brokerAddrTable"`
 	}
-	if err := json.Unmarshal(quoteNumberKeys(resp.Body), &info); err != nil {
+	if err := json.Unmarshal(QuoteNumberKeys(resp.Body), &info); err != nil {
 		return nil, fmt.Errorf("remoting: cluster info from %s: %w", addr, err)
 	}
 	out := map[string]string{}
@@ -153,8 +153,9 @@ func Masters(ctx context.Context, addr string) (map[string]string, error) {
 	return out, nil
 }
 
-// quoteNumberKeys turns fastjson's unquoted number keys ({0:"a"}) into JSON strings.
-func quoteNumberKeys(b []byte) []byte {
+// QuoteNumberKeys turns fastjson's unquoted number keys ({0:"a"}) into JSON strings, so that
+// encoding/json reads the name servers' bodies (routes, cluster info).
+func QuoteNumberKeys(b []byte) []byte {
 	out := make([]byte, 0, len(b)+16)
 	inString := false
 	for i := 0; i < len(b); i++ {

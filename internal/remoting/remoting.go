@@ -45,13 +45,33 @@ var ErrNotSupported = errors.New("request not supported by the server")
 type Option func(*options)
 
 type options struct {
-	tls   bool
-	creds Credentials
+	tls    bool
+	tlsCfg *tls.Config
+	creds  Credentials
 }
 
 // WithTLS connects with TLS, as rocketmq-client-go does with its TLS option: encrypted, the
-// server's certificate not verified (the requests carry no secret).
+// server's certificate not verified (the requests carry no secret). WithTLSConfig overrides it.
 func WithTLS(on bool) Option { return func(o *options) { o.tls = on } }
+
+// WithTLSConfig connects with TLS under cfg, which verifies the server (its RootCAs and
+// ServerName; an empty ServerName verifies the host of the address dialled). nil: no change.
+func WithTLSConfig(cfg *tls.Config) Option { return func(o *options) { o.tlsCfg = cfg } }
+
+// dial connects to addr as o says: plain TCP, TLS under o.tlsCfg, or unverified TLS.
+func (o options) dial(ctx context.Context, addr string) (net.Conn, error) {
+	switch {
+	case o.tlsCfg != nil:
+		d := tls.Dialer{Config: o.tlsCfg}
+		return d.DialContext(ctx, "tcp", addr)
+	case o.tls:
+		// Unverified, as the client's own TLS, chosen explicitly (rocketmq.tls.insecure_skip_verify).
+		d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}}
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", addr)
+}
 
 // topicNotExist is ResponseCode.TOPIC_NOT_EXIST.
 const topicNotExist = 17
@@ -111,16 +131,7 @@ func Call(ctx context.Context, addr string, code int16, ext map[string]string, b
 	for _, opt := range opts {
 		opt(&o)
 	}
-	var conn net.Conn
-	var err error
-	if o.tls {
-		// Unverified, as the client's own TLS: the request carries nothing secret.
-		d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}}
-		conn, err = d.DialContext(ctx, "tcp", addr)
-	} else {
-		var d net.Dialer
-		conn, err = d.DialContext(ctx, "tcp", addr)
-	}
+	conn, err := o.dial(ctx, addr)
 	if err != nil {
 		return nil, fmt.Errorf("remoting: dial %s: %w", addr, err)
 	}

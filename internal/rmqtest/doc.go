@@ -39,7 +39,7 @@
 // Its limits, plainly:
 //   - in memory only: nothing is durable, nothing is ever deleted, memory grows with
 //     every message; one master broker per Server (StartCluster puts several behind shared
-//     name servers), no slaves, no TLS; ACL only as a
+//     name servers), no slaves; TLS only for a single Server (Options.TLS); ACL only as a
 //     check of 4.x-style request signatures (Options.Credentials), without permissions;
 //   - delay levels (the DELAY property and retry back-off) are recorded, not waited
 //     for: a delayed message is visible at once, and a sent-back message is

@@ -4,6 +4,7 @@ package rmqtest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"net"
 	"sync"
@@ -30,10 +31,14 @@ type listener struct {
 	wg     sync.WaitGroup
 }
 
-func listen(addr string, h handler) (*listener, error) {
+// listen serves h on addr, over TLS when tlsCfg is not nil.
+func listen(addr string, h handler, tlsCfg *tls.Config) (*listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
+	}
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
 	}
 	l := &listener{ln: ln, h: h, conns: map[*conn]struct{}{}}
 	l.wg.Add(1)

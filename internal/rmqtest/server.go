@@ -4,6 +4,7 @@ package rmqtest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log"
@@ -67,6 +68,9 @@ type Options struct {
 	// with ACL on does for 4.x-style signatures (acl.go). The name server checks none.
 	// Defaults to none: no request is checked.
 	Credentials map[string]string
+	// TLS, when not nil, serves the name server and the broker over TLS with this
+	// configuration (its certificate is the servers'). Defaults to nil: plain TCP.
+	TLS *tls.Config
 	// Logf receives the server's few log lines (unknown request codes, once each).
 	// Defaults to the standard library logger.
 	Logf func(format string, args ...any)
@@ -224,13 +228,13 @@ func Start(opts Options) (*Server, error) {
 	s.perm.Store(permReadWrite)
 	s.maxMsgSize.Store(int64(opts.MaxMessageSize))
 	s.broker = newBroker(s)
-	bl, err := listen(opts.BrokerAddr, s.broker)
+	bl, err := listen(opts.BrokerAddr, s.broker, opts.TLS)
 	if err != nil {
 		return nil, fmt.Errorf("rmqtest: broker listen: %w", err)
 	}
 	s.brokerLn = bl
 	s.brokerAddr = bl.addr()
-	ns, err := listen(opts.NameServerAddr, &nameServer{s: s})
+	ns, err := listen(opts.NameServerAddr, &nameServer{s: s}, opts.TLS)
 	if err != nil {
 		bl.close()
 		return nil, fmt.Errorf("rmqtest: name server listen: %w", err)
@@ -298,7 +302,7 @@ func (s *Server) StartBroker() error {
 		return nil
 	}
 	s.broker.restart()
-	bl, err := listen(s.brokerAddr, s.broker)
+	bl, err := listen(s.brokerAddr, s.broker, s.opts.TLS)
 	if err != nil {
 		return fmt.Errorf("rmqtest: broker listen again on %s: %w", s.brokerAddr, err)
 	}

@@ -4,6 +4,7 @@ package txcheck
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -35,6 +36,10 @@ type Config struct {
 	// AccessKey and SecretKey sign the requests sent to brokers with ACL (HEART_BEAT,
 	// END_TRANSACTION, the pulls of discarded halves). Default to empty: unsigned.
 	AccessKey, SecretKey string
+	// TLS, when not nil, connects to the name servers and brokers over TLS with this
+	// configuration (verifying the server unless it says InsecureSkipVerify). Defaults to
+	// nil: plain TCP.
+	TLS *tls.Config
 	// Database names the database in metrics (server/schema, no credentials). Defaults to empty.
 	Database string
 	// ClientID identifies this process to the brokers. Defaults to host@pid@txcheck.
@@ -284,7 +289,7 @@ func (r *Responder) masters(ctx context.Context) ([]string, error) {
 	seen := map[string]bool{}
 	var out []string
 	for _, ns := range r.cfg.NameServers {
-		m, err := remoting.Masters(ctx, ns)
+		m, err := remoting.Masters(ctx, ns, remoting.WithTLSConfig(r.cfg.TLS))
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -329,10 +334,15 @@ func (r *Responder) sync(ctx context.Context, masters []string) {
 		}
 		if c == nil {
 			dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			nc, err := remoting.Dial(dctx, addr, r.serve, remoting.WithCredentials(remoting.Credentials{AccessKey: r.cfg.AccessKey, SecretKey: r.cfg.SecretKey}))
+			nc, err := remoting.Dial(dctx, addr, r.serve, remoting.WithTLSConfig(r.cfg.TLS),
+				remoting.WithCredentials(remoting.Credentials{AccessKey: r.cfg.AccessKey, SecretKey: r.cfg.SecretKey}))
 			cancel()
 			if err != nil {
-				r.cfg.Logger.Debug().Err(err).Str("broker", addr).Msg("transactional checks: dial")
+				lvl := zerolog.DebugLevel
+				if certificateRefused(err) {
+					lvl = zerolog.WarnLevel
+				}
+				r.cfg.Logger.WithLevel(lvl).Err(err).Str("broker", addr).Msg("transactional checks: dial")
 				continue
 			}
 			c, due = nc, true
@@ -510,4 +520,11 @@ func (r *Responder) answer(c *remoting.Conn, req *remoting.Request, msg *remotin
 		// The message is stored; a later check of this half would commit a second copy.
 		log.Warn().Err(err).Msg("transactional check: COMMIT stored but the row not marked sent")
 	}
+}
+
+// certificateRefused reports whether err is a TLS verification failure: the server's
+// certificate not signed by a trusted CA or not valid for the name verified.
+func certificateRefused(err error) bool {
+	var ve *tls.CertificateVerificationError
+	return errors.As(err, &ve)
 }
