@@ -21,6 +21,10 @@
 #   scripts/rocketmq.sh broker-kill NAME
 #                                 kill -9 that broker and wait until it is gone (a crash; its
 #                                 store stays for broker-start)
+#   scripts/rocketmq.sh broker-wipe NAME
+#                                 remove a stopped or killed broker's store (its messages, offsets
+#                                 and topics), so that broker-start brings it back empty: a
+#                                 machine whose disk was lost
 #   scripts/rocketmq.sh broker-freeze NAME / broker-thaw NAME
 #                                 kill -STOP / -CONT that broker: it keeps its connections and
 #                                 its route but answers nothing (sends time out) until thawed
@@ -479,6 +483,12 @@ broker-kill)
 		while alive "$DIR/$2/pid"; do sleep 0.05; done
 	fi
 	;;
+broker-wipe)
+	[ $# -eq 2 ] || die "usage: $0 broker-wipe NAME"
+	case $2 in broker-a | broker-proxied | broker-acl | namesrv* | proxy | admin* | lib* | '' | */* | .*) die "broker-wipe: refusing to wipe $2" ;; esac
+	alive "$DIR/$2/pid" && die "broker $2 is running: broker-kill or broker-stop it first"
+	rm -rf "${DIR:?}/$2/store"
+	;;
 broker-freeze | broker-thaw)
 	[ $# -eq 2 ] || die "usage: $0 $1 NAME"
 	alive "$DIR/$2/pid" || die "broker $2 is not running"
@@ -533,6 +543,6 @@ deploy-admin)
 	deploy_admin "$@"
 	;;
 *)
-	die "usage: $0 start|stop|status|topic NAME...|broker-start NAME PORT|broker-stop NAME|broker-kill NAME|broker-freeze NAME|broker-thaw NAME|admin ARGS...|deploy-start|deploy-stop|deploy-admin ARGS..."
+	die "usage: $0 start|stop|status|topic NAME...|broker-start NAME PORT|broker-stop NAME|broker-kill NAME|broker-wipe NAME|broker-freeze NAME|broker-thaw NAME|admin ARGS...|deploy-start|deploy-stop|deploy-admin ARGS..."
 	;;
 esac

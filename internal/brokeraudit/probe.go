@@ -29,7 +29,7 @@ func (r *RocketMQ) Probe(ctx context.Context) error {
 		}
 		sort.Strings(names)
 		for _, name := range names {
-			if err := r.probeBroker(ctx, topic, rt.Masters[name]); err != nil {
+			if err := r.probeBroker(ctx, topic, name, rt.Masters[name]); err != nil {
 				problems = append(problems, fmt.Sprintf("broker %s at %s: %s", name, rt.Masters[name], explain(err, r.cfg.Group)))
 			}
 		}
@@ -43,8 +43,8 @@ func (r *RocketMQ) Probe(ctx context.Context) error {
 	return nil
 }
 
-// probeBroker pulls one message of queue 0 of topic from addr.
-func (r *RocketMQ) probeBroker(ctx context.Context, topic, addr string) error {
+// probeBroker pulls one message of queue 0 of topic from broker at addr.
+func (r *RocketMQ) probeBroker(ctx context.Context, topic, broker, addr string) error {
 	bc := r.dial(ctx, addr)
 	defer bc.close()
 	if bc.err != nil {
@@ -52,7 +52,7 @@ func (r *RocketMQ) probeBroker(ctx context.Context, topic, addr string) error {
 	}
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
-	_, err := bc.c.Pull(pctx, r.cfg.Group, topic, 0, 0, 1)
+	_, err := bc.c.PullFrom(pctx, broker, r.cfg.Group, topic, 0, 0, 1)
 	return err
 }
 

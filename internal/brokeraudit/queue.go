@@ -100,7 +100,7 @@ func (q *queueCheck) pull(ctx context.Context, idx []int) (*remoting.Pulled, err
 	}
 	pctx, cancel := context.WithTimeout(ctx, q.r.cfg.Timeout)
 	defer cancel()
-	return q.bc.c.Pull(pctx, q.r.cfg.Group, q.key.topic, q.key.queue, first, int(n))
+	return q.bc.c.PullFrom(pctx, q.key.broker, q.r.cfg.Group, q.key.topic, q.key.queue, first, int(n))
 }
 
 // decide settles the pending positions whose offsets the pulled messages cover and returns

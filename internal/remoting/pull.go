@@ -42,6 +42,12 @@ type Pulled struct {
 // autoCreateSubscriptionGroup allows it). A topic the broker does not hold gives
 // ErrTopicNotExist.
 func (c *Conn) Pull(ctx context.Context, group, topic string, queue int, offset int64, max int) (*Pulled, error) {
+	return c.PullFrom(ctx, "", group, topic, queue, offset, max)
+}
+
+// PullFrom is Pull naming the broker the queue belongs to, as a 5.x proxy needs to forward
+// the pull (its bname field; a broker ignores it). An empty broker names none.
+func (c *Conn) PullFrom(ctx context.Context, broker, group, topic string, queue int, offset int64, max int) (*Pulled, error) {
 	ext := map[string]string{
 		"consumerGroup":        group,
 		"topic":                topic,
@@ -54,6 +60,9 @@ func (c *Conn) Pull(ctx context.Context, group, topic string, queue int, offset 
 		"subscription":         "*",
 		"subVersion":           "0",
 		"expressionType":       "TAG",
+	}
+	if broker != "" {
+		ext["bname"] = broker
 	}
 	resp, err := c.Invoke(ctx, PullMessage, ext, nil)
 	if err != nil {
