@@ -62,7 +62,7 @@ func (q *queueCheck) run(ctx context.Context, idx []int) {
 		switch {
 		case known && off >= hi:
 			for _, j := range idx {
-				q.missing(ctx, j, fmt.Sprintf("queue %d of %s ends at offset %d, at or below %d: the tail is gone", q.key.queue, q.key.topic, hi, q.ps[j].Offset))
+				q.missing(ctx, j, fmt.Sprintf("queue %d of %s ends at offset %d (its next message goes there), so offset %d is gone with the tail", q.key.queue, q.key.topic, hi, q.ps[j].Offset))
 			}
 			return
 		case known && off < lo:
