@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,4 +91,14 @@ func expect(t *testing.T, ps []brokeraudit.Position, fs []brokeraudit.Finding, w
 
 func always(v brokeraudit.Verdict) func(brokeraudit.Position) brokeraudit.Verdict {
 	return func(brokeraudit.Position) brokeraudit.Verdict { return v }
+}
+
+// reasonsSay checks that every finding of verdict v gives a reason containing want.
+func reasonsSay(t *testing.T, ps []brokeraudit.Position, fs []brokeraudit.Finding, v brokeraudit.Verdict, want string) {
+	t.Helper()
+	for i, f := range fs {
+		if f.Verdict == v && !strings.Contains(f.Reason, want) {
+			t.Errorf("%s: reason %q does not say %q", ps[i].MsgID, f.Reason, want)
+		}
+	}
 }

@@ -52,6 +52,7 @@ func (r *RocketMQ) probeBroker(ctx context.Context, topic, broker, addr string) 
 	}
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
+	r.requests.Add(1)
 	_, err := bc.c.PullFrom(pctx, broker, r.cfg.Group, topic, 0, 0, 1)
 	return err
 }

@@ -100,6 +100,7 @@ func (q *queueCheck) pull(ctx context.Context, idx []int) (*remoting.Pulled, err
 	}
 	pctx, cancel := context.WithTimeout(ctx, q.r.cfg.Timeout)
 	defer cancel()
+	q.r.requests.Add(1)
 	return q.bc.c.PullFrom(pctx, q.key.broker, q.r.cfg.Group, q.key.topic, q.key.queue, first, int(n))
 }
 
@@ -154,6 +155,7 @@ func (q *queueCheck) oldest(ctx context.Context) *time.Time {
 	if q.earliest == nil {
 		var t time.Time
 		ectx, cancel := context.WithTimeout(ctx, q.r.cfg.Timeout)
+		q.r.requests.Add(1)
 		ms, err := q.bc.c.EarliestStoreTime(ectx, q.key.topic, q.key.queue)
 		cancel()
 		if err == nil && ms > 0 {
@@ -186,6 +188,7 @@ func (q *queueCheck) view(ctx context.Context, offsetMsgID string) (*remoting.Me
 	}
 	vctx, cancel := context.WithTimeout(ctx, q.r.cfg.Timeout)
 	defer cancel()
+	q.r.requests.Add(1)
 	return q.bc.c.ViewMessage(vctx, off)
 }
 

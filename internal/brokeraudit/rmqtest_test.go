@@ -33,7 +33,12 @@ func lookup(ns string) *brokeraudit.RocketMQ {
 func TestRMQTestPresent(t *testing.T) {
 	srv := startRMQ(t)
 	ps := send(t, srv.NameServerAddr(), topic, 80)
-	expect(t, ps, check(t, lookup(srv.NameServerAddr()), ps), always(brokeraudit.Present))
+	l := lookup(srv.NameServerAddr())
+	expect(t, ps, check(t, l, ps), always(brokeraudit.Present))
+	// 40 offsets in each of 2 queues: one route and two pulls per queue (32 + 8).
+	if n := l.Requests(); n != 5 {
+		t.Errorf("%d requests for 80 positions in 2 queues, want 5", n)
+	}
 }
 
 // A queue whose tail was dropped after the acknowledgements: the positions at and after the
@@ -51,11 +56,7 @@ func TestRMQTestTailLost(t *testing.T) {
 		}
 		return brokeraudit.Present
 	})
-	for i, f := range fs {
-		if f.Verdict == brokeraudit.Missing && !strings.Contains(f.Reason, "ends at offset 4") {
-			t.Errorf("%s: reason %q does not say where the queue ends", ps[i].MsgID, f.Reason)
-		}
-	}
+	reasonsSay(t, ps, fs, brokeraudit.Missing, "ends at offset 4")
 }
 
 // A truncated queue written again: other messages sit at the lost ones' offsets.
@@ -76,11 +77,7 @@ func TestRMQTestOtherMessageAtOffset(t *testing.T) {
 		}
 		return brokeraudit.Present
 	})
-	for i, f := range fs[:len(ps)] {
-		if f.Verdict == brokeraudit.Missing && !strings.Contains(f.Reason, "another message") {
-			t.Errorf("%s: reason %q", ps[i].MsgID, f.Reason)
-		}
-	}
+	reasonsSay(t, ps, fs[:len(ps)], brokeraudit.Missing, "another message")
 }
 
 // A failover to a replica that lacks the tail: the broker keeps its name and address, the
@@ -170,4 +167,21 @@ func TestRMQTestProbe(t *testing.T) {
 		t.Fatalf("Probe with the broker down = %v", err)
 	}
 	t.Log(err)
+}
+
+// A position whose queue offset was recorded wrong, but whose offset message id is right, is
+// found by the id: the broker holds the message, so it is Present, not Missing.
+func TestRMQTestFoundByOffsetMsgID(t *testing.T) {
+	srv := startRMQ(t)
+	ps := send(t, srv.NameServerAddr(), topic, 4)
+	wrong := ps[0]
+	wrong.Offset += 1 // another message's offset, or the queue's end
+	fs := check(t, lookup(srv.NameServerAddr()), []brokeraudit.Position{wrong})
+	if fs[0].Verdict != brokeraudit.Present || !strings.Contains(fs[0].Reason, "offset message id") {
+		t.Fatalf("finding %+v", fs[0])
+	}
+	wrong.OffsetMsgID = ps[1].OffsetMsgID // the id of another message: Missing
+	if fs := check(t, lookup(srv.NameServerAddr()), []brokeraudit.Position{wrong}); fs[0].Verdict != brokeraudit.Missing {
+		t.Fatalf("finding %+v", fs[0])
+	}
 }

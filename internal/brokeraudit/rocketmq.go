@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/remoting"
@@ -49,8 +50,13 @@ type RocketMQConfig struct {
 // routes, with pulls of the recorded queues (one pull covers up to PullBatch offsets) and,
 // for a message not where it was recorded, a look at its offset message id.
 type RocketMQ struct {
-	cfg RocketMQConfig
+	cfg      RocketMQConfig
+	requests atomic.Uint64
 }
+
+// Requests returns how many requests the lookup has sent to name servers and brokers since
+// it was made (routes, pulls, offset id and earliest time lookups; dials not counted).
+func (r *RocketMQ) Requests() uint64 { return r.requests.Load() }
 
 var _ Lookup = (*RocketMQ)(nil)
 
@@ -90,6 +96,7 @@ func (r *RocketMQ) route(ctx context.Context, topic string) (*remoting.Route, er
 	var errs []error
 	for _, ns := range r.cfg.NameServers {
 		rctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+		r.requests.Add(1)
 		rt, err := remoting.TopicRoute(rctx, ns, topic, r.opts()...)
 		cancel()
 		if err == nil || errors.Is(err, remoting.ErrNoRoute) {

@@ -92,11 +92,7 @@ func TestRocketMQStoreLost(t *testing.T) {
 	createTopic(t, ns, addr, auditBroker, topic, nil)
 	fs := check(t, l, ps)
 	expect(t, ps, fs, always(brokeraudit.Missing))
-	for i, f := range fs {
-		if !strings.Contains(f.Reason, "ends at offset 0") {
-			t.Errorf("%s: reason %q", ps[i].MsgID, f.Reason)
-		}
-	}
+	reasonsSay(t, ps, fs, brokeraudit.Missing, "ends at offset 0")
 }
 
 var (

@@ -41,8 +41,8 @@
 //
 // Its limits, plainly:
 //   - in memory only: nothing is durable, nothing is deleted but by the fault injection of
-//     loss.go, memory grows with every message; one master broker per Server (StartCluster puts several behind shared
-//     name servers), no slaves, no TLS; ACL only as a
+//     loss.go, memory grows with every message; one master broker per Server (StartCluster
+//     puts several behind shared name servers), no slaves, no TLS; ACL only as a
 //     check of 4.x-style request signatures (Options.Credentials), without permissions;
 //   - delay levels (the DELAY property and retry back-off) are recorded, not waited
 //     for: a delayed message is visible at once, and a sent-back message is
