@@ -27,6 +27,14 @@ func TestMain(m *testing.M) {
 // through the name server ns, and returns where the broker said it stored each one.
 func send(t *testing.T, ns, topic string, n int) []brokeraudit.Position {
 	t.Helper()
+	return sendBatches(t, ns, topic, n, 1)
+}
+
+// sendBatches is send with batch messages per request (the relay's batch_send): the broker
+// answers the first message's queue offset and the offset message ids joined by commas, and
+// the batch's messages are stored one after another in one queue.
+func sendBatches(t *testing.T, ns, topic string, n, batch int) []brokeraudit.Position {
+	t.Helper()
 	p, err := producer.NewDefaultProducer(
 		producer.WithNsResolver(primitive.NewPassthroughResolver([]string{ns})),
 		producer.WithInstanceName("audit-"+testenv.RandomSuffix(8)),
@@ -42,20 +50,31 @@ func send(t *testing.T, ns, topic string, n int) []brokeraudit.Position {
 	defer func() { _ = p.Shutdown() }()
 	prefix := testenv.RandomSuffix(6)
 	out := make([]brokeraudit.Position, 0, n)
-	for i := range n {
-		id := fmt.Sprintf("%s-%04d", prefix, i)
-		msg := primitive.NewMessage(topic, []byte("body "+id)).WithKeys([]string{id})
-		msg.WithProperty(brokeraudit.PropMsgID, id)
+	for i := 0; i < n; i += batch {
+		var msgs []*primitive.Message
+		for j := i; j < min(n, i+batch); j++ {
+			id := fmt.Sprintf("%s-%04d", prefix, j)
+			msg := primitive.NewMessage(topic, []byte("body "+id)).WithKeys([]string{id})
+			msg.WithProperty(brokeraudit.PropMsgID, id)
+			msgs = append(msgs, msg)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		res, err := p.SendSync(ctx, msg)
+		res, err := p.SendSync(ctx, msgs...)
 		cancel()
 		if err != nil || res.Status != primitive.SendOK {
-			t.Fatalf("send %s: %v %v", id, res, err)
+			t.Fatalf("send %d messages: %v %v", len(msgs), res, err)
 		}
-		out = append(out, brokeraudit.Position{
-			Topic: topic, Broker: res.MessageQueue.BrokerName, QueueID: res.MessageQueue.QueueId,
-			Offset: res.QueueOffset, OffsetMsgID: res.OffsetMsgID, MsgID: id, SentAt: time.Now(),
-		})
+		ids := strings.Split(res.OffsetMsgID, ",")
+		for j, m := range msgs {
+			p := brokeraudit.Position{
+				Topic: topic, Broker: res.MessageQueue.BrokerName, QueueID: res.MessageQueue.QueueId,
+				Offset: res.QueueOffset + int64(j), MsgID: m.GetProperty(brokeraudit.PropMsgID), SentAt: time.Now(),
+			}
+			if len(ids) == len(msgs) {
+				p.OffsetMsgID = ids[j]
+			}
+			out = append(out, p)
+		}
 	}
 	return out
 }

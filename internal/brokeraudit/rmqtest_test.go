@@ -32,7 +32,7 @@ func lookup(ns string) *brokeraudit.RocketMQ {
 // Every acknowledged message is found where the broker said it stored it.
 func TestRMQTestPresent(t *testing.T) {
 	srv := startRMQ(t)
-	ps := send(t, srv.NameServerAddr(), topic, 80)
+	ps := append(send(t, srv.NameServerAddr(), topic, 40), sendBatches(t, srv.NameServerAddr(), topic, 40, 10)...)
 	l := lookup(srv.NameServerAddr())
 	expect(t, ps, check(t, l, ps), always(brokeraudit.Present))
 	// 40 offsets in each of 2 queues: one route and two pulls per queue (32 + 8).

@@ -70,8 +70,8 @@ func createTopic(t *testing.T, ns, addr, broker, topic string, creds *primitive.
 	})
 }
 
-// TestRocketMQStoreLost: on Apache RocketMQ 5.3.3, every message a broker acknowledged is
-// Present; while the broker is down (kill -9) each is Unknown; once it is back with its store
+// TestRocketMQStoreLost: on Apache RocketMQ 5.3.3, every message a broker acknowledged,
+// singly or in batches (each at the batch's first offset plus its index), is Present; while the broker is down (kill -9) each is Unknown; once it is back with its store
 // lost (removed while it was down) and its topic created again, each is Missing.
 func TestRocketMQStoreLost(t *testing.T) {
 	ns := testenv.RocketMQ(t)
@@ -80,7 +80,10 @@ func TestRocketMQStoreLost(t *testing.T) {
 	t.Cleanup(func() { runScript(t, "broker-stop", auditBroker) })
 	topic := "audit_lost_" + testenv.RandomSuffix(8)
 	createTopic(t, ns, addr, auditBroker, topic, nil)
-	ps := send(t, ns, topic, 40)
+	ps := append(send(t, ns, topic, 40), sendBatches(t, ns, topic, 30, 10)...)
+	if ps[len(ps)-1].OffsetMsgID == "" {
+		t.Fatal("a batch's send result has no offset message id per message")
+	}
 	l := lookup(ns)
 	expect(t, ps, check(t, l, ps), always(brokeraudit.Present))
 
