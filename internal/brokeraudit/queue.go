@@ -78,6 +78,11 @@ func (q *queueCheck) run(ctx context.Context, idx []int) {
 			q.all(idx, Unknown, fmt.Sprintf("broker %s at %s: %v", q.key.broker, q.key.addr, err))
 			return
 		}
+		if !p.Bounds {
+			// Without the queue's bounds nothing can be said to be gone.
+			q.all(idx, Unknown, fmt.Sprintf("broker %s at %s did not answer the bounds of queue %d of %s", q.key.broker, q.key.addr, q.key.queue, q.key.topic))
+			return
+		}
 		lo, hi, known = p.MinOffset, p.MaxOffset, true
 		idx = q.decide(ctx, idx, p.Messages)
 		if len(idx) > 0 && idx[0] == i && off >= lo && off < hi {

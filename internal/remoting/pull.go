@@ -33,8 +33,9 @@ type Pulled struct {
 	// was trimmed away).
 	Next int64
 	// MinOffset and MaxOffset are the queue's first offset and the offset after its last
-	// message, as the broker answered them.
+	// message, as the broker answered them; Bounds says it answered both.
 	MinOffset, MaxOffset int64
+	Bounds               bool
 }
 
 // Pull reads up to max messages of a topic's queue from offset, as consumer group group
@@ -70,8 +71,10 @@ func (c *Conn) PullFrom(ctx context.Context, broker, group, topic string, queue 
 	}
 	p := &Pulled{}
 	p.Next, _ = strconv.ParseInt(resp.Ext["nextBeginOffset"], 10, 64)
-	p.MinOffset, _ = strconv.ParseInt(resp.Ext["minOffset"], 10, 64)
-	p.MaxOffset, _ = strconv.ParseInt(resp.Ext["maxOffset"], 10, 64)
+	var errMin, errMax error
+	p.MinOffset, errMin = strconv.ParseInt(resp.Ext["minOffset"], 10, 64)
+	p.MaxOffset, errMax = strconv.ParseInt(resp.Ext["maxOffset"], 10, 64)
+	p.Bounds = errMin == nil && errMax == nil && p.MinOffset <= p.MaxOffset
 	switch resp.Code {
 	case 0:
 		msgs, err := DecodeMessages(resp.Body)
