@@ -128,8 +128,8 @@ func TestRMQTestHeadDropped(t *testing.T) {
 	expect(t, ps, check(t, old, ps), below(brokeraudit.Unknown))
 }
 
-// A broker that does not answer, a broker name gone from the route and a topic without a
-// route are Unknown, never Missing; name servers that do not answer fail the whole Check.
+// A broker that does not answer, a broker name gone from the route, a topic without a route
+// and a position recorded with a negative offset are Unknown, never Missing; name servers that do not answer fail the whole Check.
 func TestRMQTestUnknown(t *testing.T) {
 	srv := startRMQ(t)
 	ns := srv.NameServerAddr()
@@ -138,9 +138,17 @@ func TestRMQTestUnknown(t *testing.T) {
 	gone.Broker = "broker-gone"
 	noRoute := ps[1]
 	noRoute.Topic = "NeverCreated"
+	garbage := ps[2]
+	garbage.Offset = -1
+	all := append(ps, gone, noRoute, garbage)
+	fs := check(t, lookup(ns), all[len(ps):])
+	for i, want := range []string{"not in the route", "no route", "recorded incompletely"} {
+		if fs[i].Verdict != brokeraudit.Unknown || !strings.Contains(fs[i].Reason, want) {
+			t.Errorf("finding %+v does not say %q", fs[i], want)
+		}
+	}
 	srv.StopBroker()
-	all := append(ps, gone, noRoute)
-	fs := check(t, lookup(ns), all)
+	fs = check(t, lookup(ns), all)
 	expect(t, all, fs, always(brokeraudit.Unknown))
 	for i, want := range map[int]string{0: "unreachable", len(ps): "not in the route", len(ps) + 1: "no route"} {
 		if !strings.Contains(fs[i].Reason, want) {

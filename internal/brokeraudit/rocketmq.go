@@ -154,6 +154,10 @@ func (r *RocketMQ) group(ctx context.Context, ps []Position, out []Finding) (map
 	routes := map[string]*remoting.Route{}
 	groups := map[queueKey][]int{}
 	for i, p := range ps {
+		if p.Topic == "" || p.Broker == "" || p.MsgID == "" || p.QueueID < 0 || p.Offset < 0 {
+			out[i] = Finding{Unknown, fmt.Sprintf("position recorded incompletely (topic %q, broker %q, queue %d, offset %d, msg_id %q)", p.Topic, p.Broker, p.QueueID, p.Offset, p.MsgID)}
+			continue
+		}
 		rt, seen := routes[p.Topic]
 		if !seen {
 			var err error
