@@ -21,6 +21,14 @@
 #   scripts/rocketmq.sh broker-kill NAME
 #                                 kill -9 that broker and wait until it is gone (a crash; its
 #                                 store stays for broker-start)
+#   scripts/rocketmq.sh broker-wipe NAME
+#                                 remove a stopped or killed broker's store (its messages, offsets
+#                                 and topics), so that broker-start brings it back empty: a
+#                                 machine whose disk was lost
+#   scripts/rocketmq.sh broker-store NAME save|restore
+#                                 copy a stopped broker's store aside, or put that copy back in
+#                                 place of its store: a replica that lacks what came after the
+#                                 copy, under the same name and address
 #   scripts/rocketmq.sh broker-freeze NAME / broker-thaw NAME
 #                                 kill -STOP / -CONT that broker: it keeps its connections and
 #                                 its route but answers nothing (sends time out) until thawed
@@ -479,6 +487,25 @@ broker-kill)
 		while alive "$DIR/$2/pid"; do sleep 0.05; done
 	fi
 	;;
+broker-wipe)
+	[ $# -eq 2 ] || die "usage: $0 broker-wipe NAME"
+	case $2 in broker-a | broker-proxied | broker-acl | namesrv* | proxy | admin* | lib* | '' | */* | .*) die "broker-wipe: refusing to wipe $2" ;; esac
+	alive "$DIR/$2/pid" && die "broker $2 is running: broker-kill or broker-stop it first"
+	rm -rf "${DIR:?}/$2/store"
+	;;
+broker-store)
+	[ $# -eq 3 ] || die "usage: $0 broker-store NAME save|restore"
+	case $2 in broker-a | broker-proxied | broker-acl | namesrv* | proxy | admin* | lib* | '' | */* | .*) die "broker-store: refusing to touch $2" ;; esac
+	alive "$DIR/$2/pid" && die "broker $2 is running: broker-kill or broker-stop it first"
+	case $3 in
+	save) rm -rf "${DIR:?}/$2/store.copy" && cp -a "$DIR/$2/store" "$DIR/$2/store.copy" ;;
+	restore)
+		[ -d "$DIR/$2/store.copy" ] || die "broker $2 has no saved store"
+		rm -rf "${DIR:?}/$2/store" && cp -a "$DIR/$2/store.copy" "$DIR/$2/store"
+		;;
+	*) die "usage: $0 broker-store NAME save|restore" ;;
+	esac
+	;;
 broker-freeze | broker-thaw)
 	[ $# -eq 2 ] || die "usage: $0 $1 NAME"
 	alive "$DIR/$2/pid" || die "broker $2 is not running"
@@ -533,6 +560,6 @@ deploy-admin)
 	deploy_admin "$@"
 	;;
 *)
-	die "usage: $0 start|stop|status|topic NAME...|broker-start NAME PORT|broker-stop NAME|broker-kill NAME|broker-freeze NAME|broker-thaw NAME|admin ARGS...|deploy-start|deploy-stop|deploy-admin ARGS..."
+	die "usage: $0 start|stop|status|topic NAME...|broker-start NAME PORT|broker-stop NAME|broker-kill NAME|broker-wipe NAME|broker-store NAME save|restore|broker-freeze NAME|broker-thaw NAME|admin ARGS...|deploy-start|deploy-stop|deploy-admin ARGS..."
 	;;
 esac

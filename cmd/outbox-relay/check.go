@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/outbox-relay/outbox-relay/internal/brokeraudit"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
@@ -33,8 +34,10 @@ as "order-*" cannot be checked) and of every --topic, and list them: "ok" with t
 writable queues, or "missing" with the mqadmin command that creates it. With
 autoCreateTopicEnable=false, RocketMQ's production setting, a missing topic makes every row
 of it fail. An ordered route's topic is created as a 5.x FIFO topic (message.type=FIFO): a
-5.x proxy refuses a message whose type does not match its topic's. Exits 1 when a topic is
-missing or a name server does not answer.`,
+5.x proxy refuses a message whose type does not match its topic's. Then says whether the
+broker audit can ask the brokers of the existing topics (every broker of their routes must
+serve its pulls: a user allowed only to publish cannot). Exits 1 when a topic is missing, a
+name server does not answer or the audit cannot ask the brokers.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// The client logs every missing route as an error: the table says it better.
@@ -64,12 +67,13 @@ missing or a name server does not answer.`,
 			if err := printTopicChecks(a.out, a.cfg.RocketMQ, results, clusterOf(adm, a.cfg.RocketMQ.Namespace, results)); err != nil {
 				return err
 			}
+			auditErr := checkAudit(ctx, a.out, a.cfg.RocketMQ, results)
 			for _, r := range results {
 				if r.err != nil || r.missing {
 					return fmt.Errorf("check: %d of %d topics missing or not checked", countBad(results), len(results))
 				}
 			}
-			return nil
+			return auditErr
 		},
 	}
 	cmd.Flags().StringSliceVar(&topics, "topic", nil, "another topic to check (repeatable), e.g. one that no route names")
@@ -210,6 +214,22 @@ func printTopicChecks(w io.Writer, mq config.RocketMQ, results []topicResult, cl
 		fmt.Fprintf(w, "  mqadmin updateTopic -n %s -c %s -t %s -r 8 -w 8 -a +message.type=%s\n",
 			strings.Join(mq.NameServers, ";"), cluster, name, kind)
 	}
+	return nil
+}
+
+// checkAudit prints whether the broker audit can ask the brokers of the existing topics.
+func checkAudit(ctx context.Context, w io.Writer, mq config.RocketMQ, results []topicResult) error {
+	var topics []string
+	for _, r := range results {
+		if r.err == nil && !r.missing {
+			topics = append(topics, r.topic)
+		}
+	}
+	if err := brokeraudit.CanAsk(ctx, mq, topics); err != nil {
+		fmt.Fprintf(w, "\nbroker audit: cannot ask the brokers: %v\n", err)
+		return fmt.Errorf("check: the broker audit cannot ask the brokers")
+	}
+	fmt.Fprintln(w, "\nbroker audit: ok, every broker of these topics serves the audit's pulls")
 	return nil
 }
 

@@ -32,6 +32,10 @@ type Pulled struct {
 	// Next is the offset to read from next (the queue's first offset when the one asked for
 	// was trimmed away).
 	Next int64
+	// MinOffset and MaxOffset are the queue's first offset and the offset after its last
+	// message, as the broker answered them; Bounds says it answered both.
+	MinOffset, MaxOffset int64
+	Bounds               bool
 }
 
 // Pull reads up to max messages of a topic's queue from offset, as consumer group group
@@ -39,6 +43,12 @@ type Pulled struct {
 // autoCreateSubscriptionGroup allows it). A topic the broker does not hold gives
 // ErrTopicNotExist.
 func (c *Conn) Pull(ctx context.Context, group, topic string, queue int, offset int64, max int) (*Pulled, error) {
+	return c.PullFrom(ctx, "", group, topic, queue, offset, max)
+}
+
+// PullFrom is Pull naming the broker the queue belongs to, as a 5.x proxy needs to forward
+// the pull (its bname field; a broker ignores it). An empty broker names none.
+func (c *Conn) PullFrom(ctx context.Context, broker, group, topic string, queue int, offset int64, max int) (*Pulled, error) {
 	ext := map[string]string{
 		"consumerGroup":        group,
 		"topic":                topic,
@@ -52,24 +62,33 @@ func (c *Conn) Pull(ctx context.Context, group, topic string, queue int, offset 
 		"subVersion":           "0",
 		"expressionType":       "TAG",
 	}
+	if broker != "" {
+		ext["bname"] = broker
+	}
 	resp, err := c.Invoke(ctx, PullMessage, ext, nil)
 	if err != nil {
 		return nil, err
 	}
-	next, _ := strconv.ParseInt(resp.Ext["nextBeginOffset"], 10, 64)
+	p := &Pulled{}
+	p.Next, _ = strconv.ParseInt(resp.Ext["nextBeginOffset"], 10, 64)
+	var errMin, errMax error
+	p.MinOffset, errMin = strconv.ParseInt(resp.Ext["minOffset"], 10, 64)
+	p.MaxOffset, errMax = strconv.ParseInt(resp.Ext["maxOffset"], 10, 64)
+	p.Bounds = errMin == nil && errMax == nil && p.MinOffset <= p.MaxOffset
 	switch resp.Code {
 	case 0:
 		msgs, err := DecodeMessages(resp.Body)
 		if err != nil {
 			return nil, fmt.Errorf("remoting: pull %s from %s: %w", topic, c.addr, err)
 		}
-		return &Pulled{Messages: msgs, Next: next}, nil
+		p.Messages = msgs
+		return p, nil
 	case codePullNotFound, codePullRetryImmediately, codePullOffsetMoved:
-		return &Pulled{Next: next}, nil
+		return p, nil
 	case topicNotExist:
 		return nil, fmt.Errorf("remoting: pull %s from %s: %w", topic, c.addr, ErrTopicNotExist)
 	}
-	return nil, fmt.Errorf("remoting: pull %s from %s: code %d: %s", topic, c.addr, resp.Code, resp.Remark)
+	return nil, answerError(c.addr, "pull "+topic, resp)
 }
 
 // DecodeMessages decodes the messages of a pull's body, one after another.

@@ -34,12 +34,16 @@
 //     appending a copy, with the discard to TRANS_CHECK_MAX_TIME_TOPIC after
 //     Options.TransactionCheckMax; rounds run every Options.TransactionCheckInterval or on
 //     TriggerCheck; TxFaults lose ENDs, checks, or op records on a restart;
+//   - lost acknowledged messages, by fault injection (loss.go): TruncateQueue drops a
+//     queue's tail, DropQueueHead its head, Failover replaces the store with an older
+//     Snapshot under the same name and address;
 //   - unknown request codes get a REQUEST_CODE_NOT_SUPPORTED response (logged once).
 //
 // Its limits, plainly:
-//   - in memory only: nothing is durable, nothing is ever deleted, memory grows with
-//     every message; one master broker per Server (StartCluster puts several behind shared
-//     name servers), no slaves; TLS only for a single Server (Options.TLS); ACL only as a
+//   - in memory only: nothing is durable, nothing is deleted but by the fault injection of
+//     loss.go, memory grows with every message; one master broker per Server (StartCluster
+//     puts several behind shared name servers), no slaves; TLS only for a single Server
+//     (Options.TLS); ACL only as a
 //     check of 4.x-style request signatures (Options.Credentials), without permissions;
 //   - delay levels (the DELAY property and retry back-off) are recorded, not waited
 //     for: a delayed message is visible at once, and a sent-back message is
