@@ -104,7 +104,7 @@ func (c *conn) readLoop() {
 			c.finish(false)
 			return
 		}
-		if cmd.isResponse() {
+		if cmd.IsResponse() {
 			continue // answers to our oneway notifications; nothing waits for them
 		}
 		c.l.h.serve(c, cmd)
@@ -159,7 +159,7 @@ func (c *conn) write(cmd *command) error {
 
 // reply answers req unless the client sent it oneway.
 func (c *conn) reply(req, resp *command) {
-	if req.isOneway() {
+	if req.IsOneway() {
 		return
 	}
 	_ = c.write(resp)

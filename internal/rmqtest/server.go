@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/remoting/frame"
 )
 
 // Options configures a Server. The zero value is usable: every field has a default.
@@ -67,6 +69,11 @@ type Options struct {
 	// with ACL on does for 4.x-style signatures (acl.go). The name server checks none.
 	// Defaults to none: no request is checked.
 	Credentials map[string]string
+	// BinaryHeaders makes the server write the requests it sends in its own right
+	// (check-backs, notifications) with RocketMQ's binary headers, as a broker started with
+	// rocketmq.serialize.type=ROCKETMQ does. Responses always go back in the header
+	// serialization of their request. Defaults to false: JSON headers.
+	BinaryHeaders bool
 	// Logf receives the server's few log lines (unknown request codes, once each).
 	// Defaults to the standard library logger.
 	Logf func(format string, args ...any)
@@ -357,6 +364,14 @@ func (s *Server) roll(rate float64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.rnd.Float64() < rate
+}
+
+// serialization is the header serialization of the requests the server sends itself.
+func (s *Server) serialization() frame.Serialization {
+	if s.opts.BinaryHeaders {
+		return frame.RocketMQ
+	}
+	return frame.JSON
 }
 
 // logUnknown logs an unsupported request code the first time it is seen.
