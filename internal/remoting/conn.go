@@ -84,6 +84,16 @@ func (c *Conn) Addr() string { return c.addr }
 // Done is closed when the connection has ended.
 func (c *Conn) Done() <-chan struct{} { return c.done }
 
+// Closed reports whether the connection has ended.
+func (c *Conn) Closed() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Close closes the connection; calls in flight fail with ErrClosed. Safe to call twice.
 func (c *Conn) Close() error {
 	c.finish(ErrClosed)

@@ -66,3 +66,27 @@ func TestMasters(t *testing.T) {
 		t.Fatalf("Masters = %v", m)
 	}
 }
+
+// TestFindMasters merges the masters of the name servers that answer, skips one that does
+// not, stops once enough is known, and fails only when no name server answers.
+func TestFindMasters(t *testing.T) {
+	c, err := rmqtest.StartCluster(rmqtest.ClusterOptions{Brokers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	live := c.NameServerAddrs()[0]
+	m, err := remoting.FindMasters(ctx, []string{"127.0.0.1:1", live}, nil)
+	if err != nil || len(m) != 2 || m[c.Broker(1).BrokerName()] != c.Broker(1).BrokerAddr() {
+		t.Fatalf("FindMasters with one dead name server = %v, %v", m, err)
+	}
+	asked := 0
+	m, err = remoting.FindMasters(ctx, []string{live, "127.0.0.1:1"}, func(m map[string]string) bool { asked++; return len(m) > 0 })
+	if err != nil || len(m) != 2 || asked != 1 {
+		t.Fatalf("FindMasters stopping when enough = %v, %v after %d answers", m, err, asked)
+	}
+	if m, err := remoting.FindMasters(ctx, []string{"127.0.0.1:1"}, nil); err == nil || len(m) != 0 {
+		t.Fatalf("FindMasters with no name server answering = %v, %v; want an error", m, err)
+	}
+}
