@@ -29,6 +29,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
 	"github.com/outbox-relay/outbox-relay/internal/remoting"
+	"github.com/outbox-relay/outbox-relay/internal/rowmsg"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
@@ -224,19 +225,7 @@ func (p *Producer) Prepare(ctx context.Context, tx outbox.Tx, m *outbox.Message)
 // halfMessage builds the half as the relay would send the row, plus the transaction's
 // properties.
 func (p *Producer) halfMessage(m *outbox.Message) *primitive.Message {
-	pm := primitive.NewMessage(m.Topic, m.Body)
-	if m.Tag != "" {
-		pm.WithTag(m.Tag)
-	}
-	if len(m.Keys) > 0 {
-		pm.WithKeys(m.Keys)
-	} else {
-		pm.WithProperty(primitive.PropertyKeys, m.MsgID)
-	}
-	for k, v := range m.Properties {
-		pm.WithProperty(k, v)
-	}
-	pm.WithProperty(outbox.MsgIDProperty, m.MsgID)
+	pm := rowmsg.Build(rowmsg.Fields{MsgID: m.MsgID, Topic: m.Topic, Tag: m.Tag, Body: m.Body, Keys: m.Keys, Properties: m.Properties})
 	pm.WithProperty(outbox.TableProperty, p.table)
 	pm.WithProperty(outbox.WriterProperty, "c")
 	pm.WithProperty(outbox.SignatureProperty, outbox.SignHalf(p.cfg.Secret, p.table, m.MsgID, m.Topic))
