@@ -782,13 +782,11 @@ func (b *broker) notifyGroup(group string) {
 	b.mu.Unlock()
 	for _, c := range conns {
 		cmd := &command{
-			Code:          reqNotifyConsumerIdsChange,
-			Version:       serverVersion,
-			Opaque:        b.opaque.Add(1),
-			Flag:          flagOneway,
-			Language:      serverLanguage,
-			Serialization: b.s.serialization(),
-			Ext:           map[string]string{"consumerGroup": group},
+			Code:    reqNotifyConsumerIdsChange,
+			Version: serverVersion,
+			Opaque:  b.opaque.Add(1),
+			Flag:    flagOneway,
+			Ext:     map[string]string{"consumerGroup": group},
 		}
 		_ = c.write(cmd)
 	}

@@ -8,10 +8,10 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/remoting/frame"
 )
 
-// Frames are read and written by internal/remoting/frame, the relay's own codec: JSON and
-// RocketMQ binary headers alike. A response goes back in the header serialization of its
-// request; the commands the server sends in its own right (check-backs, notifications) use
-// Options.BinaryHeaders' choice.
+// Frames are read and written by internal/remoting/frame, the relay's own codec: requests
+// are read with JSON and RocketMQ binary headers alike; everything written (answers
+// included) uses the server's own serialization, Options.BinaryHeaders, as Apache RocketMQ
+// 5.3.3 answers in its configured serialization whatever the request's.
 const (
 	flagResponse = frame.FlagResponse
 	flagOneway   = frame.FlagOneway
@@ -64,18 +64,16 @@ const (
 // command is one remoting command, request or response.
 type command = frame.Command
 
-// newResponse makes the response to req with the given code and remark, in req's
-// header serialization.
+// newResponse makes the response to req with the given code and remark.
 func newResponse(req *command, code int16, remark string) *command {
 	return &command{
-		Code:          code,
-		Language:      serverLanguage,
-		Version:       serverVersion,
-		Opaque:        req.Opaque,
-		Flag:          flagResponse,
-		Remark:        remark,
-		Ext:           map[string]string{},
-		Serialization: req.Serialization,
+		Code:     code,
+		Language: serverLanguage,
+		Version:  serverVersion,
+		Opaque:   req.Opaque,
+		Flag:     flagResponse,
+		Remark:   remark,
+		Ext:      map[string]string{},
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"net"
 	"sync"
+
+	"github.com/outbox-relay/outbox-relay/internal/remoting/frame"
 )
 
 // handler serves the commands of one listener. serve is called from the connection's
@@ -21,8 +23,9 @@ type handler interface {
 // listener is a remoting TCP server: one read loop per connection, responses written
 // whole under a per-connection lock.
 type listener struct {
-	ln net.Listener
-	h  handler
+	ln  net.Listener
+	h   handler
+	ser frame.Serialization // of every command written, answers included
 
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
@@ -30,12 +33,13 @@ type listener struct {
 	wg     sync.WaitGroup
 }
 
-func listen(addr string, h handler) (*listener, error) {
+// listen serves h on addr, writing every command (answers included) with headers in ser.
+func listen(addr string, h handler, ser frame.Serialization) (*listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	l := &listener{ln: ln, h: h, conns: map[*conn]struct{}{}}
+	l := &listener{ln: ln, h: h, ser: ser, conns: map[*conn]struct{}{}}
 	l.wg.Add(1)
 	go l.accept()
 	return l, nil
@@ -141,7 +145,11 @@ var errConnDone = errors.New("rmqtest: connection closed")
 
 // write sends one command.
 func (c *conn) write(cmd *command) error {
-	frame, err := encodeCommand(cmd)
+	cmd.Serialization = c.l.ser
+	if cmd.Language == "" {
+		cmd.Language = serverLanguage
+	}
+	b, err := encodeCommand(cmd)
 	if err != nil {
 		return err
 	}
@@ -150,7 +158,7 @@ func (c *conn) write(cmd *command) error {
 	if c.isDone() {
 		return errConnDone
 	}
-	if _, err := c.nc.Write(frame); err != nil {
+	if _, err := c.nc.Write(b); err != nil {
 		go c.finish(false)
 		return err
 	}

@@ -69,10 +69,11 @@ type Options struct {
 	// with ACL on does for 4.x-style signatures (acl.go). The name server checks none.
 	// Defaults to none: no request is checked.
 	Credentials map[string]string
-	// BinaryHeaders makes the server write the requests it sends in its own right
-	// (check-backs, notifications) with RocketMQ's binary headers, as a broker started with
-	// rocketmq.serialize.type=ROCKETMQ does. Responses always go back in the header
-	// serialization of their request. Defaults to false: JSON headers.
+	// BinaryHeaders makes the name server and the broker write everything with RocketMQ's
+	// binary headers: their answers, whatever the serialization of the request, and the
+	// requests they send (check-backs, notifications), as Apache RocketMQ 5.3.3 started with
+	// rocketmq.serialize.type=ROCKETMQ does. Requests are read in either serialization.
+	// Defaults to false: JSON headers, whatever the request's.
 	BinaryHeaders bool
 	// Logf receives the server's few log lines (unknown request codes, once each).
 	// Defaults to the standard library logger.
@@ -231,13 +232,13 @@ func Start(opts Options) (*Server, error) {
 	s.perm.Store(permReadWrite)
 	s.maxMsgSize.Store(int64(opts.MaxMessageSize))
 	s.broker = newBroker(s)
-	bl, err := listen(opts.BrokerAddr, s.broker)
+	bl, err := listen(opts.BrokerAddr, s.broker, s.serialization())
 	if err != nil {
 		return nil, fmt.Errorf("rmqtest: broker listen: %w", err)
 	}
 	s.brokerLn = bl
 	s.brokerAddr = bl.addr()
-	ns, err := listen(opts.NameServerAddr, &nameServer{s: s})
+	ns, err := listen(opts.NameServerAddr, &nameServer{s: s}, s.serialization())
 	if err != nil {
 		bl.close()
 		return nil, fmt.Errorf("rmqtest: name server listen: %w", err)
@@ -305,7 +306,7 @@ func (s *Server) StartBroker() error {
 		return nil
 	}
 	s.broker.restart()
-	bl, err := listen(s.brokerAddr, s.broker)
+	bl, err := listen(s.brokerAddr, s.broker, s.serialization())
 	if err != nil {
 		return fmt.Errorf("rmqtest: broker listen again on %s: %w", s.brokerAddr, err)
 	}
@@ -366,7 +367,7 @@ func (s *Server) roll(rate float64) bool {
 	return s.rnd.Float64() < rate
 }
 
-// serialization is the header serialization of the requests the server sends itself.
+// serialization is the header serialization of everything the server writes.
 func (s *Server) serialization() frame.Serialization {
 	if s.opts.BinaryHeaders {
 		return frame.RocketMQ

@@ -348,12 +348,10 @@ func (b *broker) checkRound() int {
 		q, _ := strconv.Atoi(props[propRealQueueID])
 		msg.queueID = int32(q)
 		cmd := &command{
-			Code:          reqCheckTransactionState,
-			Version:       serverVersion,
-			Opaque:        b.opaque.Add(1),
-			Flag:          flagOneway,
-			Language:      serverLanguage,
-			Serialization: b.s.serialization(),
+			Code:    reqCheckTransactionState,
+			Version: serverVersion,
+			Opaque:  b.opaque.Add(1),
+			Flag:    flagOneway,
 			Ext: map[string]string{
 				"topic":                msg.topic,
 				"tranStateTableOffset": strconv.FormatInt(cp.queueOffset, 10),
