@@ -90,3 +90,37 @@ func TestFindMasters(t *testing.T) {
 		t.Fatalf("FindMasters with no name server answering = %v, %v; want an error", m, err)
 	}
 }
+
+// TestBinaryHeaderAnswersRead: a name server and a broker started with
+// rocketmq.serialize.type=ROCKETMQ answer the relay's JSON requests with binary headers; the
+// probes, the master lookup and a connection's calls read them.
+func TestBinaryHeaderAnswersRead(t *testing.T) {
+	srv, err := rmqtest.Start(rmqtest.Options{BinaryHeaders: true, Topics: []string{"Known"}, Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx := context.Background()
+	if ok, err := remoting.TopicRouted(ctx, srv.NameServerAddr(), "Known"); err != nil || !ok {
+		t.Fatalf("TopicRouted(Known) = %v, %v", ok, err)
+	}
+	if ok, err := remoting.TopicRouted(ctx, srv.NameServerAddr(), "Unknown"); err != nil || ok {
+		t.Fatalf("TopicRouted(Unknown) = %v, %v", ok, err)
+	}
+	if n, err := remoting.LiveBrokers(ctx, srv.NameServerAddr()); err != nil || n != 1 {
+		t.Fatalf("LiveBrokers = %d, %v", n, err)
+	}
+	m, err := remoting.FindMasters(ctx, []string{srv.NameServerAddr()}, nil)
+	if err != nil || m["broker-a"] != srv.BrokerAddr() {
+		t.Fatalf("FindMasters = %v, %v", m, err)
+	}
+	c, err := remoting.Dial(ctx, srv.BrokerAddr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	resp, err := c.Invoke(ctx, remoting.HeartBeat, nil, []byte(`{"clientID":"c","producerDataSet":[{"groupName":"g"}],"consumerDataSet":[]}`))
+	if err != nil || resp.Code != 0 || c.Closed() {
+		t.Fatalf("heartbeat = %+v, %v", resp, err)
+	}
+}

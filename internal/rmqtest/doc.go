@@ -34,8 +34,8 @@
 //     appending a copy, with the discard to TRANS_CHECK_MAX_TIME_TOPIC after
 //     Options.TransactionCheckMax; rounds run every Options.TransactionCheckInterval or on
 //     TriggerCheck; TxFaults lose ENDs, checks, or op records on a restart;
-//   - JSON and RocketMQ binary headers (internal/remoting/frame), each answered in its
-//     own; Options.BinaryHeaders makes the requests the server sends binary;
+//   - JSON and RocketMQ binary headers read (internal/remoting/frame); everything
+//     written is JSON, or binary with Options.BinaryHeaders;
 //   - unknown request codes get a REQUEST_CODE_NOT_SUPPORTED response (logged once).
 //
 // Its limits, plainly:
