@@ -19,7 +19,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/producer"
 	"github.com/rs/zerolog"
 
-	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/internal/rowmsg"
 )
 
 // RocketMQConfig configures a RocketMQPublisher.
@@ -444,32 +444,8 @@ func (p *RocketMQPublisher) attributeBroker(ctx context.Context, req, reply any,
 }
 
 func toPrimitive(m *Message, route Route) *primitive.Message {
-	pm := primitive.NewMessage(m.Topic, m.Body)
-	if m.Tag != "" {
-		pm.WithTag(m.Tag)
-	}
-	if len(m.Keys) > 0 {
-		pm.WithKeys(m.Keys)
-	} else {
-		pm.WithProperty(primitive.PropertyKeys, m.MsgID) // WithKeys of one key, without its slice
-	}
-	if m.ShardingKey != "" {
-		pm.WithShardingKey(m.ShardingKey)
-		if route.Ordered {
-			// RocketMQ 5.x reads the message group of a FIFO topic here (SHARDING_KEY is
-			// 4.x's, kept for the queue hash): FIFO consumers then keep the key's order, and
-			// a 5.x proxy accepts the message on a FIFO topic (and refuses it on a NORMAL one).
-			pm.WithProperty(propertyMessageGroup, m.ShardingKey)
-		}
-	}
-	if route.DelayLevel > 0 {
-		pm.WithDelayTimeLevel(route.DelayLevel)
-	}
-	for k, v := range m.Properties {
-		pm.WithProperty(k, v)
-	}
-	pm.WithProperty(outbox.MsgIDProperty, m.MsgID)
-	return pm
+	return rowmsg.Build(rowmsg.Fields{MsgID: m.MsgID, Topic: m.Topic, Tag: m.Tag, Body: m.Body, Keys: m.Keys,
+		ShardingKey: m.ShardingKey, MessageGroup: route.Ordered, DelayLevel: route.DelayLevel, Properties: m.Properties})
 }
 
 // Close shuts every producer down.

@@ -10,6 +10,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/remoting/frame"
 )
 
 // Request codes of the transactional-message protocol.
@@ -23,8 +25,6 @@ const (
 	// CheckTransactionState is the broker asking a producer of a half's group for its outcome.
 	CheckTransactionState int16 = 39
 )
-
-const flagOneway int32 = 1 << 1
 
 // Request is a request a broker sent on a Conn (a check-back, say).
 type Request struct {
@@ -80,6 +80,16 @@ func (c *Conn) Addr() string { return c.addr }
 // Done is closed when the connection has ended.
 func (c *Conn) Done() <-chan struct{} { return c.done }
 
+// Closed reports whether the connection has ended.
+func (c *Conn) Closed() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Close closes the connection; calls in flight fail with ErrClosed. Safe to call twice.
 func (c *Conn) Close() error {
 	c.finish(ErrClosed)
@@ -99,31 +109,31 @@ func (c *Conn) finish(err error) {
 func (c *Conn) readLoop() {
 	r := bufio.NewReaderSize(c.nc, 64<<10)
 	for {
-		h, body, err := read(r)
+		cmd, err := frame.Read(r, maxFrame)
 		if err != nil {
 			c.finish(fmt.Errorf("%w: %s: %w", ErrClosed, c.addr, err))
 			return
 		}
-		if h.Flag&1 == 0 {
+		if !cmd.IsResponse() {
 			if c.handle != nil {
-				c.handle(c, &Request{Code: h.Code, Ext: h.ExtFields, Body: body})
+				c.handle(c, &Request{Code: cmd.Code, Ext: cmd.Ext, Body: cmd.Body})
 			}
 			continue
 		}
 		c.mu.Lock()
-		ch := c.pending[h.Opaque]
-		delete(c.pending, h.Opaque)
+		ch := c.pending[cmd.Opaque]
+		delete(c.pending, cmd.Opaque)
 		c.mu.Unlock()
 		if ch != nil {
-			ch <- &Response{Code: h.Code, Remark: h.Remark, Ext: h.ExtFields, Body: body}
+			ch <- responseOf(cmd)
 		}
 	}
 }
 
-func (c *Conn) write(ctx context.Context, h header, body []byte) error {
-	frame, err := encode(h, body)
+func (c *Conn) write(ctx context.Context, cmd *frame.Command) error {
+	out, err := frame.Encode(cmd)
 	if err != nil {
-		return err
+		return fmt.Errorf("remoting: encode request to %s: %w", c.addr, err)
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -137,7 +147,7 @@ func (c *Conn) write(ctx context.Context, h header, body []byte) error {
 		dl = time.Now().Add(3 * time.Second)
 	}
 	_ = c.nc.SetWriteDeadline(dl)
-	if _, err := c.nc.Write(frame); err != nil {
+	if _, err := c.nc.Write(out); err != nil {
 		c.finish(err)
 		return fmt.Errorf("remoting: write to %s: %w", c.addr, err)
 	}
@@ -162,7 +172,7 @@ func (c *Conn) Invoke(ctx context.Context, code int16, ext map[string]string, bo
 		delete(c.pending, id)
 		c.mu.Unlock()
 	}()
-	if err := c.write(ctx, header{Code: code, Language: "GO", Version: 399, Opaque: id, ExtFields: c.creds.sign(ext, body)}, body); err != nil {
+	if err := c.write(ctx, request(code, id, 0, c.creds.sign(ext, body), body)); err != nil {
 		return nil, err
 	}
 	select {
@@ -177,5 +187,5 @@ func (c *Conn) Invoke(ctx context.Context, code int16, ext map[string]string, bo
 
 // Oneway sends a request the broker does not answer.
 func (c *Conn) Oneway(ctx context.Context, code int16, ext map[string]string, body []byte) error {
-	return c.write(ctx, header{Code: code, Language: "GO", Version: 399, Opaque: opaque.Add(1), Flag: flagOneway, ExtFields: c.creds.sign(ext, body)}, body)
+	return c.write(ctx, request(code, opaque.Add(1), frame.FlagOneway, c.creds.sign(ext, body), body))
 }

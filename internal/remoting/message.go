@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 )
 
@@ -149,6 +150,31 @@ func Masters(ctx context.Context, addr string, opts ...Option) (map[string]strin
 		if a := bd.BrokerAddrs["0"]; a != "" {
 			out[name] = a
 		}
+	}
+	return out, nil
+}
+
+// FindMasters asks the name servers in turn for the masters they know and merges their
+// answers (broker name to master address), stopping once enough reports the merged map
+// suffices (nil: every name server is asked, for each may know brokers the others do not).
+// It fails only when no name server answered; the map then is empty, not nil. opts are
+// Masters' (TLS).
+func FindMasters(ctx context.Context, nameServers []string, enough func(map[string]string) bool, opts ...Option) (map[string]string, error) {
+	out := map[string]string{}
+	var errs []error
+	for _, ns := range nameServers {
+		m, err := Masters(ctx, ns, opts...)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		maps.Copy(out, m)
+		if enough != nil && enough(out) {
+			return out, nil
+		}
+	}
+	if len(errs) == len(nameServers) {
+		return out, fmt.Errorf("remoting: no name server answered: %w", errors.Join(errs...))
 	}
 	return out, nil
 }

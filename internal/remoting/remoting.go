@@ -6,9 +6,10 @@
 // the transactional-message requests (HEART_BEAT, END_TRANSACTION, check-backs, the pull of
 // discarded halves), signed for brokers with ACL (WithCredentials).
 //
-// A frame is an int32 length, an int32 header length whose top byte names the header's
-// codec (0: JSON), the header and the body. Only JSON headers are written and read; every
-// read is bounded in size and time.
+// Frames are read and written by internal/remoting/frame: requests go out with JSON headers,
+// and answers and the brokers' own requests are read in either header serialization (JSON,
+// or the binary one of a broker run with rocketmq.serialize.type=ROCKETMQ); every read is
+// bounded in size and time, and a malformed frame ends the connection.
 package remoting
 
 import (
@@ -16,14 +17,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync/atomic"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/remoting/frame"
 )
 
 // Request codes of RocketMQ's RequestCode that this package sends.
@@ -107,14 +107,10 @@ type Response struct {
 	Body []byte
 }
 
-type header struct {
-	Code      int16             `json:"code"`
-	Language  string            `json:"language"`
-	Version   int16             `json:"version"`
-	Opaque    int32             `json:"opaque"`
-	Flag      int32             `json:"flag"`
-	Remark    string            `json:"remark,omitempty"`
-	ExtFields map[string]string `json:"extFields,omitempty"`
+// request returns a request of ours: JSON headers, which every broker reads whatever its
+// own serialization.
+func request(code int16, id, flag int32, ext map[string]string, body []byte) *frame.Command {
+	return &frame.Command{Code: code, Language: "GO", Version: 399, Opaque: id, Flag: flag, Ext: ext, Body: body}
 }
 
 var opaque atomic.Int32
@@ -143,69 +139,31 @@ func Call(ctx context.Context, addr string, code int16, ext map[string]string, b
 	defer stop()
 
 	id := opaque.Add(1)
-	frame, err := encode(header{Code: code, Language: "GO", Version: 399, Opaque: id, ExtFields: o.creds.sign(ext, body)}, body)
+	out, err := frame.Encode(request(code, id, 0, o.creds.sign(ext, body), body))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("remoting: encode request: %w", err)
 	}
-	if _, err := conn.Write(frame); err != nil {
+	if _, err := conn.Write(out); err != nil {
 		return nil, fmt.Errorf("remoting: write to %s: %w", addr, err)
 	}
 	r := bufio.NewReader(conn)
 	for {
-		h, b, err := read(r)
+		cmd, err := frame.Read(r, maxFrame)
 		if err != nil {
 			if ctx.Err() != nil {
 				err = fmt.Errorf("%w (%w)", ctx.Err(), err)
 			}
 			return nil, fmt.Errorf("remoting: read from %s: %w", addr, err)
 		}
-		if h.Flag&1 == 0 || h.Opaque != id {
+		if !cmd.IsResponse() || cmd.Opaque != id {
 			continue // a request of the server's own, or another answer: not ours
 		}
-		return &Response{Code: h.Code, Remark: h.Remark, Ext: h.ExtFields, Body: b}, nil
+		return responseOf(cmd), nil
 	}
 }
 
-func encode(h header, body []byte) ([]byte, error) {
-	hb, err := json.Marshal(h)
-	if err != nil {
-		return nil, fmt.Errorf("remoting: encode header: %w", err)
-	}
-	out := make([]byte, 8, 8+len(hb)+len(body))
-	binary.BigEndian.PutUint32(out[0:], uint32(4+len(hb)+len(body)))
-	binary.BigEndian.PutUint32(out[4:], uint32(len(hb)))
-	out = append(out, hb...)
-	return append(out, body...), nil
-}
-
-var errFrame = errors.New("remoting: malformed frame")
-
-func read(r *bufio.Reader) (header, []byte, error) {
-	var h header
-	var n [4]byte
-	if _, err := io.ReadFull(r, n[:]); err != nil {
-		return h, nil, err
-	}
-	size := binary.BigEndian.Uint32(n[:])
-	if size < 4 || size > maxFrame {
-		return h, nil, fmt.Errorf("%w: length %d", errFrame, size)
-	}
-	frame := make([]byte, size)
-	if _, err := io.ReadFull(r, frame); err != nil {
-		return h, nil, err
-	}
-	mark := binary.BigEndian.Uint32(frame)
-	if mark>>24 != 0 {
-		return h, nil, fmt.Errorf("%w: header codec %d is not JSON", errFrame, mark>>24)
-	}
-	hlen := int(mark & 0xFFFFFF)
-	if 4+hlen > len(frame) {
-		return h, nil, fmt.Errorf("%w: header length %d", errFrame, hlen)
-	}
-	if err := json.Unmarshal(frame[4:4+hlen], &h); err != nil {
-		return h, nil, fmt.Errorf("%w: %w", errFrame, err)
-	}
-	return h, frame[4+hlen:], nil
+func responseOf(cmd *frame.Command) *Response {
+	return &Response{Code: cmd.Code, Remark: cmd.Remark, Ext: cmd.Ext, Body: cmd.Body}
 }
 
 // LiveBrokers asks the name server at addr how many brokers are registered with it. It

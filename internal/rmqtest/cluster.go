@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/outbox-relay/outbox-relay/internal/remoting/frame"
 )
 
 // ClusterOptions configures a Cluster. The zero value is usable: two brokers behind one
@@ -57,7 +59,7 @@ func StartCluster(opts ClusterOptions) (*Cluster, error) {
 		c.brokers = append(c.brokers, s)
 	}
 	for i := range opts.NameServers {
-		ln, err := listen("127.0.0.1:0", &clusterNameServer{c: c}, nil)
+		ln, err := listen("127.0.0.1:0", &clusterNameServer{c: c}, nil, frame.JSON)
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("rmqtest: cluster name server %d: %w", i, err)
@@ -98,7 +100,7 @@ func (c *Cluster) StartNameServer(i int) error {
 	if c.nameSrvs[i] != nil {
 		return nil
 	}
-	ln, err := listen(c.nsAddrs[i], &clusterNameServer{c: c}, nil)
+	ln, err := listen(c.nsAddrs[i], &clusterNameServer{c: c}, nil, frame.JSON)
 	if err != nil {
 		return fmt.Errorf("rmqtest: name server listen again on %s: %w", c.nsAddrs[i], err)
 	}

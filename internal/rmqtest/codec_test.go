@@ -12,6 +12,8 @@ import (
 
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/producer"
+
+	"github.com/outbox-relay/outbox-relay/internal/remoting/frame"
 )
 
 // rawRequest sends one command on a fresh connection and reads the answer.
@@ -35,25 +37,6 @@ func rawRequest(t *testing.T, addr string, cmd *command) *command {
 		t.Fatal(err)
 	}
 	return resp
-}
-
-func TestCodecRoundTrip(t *testing.T) {
-	for _, codec := range []byte{codecJSON, codecBinary} {
-		in := &command{Code: 310, Version: 317, Opaque: 42, Flag: flagOneway, Remark: "ré",
-			Ext: map[string]string{"a": "group", "b": "topic", "i": "K\x01V\x02"}, Body: []byte{0, 1, 2, 255}, codec: codec}
-		frame, err := encodeCommand(in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := readCommand(bufio.NewReader(bytes.NewReader(frame)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out.Code != in.Code || out.Opaque != in.Opaque || out.Flag != in.Flag || out.Remark != in.Remark ||
-			!bytes.Equal(out.Body, in.Body) || len(out.Ext) != 3 || out.Ext["i"] != "K\x01V\x02" || out.codec != codec {
-			t.Fatalf("codec %d: got %+v", codec, out)
-		}
-	}
 }
 
 func TestDecodeBatchMatchesClientEncoding(t *testing.T) {
@@ -97,15 +80,15 @@ func TestStoredEncodingDecodesWithTheClient(t *testing.T) {
 
 func TestSendMessageV2HeaderAndBinaryCodec(t *testing.T) {
 	s := startServer(t, Options{})
-	for i, codec := range []byte{codecJSON, codecBinary} {
+	for i, ser := range []frame.Serialization{frame.JSON, frame.RocketMQ} {
 		props := formatProperties(map[string]string{"TAGS": "v2", "KEYS": "k1 k2", "user": "ü"})
 		resp := rawRequest(t, s.BrokerAddr(), &command{
-			Code: reqSendMessageV2, Opaque: 1, codec: codec, Body: []byte{0, 1, 2},
+			Code: reqSendMessageV2, Opaque: 1, Serialization: ser, Body: []byte{0, 1, 2},
 			Ext: map[string]string{"a": "pg", "b": "V2Topic", "c": "TBW102", "d": "4", "e": "3", "f": "0",
 				"g": "1700000000000", "h": "0", "i": props, "j": "0", "k": "false", "l": "16", "m": "false"},
 		})
 		if resp.Code != resSuccess || resp.Ext["queueId"] != "3" || resp.Ext["queueOffset"] != strconv.Itoa(i) || resp.Ext["msgId"] == "" {
-			t.Fatalf("codec %d: response %+v", codec, resp)
+			t.Fatalf("serialization %d: response %+v", ser, resp)
 		}
 	}
 	got := s.QueueMessages("V2Topic", 3)

@@ -37,6 +37,8 @@
 //   - lost acknowledged messages, by fault injection (loss.go): TruncateQueue drops a
 //     queue's tail, DropQueueHead its head, Failover replaces the store with an older
 //     Snapshot under the same name and address;
+//   - JSON and RocketMQ binary headers read (internal/remoting/frame); everything
+//     written is JSON, or binary with Options.BinaryHeaders;
 //   - unknown request codes get a REQUEST_CODE_NOT_SUPPORTED response (logged once).
 //
 // Its limits, plainly:

@@ -14,6 +14,8 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/apache/rocketmq-client-go/v2/producer"
+
+	"github.com/outbox-relay/outbox-relay/internal/remoting/frame"
 )
 
 // Each attempt of the client waits up to producer.WithSendMsgTimeout (3 s by default;
@@ -251,11 +253,11 @@ func TestCloseIsIdempotentAndUnknownCodesAreAnswered(t *testing.T) {
 	defer s.Close()
 	for i := 0; i < 2; i++ {
 		resp := rawRequest(t, s.BrokerAddr(), &command{Code: 9999, Opaque: int32(i + 1), Ext: map[string]string{}})
-		if resp.Code != resRequestCodeNotSupported || resp.Opaque != int32(i+1) || !resp.isResponse() {
+		if resp.Code != resRequestCodeNotSupported || resp.Opaque != int32(i+1) || !resp.IsResponse() {
 			t.Fatalf("response %+v", resp)
 		}
 	}
-	resp := rawRequest(t, s.NameServerAddr(), &command{Code: 9998, Opaque: 7, Ext: map[string]string{}, codec: codecBinary})
+	resp := rawRequest(t, s.NameServerAddr(), &command{Code: 9998, Opaque: 7, Ext: map[string]string{}, Serialization: frame.RocketMQ})
 	if resp.Code != resRequestCodeNotSupported || resp.Opaque != 7 {
 		t.Fatalf("binary-codec response %+v", resp)
 	}

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"net"
 	"sync"
+
+	"github.com/outbox-relay/outbox-relay/internal/remoting/frame"
 )
 
 // handler serves the commands of one listener. serve is called from the connection's
@@ -22,8 +24,9 @@ type handler interface {
 // listener is a remoting TCP server: one read loop per connection, responses written
 // whole under a per-connection lock.
 type listener struct {
-	ln net.Listener
-	h  handler
+	ln  net.Listener
+	h   handler
+	ser frame.Serialization // of every command written, answers included
 
 	mu     sync.Mutex
 	conns  map[*conn]struct{}
@@ -31,8 +34,9 @@ type listener struct {
 	wg     sync.WaitGroup
 }
 
-// listen serves h on addr, over TLS when tlsCfg is not nil.
-func listen(addr string, h handler, tlsCfg *tls.Config) (*listener, error) {
+// listen serves h on addr, over TLS when tlsCfg is not nil, writing every command (answers
+// included) with headers in ser.
+func listen(addr string, h handler, tlsCfg *tls.Config, ser frame.Serialization) (*listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -40,7 +44,7 @@ func listen(addr string, h handler, tlsCfg *tls.Config) (*listener, error) {
 	if tlsCfg != nil {
 		ln = tls.NewListener(ln, tlsCfg)
 	}
-	l := &listener{ln: ln, h: h, conns: map[*conn]struct{}{}}
+	l := &listener{ln: ln, h: h, ser: ser, conns: map[*conn]struct{}{}}
 	l.wg.Add(1)
 	go l.accept()
 	return l, nil
@@ -109,7 +113,7 @@ func (c *conn) readLoop() {
 			c.finish(false)
 			return
 		}
-		if cmd.isResponse() {
+		if cmd.IsResponse() {
 			continue // answers to our oneway notifications; nothing waits for them
 		}
 		c.l.h.serve(c, cmd)
@@ -146,7 +150,11 @@ var errConnDone = errors.New("rmqtest: connection closed")
 
 // write sends one command.
 func (c *conn) write(cmd *command) error {
-	frame, err := encodeCommand(cmd)
+	cmd.Serialization = c.l.ser
+	if cmd.Language == "" {
+		cmd.Language = serverLanguage
+	}
+	b, err := encodeCommand(cmd)
 	if err != nil {
 		return err
 	}
@@ -155,7 +163,7 @@ func (c *conn) write(cmd *command) error {
 	if c.isDone() {
 		return errConnDone
 	}
-	if _, err := c.nc.Write(frame); err != nil {
+	if _, err := c.nc.Write(b); err != nil {
 		go c.finish(false)
 		return err
 	}
@@ -164,7 +172,7 @@ func (c *conn) write(cmd *command) error {
 
 // reply answers req unless the client sent it oneway.
 func (c *conn) reply(req, resp *command) {
-	if req.isOneway() {
+	if req.IsOneway() {
 		return
 	}
 	_ = c.write(resp)

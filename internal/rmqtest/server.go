@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/remoting/frame"
 )
 
 // Options configures a Server. The zero value is usable: every field has a default.
@@ -71,6 +73,12 @@ type Options struct {
 	// TLS, when not nil, serves the name server and the broker over TLS with this
 	// configuration (its certificate is the servers'). Defaults to nil: plain TCP.
 	TLS *tls.Config
+	// BinaryHeaders makes the name server and the broker write everything with RocketMQ's
+	// binary headers: their answers, whatever the serialization of the request, and the
+	// requests they send (check-backs, notifications), as Apache RocketMQ 5.3.3 started with
+	// rocketmq.serialize.type=ROCKETMQ does. Requests are read in either serialization.
+	// Defaults to false: JSON headers, whatever the request's.
+	BinaryHeaders bool
 	// Logf receives the server's few log lines (unknown request codes, once each).
 	// Defaults to the standard library logger.
 	Logf func(format string, args ...any)
@@ -228,13 +236,13 @@ func Start(opts Options) (*Server, error) {
 	s.perm.Store(permReadWrite)
 	s.maxMsgSize.Store(int64(opts.MaxMessageSize))
 	s.broker = newBroker(s)
-	bl, err := listen(opts.BrokerAddr, s.broker, opts.TLS)
+	bl, err := listen(opts.BrokerAddr, s.broker, opts.TLS, s.serialization())
 	if err != nil {
 		return nil, fmt.Errorf("rmqtest: broker listen: %w", err)
 	}
 	s.brokerLn = bl
 	s.brokerAddr = bl.addr()
-	ns, err := listen(opts.NameServerAddr, &nameServer{s: s}, opts.TLS)
+	ns, err := listen(opts.NameServerAddr, &nameServer{s: s}, opts.TLS, s.serialization())
 	if err != nil {
 		bl.close()
 		return nil, fmt.Errorf("rmqtest: name server listen: %w", err)
@@ -302,7 +310,7 @@ func (s *Server) StartBroker() error {
 		return nil
 	}
 	s.broker.restart()
-	bl, err := listen(s.brokerAddr, s.broker, s.opts.TLS)
+	bl, err := listen(s.brokerAddr, s.broker, s.opts.TLS, s.serialization())
 	if err != nil {
 		return fmt.Errorf("rmqtest: broker listen again on %s: %w", s.brokerAddr, err)
 	}
@@ -361,6 +369,14 @@ func (s *Server) roll(rate float64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.rnd.Float64() < rate
+}
+
+// serialization is the header serialization of everything the server writes.
+func (s *Server) serialization() frame.Serialization {
+	if s.opts.BinaryHeaders {
+		return frame.RocketMQ
+	}
+	return frame.JSON
 }
 
 // logUnknown logs an unsupported request code the first time it is seen.

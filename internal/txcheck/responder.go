@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -283,29 +284,14 @@ func (r *Responder) loop(ctx context.Context, masters []string) {
 	}
 }
 
-// masters returns the union of the masters every name server knows.
+// masters returns the union of the masters every name server knows, sorted.
 func (r *Responder) masters(ctx context.Context) ([]string, error) {
-	var errs []error
-	seen := map[string]bool{}
-	var out []string
-	for _, ns := range r.cfg.NameServers {
-		m, err := remoting.Masters(ctx, ns, remoting.WithTLSConfig(r.cfg.TLS))
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		for _, a := range m {
-			if !seen[a] {
-				seen[a] = true
-				out = append(out, a)
-			}
-		}
+	m, err := remoting.FindMasters(ctx, r.cfg.NameServers, nil, remoting.WithTLSConfig(r.cfg.TLS))
+	if err != nil {
+		return nil, fmt.Errorf("txcheck: masters: %w", err)
 	}
-	if len(errs) == len(r.cfg.NameServers) {
-		return nil, fmt.Errorf("txcheck: masters: %w", errors.Join(errs...))
-	}
-	slices.Sort(out)
-	return out, nil
+	out := slices.Sorted(maps.Values(m))
+	return slices.Compact(out), nil
 }
 
 // sync dials the masters without a live connection, heartbeats those due, and closes
@@ -329,7 +315,7 @@ func (r *Responder) sync(ctx context.Context, masters []string) {
 		c := r.conns[addr]
 		due := time.Since(r.beatAt[addr]) >= r.cfg.HeartbeatInterval
 		r.mu.Unlock()
-		if c != nil && isDone(c) {
+		if c != nil && c.Closed() {
 			c = nil
 		}
 		if c == nil {
@@ -363,15 +349,6 @@ func (r *Responder) sync(ctx context.Context, masters []string) {
 		live++
 	}
 	r.metrics.brokers.Set(float64(live))
-}
-
-func isDone(c *remoting.Conn) bool {
-	select {
-	case <-c.Done():
-		return true
-	default:
-		return false
-	}
 }
 
 // heartbeat registers the groups with one broker (HEART_BEAT, producer data only).

@@ -21,6 +21,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 
 	"github.com/outbox-relay/outbox-relay/internal/remoting"
+	"github.com/outbox-relay/outbox-relay/internal/rowmsg"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
@@ -146,7 +148,7 @@ func (p *Producer) endInvoke(ctx context.Context, addr string, ext map[string]st
 	}
 	c := p.conns[addr]
 	p.mu.Unlock()
-	if c == nil || isDone(c) {
+	if c == nil || c.Closed() {
 		nc, err := remoting.Dial(ctx, addr, nil, remoting.WithCredentials(remoting.Credentials{AccessKey: p.cfg.AccessKey, SecretKey: p.cfg.SecretKey}))
 		if err != nil {
 			return nil, err
@@ -157,7 +159,7 @@ func (p *Producer) endInvoke(ctx context.Context, addr string, ext map[string]st
 			_ = nc.Close()
 			return nil, errors.New("txmsg: producer closed")
 		}
-		if cur := p.conns[addr]; cur != nil && cur != c && !isDone(cur) {
+		if cur := p.conns[addr]; cur != nil && cur != c && !cur.Closed() {
 			_ = nc.Close() // another call dialled first: share its connection
 			nc = cur
 		} else {
@@ -223,19 +225,7 @@ func (p *Producer) Prepare(ctx context.Context, tx outbox.Tx, m *outbox.Message)
 // halfMessage builds the half as the relay would send the row, plus the transaction's
 // properties.
 func (p *Producer) halfMessage(m *outbox.Message) *primitive.Message {
-	pm := primitive.NewMessage(m.Topic, m.Body)
-	if m.Tag != "" {
-		pm.WithTag(m.Tag)
-	}
-	if len(m.Keys) > 0 {
-		pm.WithKeys(m.Keys)
-	} else {
-		pm.WithProperty(primitive.PropertyKeys, m.MsgID)
-	}
-	for k, v := range m.Properties {
-		pm.WithProperty(k, v)
-	}
-	pm.WithProperty(outbox.MsgIDProperty, m.MsgID)
+	pm := rowmsg.Build(rowmsg.Fields{MsgID: m.MsgID, Topic: m.Topic, Tag: m.Tag, Body: m.Body, Keys: m.Keys, Properties: m.Properties})
 	pm.WithProperty(outbox.TableProperty, p.table)
 	pm.WithProperty(outbox.WriterProperty, "c")
 	pm.WithProperty(outbox.SignatureProperty, outbox.SignHalf(p.cfg.Secret, p.table, m.MsgID, m.Topic))
@@ -343,31 +333,15 @@ func (p *Producer) brokerAddr(ctx context.Context, name string) (string, error) 
 	if a != "" {
 		return a, nil
 	}
-	var errs []error
-	for _, ns := range p.cfg.NameServers {
-		m, err := remoting.Masters(ctx, ns)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		p.mu.Lock()
-		for k, v := range m {
-			p.addrs[k] = v
-		}
-		a = p.addrs[name]
-		p.mu.Unlock()
-		if a != "" {
-			return a, nil
-		}
+	m, err := remoting.FindMasters(ctx, p.cfg.NameServers, func(m map[string]string) bool { return m[name] != "" })
+	p.mu.Lock()
+	maps.Copy(p.addrs, m)
+	p.mu.Unlock()
+	if a = m[name]; a != "" {
+		return a, nil
 	}
-	return "", fmt.Errorf("txmsg: no master address for broker %q: %w", name, errors.Join(errs...))
-}
-
-func isDone(c *remoting.Conn) bool {
-	select {
-	case <-c.Done():
-		return true
-	default:
-		return false
+	if err != nil {
+		return "", fmt.Errorf("txmsg: no master address for broker %q: %w", name, err)
 	}
+	return "", fmt.Errorf("txmsg: no name server knows a master for broker %q", name)
 }

@@ -1,0 +1,210 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package frame
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// jsonHeader is the JSON header as RocketMQ's clients and servers write it. The language
+// is a name from Java ("GO", "JAVA") but may be a number from other clients, and the ext
+// fields are read token by token, so both are kept raw here.
+type jsonHeader struct {
+	Code      int16           `json:"code"`
+	Language  json.RawMessage `json:"language,omitempty"`
+	Version   int16           `json:"version"`
+	Opaque    int32           `json:"opaque"`
+	Flag      int32           `json:"flag"`
+	Remark    string          `json:"remark,omitempty"`
+	ExtFields json.RawMessage `json:"extFields,omitempty"`
+}
+
+func decodeJSON(b []byte) (*Command, error) {
+	var h jsonHeader
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil, fmt.Errorf("%w: JSON header: %w", ErrMalformed, err)
+	}
+	ext, err := decodeJSONExt(h.ExtFields)
+	if err != nil {
+		return nil, err
+	}
+	c := &Command{Code: h.Code, Version: h.Version, Opaque: h.Opaque, Flag: h.Flag, Remark: h.Remark, Ext: ext}
+	var name string
+	var code int
+	switch {
+	case json.Unmarshal(h.Language, &name) == nil:
+		c.Language = name
+	case json.Unmarshal(h.Language, &code) == nil:
+		c.Language = languageName(code)
+	}
+	return c, nil
+}
+
+// decodeJSONExt reads the ext fields object one token at a time, so that an object of a
+// million fields is refused at field MaxExtFields+1 rather than built first. Values must
+// be strings (a null value is left out), as Java's HashMap<String, String> writes them.
+func decodeJSONExt(raw json.RawMessage) (map[string]string, error) {
+	ext := map[string]string{}
+	if len(raw) == 0 || string(raw) == "null" {
+		return ext, nil
+	}
+	d := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+		return nil, fmt.Errorf("%w: JSON extFields is not an object", ErrMalformed)
+	}
+	for n := 0; d.More(); n++ {
+		if n == MaxExtFields {
+			return nil, fmt.Errorf("%w: more than %d ext fields", ErrMalformed, MaxExtFields)
+		}
+		kt, err := d.Token()
+		if err != nil {
+			return nil, fmt.Errorf("%w: JSON extFields: %w", ErrMalformed, err)
+		}
+		vt, err := d.Token()
+		if err != nil {
+			return nil, fmt.Errorf("%w: JSON extFields: %w", ErrMalformed, err)
+		}
+		switch v := vt.(type) {
+		case string:
+			ext[kt.(string)] = v
+		case nil:
+		default:
+			return nil, fmt.Errorf("%w: JSON ext field %q is not a string", ErrMalformed, kt)
+		}
+	}
+	return ext, nil
+}
+
+func encodeJSON(c *Command) ([]byte, error) {
+	lang, err := json.Marshal(c.Language)
+	if err != nil {
+		return nil, err
+	}
+	var ext json.RawMessage
+	if len(c.Ext) > 0 {
+		if ext, err = json.Marshal(c.Ext); err != nil {
+			return nil, fmt.Errorf("remoting frame: encode ext fields: %w", err)
+		}
+	}
+	b, err := json.Marshal(jsonHeader{Code: c.Code, Language: lang, Version: c.Version, Opaque: c.Opaque,
+		Flag: c.Flag, Remark: c.Remark, ExtFields: ext})
+	if err != nil {
+		return nil, fmt.Errorf("remoting frame: encode header: %w", err)
+	}
+	return b, nil
+}
+
+// binReader reads a binary header, each length checked against what remains.
+type binReader struct {
+	b   []byte
+	err error
+}
+
+func (r *binReader) take(n int, what string) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if n < 0 || n > len(r.b) {
+		r.err = fmt.Errorf("%w: %s of %d bytes with %d left in the header", ErrMalformed, what, n, len(r.b))
+		return nil
+	}
+	out := r.b[:n]
+	r.b = r.b[n:]
+	return out
+}
+
+func (r *binReader) u16(what string) int {
+	if b := r.take(2, what); b != nil {
+		return int(binary.BigEndian.Uint16(b))
+	}
+	return 0
+}
+
+func (r *binReader) u32(what string) int64 {
+	if b := r.take(4, what); b != nil {
+		return int64(binary.BigEndian.Uint32(b))
+	}
+	return 0
+}
+
+// length reads an int32 length; a negative one (above MaxInt32 unsigned) is refused by
+// take, for no header holds that many bytes.
+func (r *binReader) length(what string) int {
+	v := r.u32(what)
+	if v > MaxHeader {
+		v = -1
+	}
+	return int(v)
+}
+
+// fixedBinary is the size of the binary header's fixed part: code, language, version,
+// opaque, flag, and the remark's and ext fields' length words.
+const fixedBinary = 2 + 1 + 2 + 4 + 4 + 4 + 4
+
+func decodeBinary(b []byte) (*Command, error) {
+	if len(b) < fixedBinary {
+		return nil, fmt.Errorf("%w: binary header of %d bytes, at least %d needed", ErrMalformed, len(b), fixedBinary)
+	}
+	r := &binReader{b: b}
+	c := &Command{Code: int16(r.u16("code"))}
+	c.Language = languageName(int(r.take(1, "language")[0]))
+	c.Version = int16(r.u16("version"))
+	c.Opaque = int32(r.u32("opaque"))
+	c.Flag = int32(r.u32("flag"))
+	c.Remark = string(r.take(r.length("remark"), "remark"))
+	ext := &binReader{b: r.take(r.length("ext fields"), "ext fields")}
+	if r.err != nil {
+		return nil, r.err
+	}
+	c.Ext = map[string]string{}
+	for n := 0; len(ext.b) > 0; n++ {
+		if n == MaxExtFields {
+			return nil, fmt.Errorf("%w: more than %d ext fields", ErrMalformed, MaxExtFields)
+		}
+		kl := ext.u16("ext key length")
+		if kl > MaxKeyLen {
+			return nil, fmt.Errorf("%w: ext key of %d bytes (limit %d)", ErrMalformed, kl, MaxKeyLen)
+		}
+		k := ext.take(kl, "ext key")
+		v := ext.take(ext.length("ext value"), "ext value")
+		if ext.err != nil {
+			return nil, ext.err
+		}
+		c.Ext[string(k)] = string(v)
+	}
+	return c, nil
+}
+
+func encodeBinary(c *Command) ([]byte, error) {
+	size := fixedBinary + len(c.Remark)
+	for k, v := range c.Ext {
+		if len(k) > MaxKeyLen {
+			return nil, fmt.Errorf("remoting frame: ext key of %d bytes (limit %d)", len(k), MaxKeyLen)
+		}
+		size += 2 + len(k) + 4 + len(v)
+	}
+	if size > maxHeaderWord {
+		return nil, fmt.Errorf("remoting frame: binary header of %d bytes exceeds the header word", size)
+	}
+	b := make([]byte, 0, size)
+	b = binary.BigEndian.AppendUint16(b, uint16(c.Code))
+	b = append(b, languageCode(c.Language))
+	b = binary.BigEndian.AppendUint16(b, uint16(c.Version))
+	b = binary.BigEndian.AppendUint32(b, uint32(c.Opaque))
+	b = binary.BigEndian.AppendUint32(b, uint32(c.Flag))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(c.Remark)))
+	b = append(b, c.Remark...)
+	b = binary.BigEndian.AppendUint32(b, uint32(size-len(b)-4))
+	for _, k := range slices.Sorted(maps.Keys(c.Ext)) { // sorted: the same command, the same bytes
+		b = binary.BigEndian.AppendUint16(b, uint16(len(k)))
+		b = append(b, k...)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(c.Ext[k])))
+		b = append(b, c.Ext[k]...)
+	}
+	return b, nil
+}
