@@ -14,13 +14,13 @@
 #
 # `make test` runs the first once the servers are up and wraps `go test` in the second.
 # Findings go to standard error. Settings: OUTBOX_SERVICES_DIR (default
-# /tmp/outbox-relay-services), OUTBOX_LISTENERS_INTERVAL (seconds, default 3).
+# /tmp/outbox-relay-services), OUTBOX_SERVICES_LISTENERS_INTERVAL (seconds, default 3).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
 SERVICES_DIR=${OUTBOX_SERVICES_DIR:-/tmp/outbox-relay-services}
-INTERVAL=${OUTBOX_LISTENERS_INTERVAL:-3}
+INTERVAL=${OUTBOX_SERVICES_LISTENERS_INTERVAL:-3}
 
 die() { printf 'listeners: %s\n' "$*" >&2; exit 2; }
 
