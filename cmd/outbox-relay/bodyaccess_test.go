@@ -4,13 +4,10 @@ package main
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
@@ -118,22 +115,5 @@ func checkBodies(t *testing.T, what string, srv *httptest.Server, cases []bodyCa
 // token (empty: none).
 func fetch(t *testing.T, srv *httptest.Server, path, host, token string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if host != "" {
-		req.Host = host
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	c := http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return testenv.GetAs(t, srv.URL+path, host, token)
 }

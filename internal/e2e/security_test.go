@@ -18,6 +18,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -40,24 +41,7 @@ func (e *env) insertDead(t *testing.T) int64 {
 // token (empty: none), and returns the status and body.
 func get(t *testing.T, p *proc, path, host, token string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, "http://"+p.httpAddr()+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if host != "" {
-		req.Host = host
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	c := http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return testenv.GetAs(t, "http://"+p.httpAddr()+path, host, token)
 }
 
 func listening(t *testing.T, p *proc) {
