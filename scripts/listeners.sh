@@ -88,16 +88,18 @@ case "${1:-}" in
 --during)
 	shift
 	[ $# -gt 0 ] || die "usage: $0 --during CMD..."
-	"$@" &
-	cmd=$!
 	seen=$(mktemp)
-	trap 'rm -f "$seen"' EXIT
-	while kill -0 "$cmd" 2>/dev/null; do
-		check "$cmd" 2>>"$seen" || true
+	# The sampler runs in the background and CMD in the foreground, so that CMD gets the
+	# terminal's signals (Ctrl-C) as it would without this script.
+	(while :; do
+		check "$$" 2>>"$seen" || true
 		sleep "$INTERVAL"
-	done
+	done) &
+	sampler=$!
+	trap 'kill "$sampler" 2>/dev/null || true; rm -f "$seen"' EXIT
 	rc=0
-	wait "$cmd" || rc=$?
+	"$@" || rc=$?
+	kill "$sampler" 2>/dev/null && wait "$sampler" 2>/dev/null || true
 	check 2>>"$seen" || true
 	if [ -s "$seen" ]; then
 		sort -u "$seen" >&2
