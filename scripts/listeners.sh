@@ -23,8 +23,17 @@ SERVICES_DIR=${OUTBOX_SERVICES_DIR:-/tmp/outbox-relay-services}
 INTERVAL=${OUTBOX_SERVICES_LISTENERS_INTERVAL:-3}
 
 die() { printf 'listeners: %s\n' "$*" >&2; exit 2; }
+have() { command -v "$1" >/dev/null 2>&1; }
 
-command -v ss >/dev/null 2>&1 || die "ss not found (Debian: iproute2): cannot list listening sockets"
+# ss lists the sockets; installed from Debian's iproute2 when missing and running as root.
+if ! have ss; then
+	if [ "$(id -u)" = 0 ] && have apt-get; then
+		printf 'listeners: installing iproute2 from Debian'"'"'s packages (ss)\n' >&2
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null &&
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2 >/dev/null
+	fi
+	have ss || die "ss not found and not installable here (needs root and apt-get): install iproute2"
+fi
 
 # service_pids prints the pid of every live process with a pid file under the services
 # directory, with the file's path relative to it.

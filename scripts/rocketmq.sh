@@ -34,7 +34,8 @@
 #                                 fetch (once) and start or reuse the deployments users run
 #                                 besides plain brokers, on a name server of their own so that
 #                                 broker-a and its tests never see them: a 5.x proxy in cluster
-#                                 mode (remoting and gRPC ports) in front of broker-proxied, and
+#                                 mode (remoting and gRPC ports, bound to 127.0.0.1 by the classes
+#                                 of build/rocketmq/loopback-proxy) in front of broker-proxied, and
 #                                 broker-acl with ACL 2.0 (users `relay_publisher` allowed to
 #                                 publish, `relay_nobody` allowed nothing; super user `rocketmq`). Prints and
 #                                 records OUTBOX_TEST_ROCKETMQ_PROXY*, OUTBOX_TEST_ROCKETMQ_ACL_*
@@ -323,6 +324,8 @@ deploy_admin() {
 start_proxy() {
 	local home=$DIR/proxy
 	if alive "$home/pid" && tcp_open 127.0.0.1 "$PROXY_PORT" && tcp_open 127.0.0.1 "$PROXY_GRPC_PORT"; then
+		[ -f "$home/loopback" ] ||
+			log "warning: the proxy (pid $(cat "$home/pid")) was started without build/rocketmq/loopback-proxy and listens on every interface: run $0 deploy-stop, then deploy-start"
 		return 0
 	fi
 	if alive "$home/pid"; then
@@ -360,10 +363,12 @@ start_proxy() {
 	local attempt i
 	for attempt in 1 2 3; do
 		: >"$home/out.log.prev" && [ -f "$home/out.log" ] && mv "$home/out.log" "$home/out.log.prev"
+		rm -f "$home/loopback"
 		JFIRST=$EXTP JLIB=$LIBD java_main proxy "-Xms128m -Xmx320m -XX:MaxDirectMemorySize=256m" \
 			org.apache.rocketmq.proxy.ProxyStartup -pc "$home/rmq-proxy.json" -pm cluster
 		for ((i = 0; i < 480; i++)); do
 			if tcp_open 127.0.0.1 "$PROXY_PORT" && tcp_open 127.0.0.1 "$PROXY_GRPC_PORT"; then
+				touch "$home/loopback" # started with the loopback classes
 				log "proxy (cluster mode) 127.0.0.1:$PROXY_PORT remoting, 127.0.0.1:$PROXY_GRPC_PORT gRPC started (pid $(cat "$home/pid"))"
 				return 0
 			fi
