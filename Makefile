@@ -97,15 +97,18 @@ CHARTTEST := deploy/helm/charttest
 # browser-deps comes before sql-recipes-deps: it installs Node.js and npm, which the Node
 # recipe needs. The tests' results go through internal/cmd/testsummary, which prints what
 # go test prints and then, outside CI, every skipped test with its reason.
+# scripts/listeners.sh fails the run when a test server, or anything the tests start, listens
+# on a non-loopback address: once the servers are up, then every few seconds during go test.
 test: services rocketmq browser-deps sql-recipes-deps vet
-	set -o pipefail && $(WITH_SERVICES) $(GO) test -json -count=1 -timeout 15m ./... | $(GO) run ./internal/cmd/testsummary
+	bash scripts/listeners.sh
+	set -o pipefail && $(WITH_SERVICES) bash scripts/listeners.sh --during $(GO) test -json -count=1 -timeout 15m ./... | $(GO) run ./internal/cmd/testsummary
 	$(MAKE) --no-print-directory test-chart
 	$(MAKE) --no-print-directory check-build
 
 # test-chart renders deploy/helm/outbox-relay, decodes every manifest into the Kubernetes API
 # types and checks them against the relay binary (and a running relay, with the servers).
 test-chart: services rocketmq
-	$(WITH_SERVICES) $(GO) -C $(CHARTTEST) test -count=1 -timeout 10m ./...
+	$(WITH_SERVICES) bash scripts/listeners.sh --during $(GO) -C $(CHARTTEST) test -count=1 -timeout 10m ./...
 
 test-race: services rocketmq
 	$(WITH_SERVICES) $(GO) test -race -count=1 -timeout 25m ./...

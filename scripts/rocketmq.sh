@@ -42,7 +42,8 @@
 #                                 fetch (once) and start or reuse the deployments users run
 #                                 besides plain brokers, on a name server of their own so that
 #                                 broker-a and its tests never see them: a 5.x proxy in cluster
-#                                 mode (remoting and gRPC ports) in front of broker-proxied, and
+#                                 mode (remoting and gRPC ports, bound to 127.0.0.1 by the classes
+#                                 of build/rocketmq/loopback-proxy) in front of broker-proxied, and
 #                                 broker-acl with ACL 2.0 (users `relay_publisher` allowed to
 #                                 publish, `relay_nobody` allowed nothing; super user `rocketmq`). Prints and
 #                                 records OUTBOX_TEST_ROCKETMQ_PROXY*, OUTBOX_TEST_ROCKETMQ_ACL_*
@@ -146,15 +147,38 @@ build_loopback() {
 	rm -rf "$EXT" && mv "$EXT.tmp" "$EXT"
 }
 
+# build_loopback_proxy compiles build/rocketmq/loopback-proxy (the 5.x proxy's gRPC builder and
+# remoting server settings, bound to 127.0.0.1: the proxy has no setting for its listen
+# address) into $EXTP once per source and RocketMQ version, and refuses classes whose public
+# and protected signatures differ from the jars' (a RocketMQ upgrade must revisit them).
+EXTP=$DIR/loopback-proxy-$VERSION
+build_loopback_proxy() {
+	local src=build/rocketmq/loopback-proxy sum c
+	sum=$(find "$src" -name '*.java' | sort | xargs cat | cksum)
+	[ -f "$EXTP/.complete" ] && [ "$(cat "$EXTP/.complete")" = "$sum" ] && return 0
+	have javac || apt_install openjdk-17-jdk-headless ||
+		die "javac not found and not installable here (needs root and apt-get): install a JDK 11+ (Debian: openjdk-17-jdk-headless)"
+	rm -rf "$EXTP.tmp" && mkdir -p "$EXTP.tmp"
+	# shellcheck disable=SC2046
+	javac -nowarn -d "$EXTP.tmp" -cp "$LIBD/*" $(find "$src" -name '*.java') >&2 || die "could not compile $src"
+	for c in org.apache.rocketmq.proxy.grpc.GrpcServerBuilder org.apache.rocketmq.remoting.netty.NettyServerConfig; do
+		cmp -s <(javap -protected -cp "$LIBD/*" "$c" | sort) <(javap -protected -cp "$EXTP.tmp" "$c" | sort) ||
+			die "$src: $c no longer matches RocketMQ $VERSION's signatures (javap -protected both and compare)"
+	done
+	echo "$sum" >"$EXTP.tmp/.complete"
+	rm -rf "$EXTP" && mv "$EXTP.tmp" "$EXTP"
+}
+
 # java_main NAME HEAP MAIN ARGS...: starts a JVM in the background, its home and logs under
-# $DIR/NAME, writes $DIR/NAME/pid. JLIB (default $LIB) is its class path directory.
+# $DIR/NAME, writes $DIR/NAME/pid. JLIB (default $LIB) is its class path directory; JFIRST
+# (default $EXT) comes before it, for our classes that replace RocketMQ's.
 java_main() {
 	local name=$1 heap=$2 main=$3; shift 3
 	local home=$DIR/$name
 	mkdir -p "$home"
 	# setsid: the JVM outlives this script and the make or go test that ran it.
 	ROCKETMQ_HOME=$home setsid java $heap "${JAVA_OPENS[@]}" ${JAVA_EXTRA:-} -Duser.home="$home" \
-		-Drocketmq.home.dir="$home" -cp "$EXT:${JLIB:-$LIB}/*" "$main" "$@" \
+		-Drocketmq.home.dir="$home" -cp "${JFIRST:-$EXT}:${JLIB:-$LIB}/*" "$main" "$@" \
 		>"$home/out.log" 2>&1 </dev/null &
 	echo $! >"$home/pid"
 }
@@ -308,6 +332,8 @@ deploy_admin() {
 start_proxy() {
 	local home=$DIR/proxy
 	if alive "$home/pid" && tcp_open 127.0.0.1 "$PROXY_PORT" && tcp_open 127.0.0.1 "$PROXY_GRPC_PORT"; then
+		[ -f "$home/loopback" ] ||
+			log "warning: the proxy (pid $(cat "$home/pid")) was started without build/rocketmq/loopback-proxy and listens on every interface: run $0 deploy-stop, then deploy-start"
 		return 0
 	fi
 	if alive "$home/pid"; then
@@ -319,11 +345,15 @@ start_proxy() {
 		tcp_open 127.0.0.1 "$p" && die "port $p is taken by another process: set OUTBOX_SERVICES_ROCKETMQ_DEPLOY_PORT"
 	done
 	mkdir -p "$home"
+	# Loopback only: localServeAddr is the address the proxy gives clients for itself in its
+	# routes (default: the machine's first non-loopback address); the ports are bound to
+	# 127.0.0.1 by build/rocketmq/loopback-proxy, which has no setting of its own.
 	cat >"$home/rmq-proxy.json" <<-EOF
 		{
 		  "rocketMQClusterName": "ProxiedCluster",
 		  "namesrvAddr": "$D_NS_ADDR",
 		  "proxyMode": "cluster",
+		  "localServeAddr": "127.0.0.1",
 		  "remotingListenPort": $PROXY_PORT,
 		  "grpcServerPort": $PROXY_GRPC_PORT,
 		  "grpcWorkerLoopNum": 2,
@@ -336,14 +366,17 @@ start_proxy() {
 	# success" before its registration is certain to have landed (on a loaded machine the
 	# first one can time out and the next comes 30 s later). Wait for the route first; if
 	# the proxy still exits on it, start it again (three attempts in all).
+	build_loopback_proxy
 	wait_cluster_route ProxiedCluster
 	local attempt i
 	for attempt in 1 2 3; do
 		: >"$home/out.log.prev" && [ -f "$home/out.log" ] && mv "$home/out.log" "$home/out.log.prev"
-		JLIB=$LIBD java_main proxy "-Xms128m -Xmx320m -XX:MaxDirectMemorySize=256m" \
+		rm -f "$home/loopback"
+		JFIRST=$EXTP JLIB=$LIBD java_main proxy "-Xms128m -Xmx320m -XX:MaxDirectMemorySize=256m" \
 			org.apache.rocketmq.proxy.ProxyStartup -pc "$home/rmq-proxy.json" -pm cluster
 		for ((i = 0; i < 480; i++)); do
 			if tcp_open 127.0.0.1 "$PROXY_PORT" && tcp_open 127.0.0.1 "$PROXY_GRPC_PORT"; then
+				touch "$home/loopback" # started with the loopback classes
 				log "proxy (cluster mode) 127.0.0.1:$PROXY_PORT remoting, 127.0.0.1:$PROXY_GRPC_PORT gRPC started (pid $(cat "$home/pid"))"
 				return 0
 			fi

@@ -119,10 +119,9 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 			Activity: func(table string) []relay.MinuteActivity { return metrics.Activity(db.Label(), table) }})
 	}
 
-	ui, err := dashboard.New(rconn.LockReader(), dashboard.Config{Databases: sources, AdminToken: cfg.HTTP.AdminToken,
-		ReadToken: cfg.HTTP.ReadToken, OpenReads: cfg.HTTP.Loopback(), Hosts: cfg.HTTP.Hosts, Logger: &log,
-		Brokers: brokerPanel(pub, dbs, cfg.RocketMQ.AccessKey),
-		Secrets: []string{cfg.RocketMQ.SecretKey, cfg.HTTP.AdminToken, cfg.HTTP.ReadToken}})
+	uiCfg := dashboardConfig(cfg, sources, &log)
+	uiCfg.Brokers = brokerPanel(pub, dbs, cfg.RocketMQ.AccessKey)
+	ui, err := dashboard.New(rconn.LockReader(), uiCfg)
 	if err != nil {
 		return err
 	}
@@ -329,6 +328,16 @@ func lockHolderText(ctx context.Context, rdb redis.UniversalClient, key string) 
 		return fmt.Sprintf("held by %s pid %d", h.Host, h.PID)
 	}
 	return "held by a process that does not say which"
+}
+
+// dashboardConfig is the dashboard's configuration for cfg, without the broker panel. Message
+// bodies are open to every request only when http.addr is a loopback address: the decision
+// is made from the configured address, never from the connection a request arrives on
+// (docs/decisions.md, "Who may read message bodies").
+func dashboardConfig(cfg config.Config, sources []dashboard.Source, log *zerolog.Logger) dashboard.Config {
+	return dashboard.Config{Databases: sources, AdminToken: cfg.HTTP.AdminToken, ReadToken: cfg.HTTP.ReadToken,
+		OpenReads: cfg.HTTP.Loopback(), Hosts: cfg.HTTP.Hosts, Logger: log,
+		Secrets: []string{cfg.RocketMQ.SecretKey, cfg.HTTP.AdminToken, cfg.HTTP.ReadToken}}
 }
 
 // serveHTTP serves /metrics, /healthz, /readyz and the dashboard ui (under /ui/) on addr.

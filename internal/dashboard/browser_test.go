@@ -76,13 +76,6 @@ func startRelayBinary(t testing.TB, db *testenv.DB, prefix string, broker *rmqte
 // key) and broker, and waits until it leads all its tables (there are tables of them).
 func startRelayOn(t testing.TB, tables int, dbEnv []string, broker *rmqtest.Server) *relayProcess {
 	t.Helper()
-	return startRelayListening(t, "127.0.0.1", tables, dbEnv, broker)
-}
-
-// startRelayListening is startRelayOn with the HTTP server on host (the page is loaded
-// through 127.0.0.1 all the same).
-func startRelayListening(t testing.TB, host string, tables int, dbEnv []string, broker *rmqtest.Server) *relayProcess {
-	t.Helper()
 	bin := filepath.Join(t.TempDir(), "outbox-relay")
 	build := exec.Command("go", "build", "-o", bin, "github.com/outbox-relay/outbox-relay/cmd/outbox-relay")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -95,15 +88,13 @@ func startRelayListening(t testing.TB, host string, tables int, dbEnv []string, 
 	addr := ln.Addr().String()
 	ln.Close()
 	p := &relayProcess{out: &testenv.SyncBuffer{}, base: "http://" + addr + "/ui/"}
-	_, port, _ := net.SplitHostPort(addr)
-	listen := net.JoinHostPort(host, port)
 	p.cmd = exec.Command(bin, "run")
 	p.cmd.Env = append(os.Environ(),
 		"OUTBOX_REDIS_ADDR="+testenv.RedisAddr(),
 		"OUTBOX_ROCKETMQ_NAMESERVERS="+broker.NameServerAddr(),
 		"OUTBOX_LOCK_TTL=3s",
 		"OUTBOX_RELAY_POLL_INTERVAL=200ms",
-		"OUTBOX_HTTP_ADDR="+listen,
+		"OUTBOX_HTTP_ADDR="+addr,
 		"OUTBOX_LOG_FORMAT=json",
 	)
 	p.cmd.Env = append(p.cmd.Env, dbEnv...)
@@ -298,10 +289,13 @@ func TestBrowserTwoDatabases(t *testing.T) {
 	}
 }
 
-// TestBrowserReadToken drives the dashboard of a relay listening on every interface with
+// TestBrowserReadToken drives the dashboard as a relay off loopback serves it, bodies behind
 // http.read_token (testdata/browser/readtoken.mjs): the dead list and bodies are refused
-// until the read token is entered in the page, then a hostile body still renders as text
-// (issue 23, row 1).
+// until the read token is entered in the page, then a hostile body still renders as text.
+// The page is this package's dashboard without open reads, as the relay builds it for a
+// non-loopback http.addr (cmd/outbox-relay TestBodiesNeedATokenOffLoopback), served on a
+// loopback test listener so that no test server listens off loopback. Beside it the relay
+// binary runs with the same read token, on loopback, and must never log it.
 func TestBrowserReadToken(t *testing.T) {
 	node, chromium, db, prefix := browserSetup(t)
 	ctx := context.Background()
@@ -316,13 +310,14 @@ func TestBrowserReadToken(t *testing.T) {
 	}
 	t.Cleanup(broker.Close)
 	const readToken = "read-token-for-the-browser-test"
-	relay := startRelayListening(t, "0.0.0.0", 2, []string{"OUTBOX_MYSQL_DSN=" + db.DSN, "OUTBOX_MYSQL_TABLES=" + table + "," + otherTable,
+	relay := startRelayOn(t, 2, []string{"OUTBOX_MYSQL_DSN=" + db.DSN, "OUTBOX_MYSQL_TABLES=" + table + "," + otherTable,
 		"OUTBOX_LOCK_KEY=" + prefix + "lock:{table}", "OUTBOX_HTTP_READ_TOKEN=" + readToken}, broker)
+	base := serveReadLocked(t, db, prefix, readToken)
 	seed, _ := json.Marshal(map[string]any{"table": table, "hostile": map[string]string{"msg_id": "hostile-1", "body": hostileBody, "reason": hostileReason}})
 	nctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(nctx, node, filepath.Join(browserDir, "readtoken.mjs"))
-	cmd.Env = append(os.Environ(), "BASE_URL="+relay.base, "READ_TOKEN="+readToken, "SEED="+string(seed), "CHROMIUM="+chromium)
+	cmd.Env = append(os.Environ(), "BASE_URL="+base, "READ_TOKEN="+readToken, "SEED="+string(seed), "CHROMIUM="+chromium)
 	out, err := cmd.CombinedOutput()
 	t.Logf("browser:\n%s", out)
 	if err != nil {
@@ -331,4 +326,26 @@ func TestBrowserReadToken(t *testing.T) {
 	if strings.Contains(relay.out.String(), readToken) {
 		t.Fatal("the relay logged the read token")
 	}
+}
+
+// serveReadLocked serves the dashboard of db's tables with bodies behind readToken (no open
+// reads) on a loopback test server and returns the page's URL.
+func serveReadLocked(t *testing.T, db *testenv.DB, prefix, readToken string) string {
+	t.Helper()
+	rdb, _ := testenv.Redis(t)
+	d, err := New(rdb, Config{ReadToken: readToken, Databases: []Source{{Name: "default", Label: "db-server/" + db.Name,
+		DB: db.DB, Tables: []string{table, otherTable}, LockKey: func(t string) string { return prefix + "lock:" + t }}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := d.Start(ctx); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/ui/", d)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(func() { srv.Close(); d.Stop(); cancel() })
+	return srv.URL + "/ui/"
 }

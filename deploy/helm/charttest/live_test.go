@@ -92,12 +92,15 @@ func TestProbesAgainstTheRelay(t *testing.T) {
 	c := loadChart(t)
 	var pods []*pod
 	for i := 0; i < 2; i++ {
+		// http.addr on 127.0.0.1: in a pod the relay listens on every interface for the
+		// kubelet, but a test server listens on loopback only (scripts/listeners.sh); the
+		// chart takes only the port from the address.
 		r := render(t, c, "shop-relay", "", map[string]any{
 			"mode": "standalone",
 			"config": map[string]any{
 				"redis":    map[string]any{"addr": redisAddr},
 				"rocketmq": map[string]any{"nameservers": []any{nameSrv}},
-				"http":     map[string]any{"addr": fmt.Sprintf(":%d", freePort(t))},
+				"http":     map[string]any{"addr": fmt.Sprintf("127.0.0.1:%d", freePort(t))},
 			},
 		})
 		relay, _ := relayContainer(t, r.deployment)

@@ -1,4 +1,4 @@
-// Drives the dashboard of a relay listening on every interface with http.read_token set:
+// Drives the dashboard as a relay off loopback serves it, with http.read_token set:
 // the dead list and bodies need the token; entered in the page, they load, and a hostile body
 // and reason still render as text. Started by internal/dashboard's TestBrowserReadToken.
 // Inputs (environment): BASE_URL, READ_TOKEN, SEED ({table, hostile: {msg_id, body, reason}}),
