@@ -59,17 +59,13 @@ type Conn struct {
 // the connection's read loop: it must not block (queue the work, bounded, or drop it), for
 // answers are read by the same loop. No goroutine is started per request, so a flood of
 // requests costs nothing but the handler's own queue. WithCredentials signs the requests the
-// connection sends; WithTLS is not supported here yet.
+// connection sends; WithTLS encrypts it as Call does.
 func Dial(ctx context.Context, addr string, handle func(*Conn, *Request), opts ...Option) (*Conn, error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.tls {
-		return nil, errors.New("remoting: Dial: TLS is not supported")
-	}
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	nc, err := dialer(o).DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("remoting: dial %s: %w", addr, err)
 	}

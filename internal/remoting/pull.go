@@ -32,6 +32,9 @@ type Pulled struct {
 	// Next is the offset to read from next (the queue's first offset when the one asked for
 	// was trimmed away).
 	Next int64
+	// MinOffset and MaxOffset are the queue's first offset and the offset after its last
+	// message, as the broker answered them.
+	MinOffset, MaxOffset int64
 }
 
 // Pull reads up to max messages of a topic's queue from offset, as consumer group group
@@ -56,20 +59,24 @@ func (c *Conn) Pull(ctx context.Context, group, topic string, queue int, offset 
 	if err != nil {
 		return nil, err
 	}
-	next, _ := strconv.ParseInt(resp.Ext["nextBeginOffset"], 10, 64)
+	p := &Pulled{}
+	p.Next, _ = strconv.ParseInt(resp.Ext["nextBeginOffset"], 10, 64)
+	p.MinOffset, _ = strconv.ParseInt(resp.Ext["minOffset"], 10, 64)
+	p.MaxOffset, _ = strconv.ParseInt(resp.Ext["maxOffset"], 10, 64)
 	switch resp.Code {
 	case 0:
 		msgs, err := DecodeMessages(resp.Body)
 		if err != nil {
 			return nil, fmt.Errorf("remoting: pull %s from %s: %w", topic, c.addr, err)
 		}
-		return &Pulled{Messages: msgs, Next: next}, nil
+		p.Messages = msgs
+		return p, nil
 	case codePullNotFound, codePullRetryImmediately, codePullOffsetMoved:
-		return &Pulled{Next: next}, nil
+		return p, nil
 	case topicNotExist:
 		return nil, fmt.Errorf("remoting: pull %s from %s: %w", topic, c.addr, ErrTopicNotExist)
 	}
-	return nil, fmt.Errorf("remoting: pull %s from %s: code %d: %s", topic, c.addr, resp.Code, resp.Remark)
+	return nil, answerError(c.addr, "pull "+topic, resp)
 }
 
 // DecodeMessages decodes the messages of a pull's body, one after another.

@@ -53,6 +53,17 @@ type options struct {
 // server's certificate not verified (the requests carry no secret).
 func WithTLS(on bool) Option { return func(o *options) { o.tls = on } }
 
+// dialer connects as o asks: with TLS unverified, as the client's own TLS (the requests
+// carry nothing secret), or plain TCP.
+func dialer(o options) interface {
+	DialContext(ctx context.Context, network, addr string) (net.Conn, error)
+} {
+	if o.tls {
+		return &tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}}
+	}
+	return &net.Dialer{}
+}
+
 // topicNotExist is ResponseCode.TOPIC_NOT_EXIST.
 const topicNotExist = 17
 
@@ -111,16 +122,7 @@ func Call(ctx context.Context, addr string, code int16, ext map[string]string, b
 	for _, opt := range opts {
 		opt(&o)
 	}
-	var conn net.Conn
-	var err error
-	if o.tls {
-		// Unverified, as the client's own TLS: the request carries nothing secret.
-		d := tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true}}
-		conn, err = d.DialContext(ctx, "tcp", addr)
-	} else {
-		var d net.Dialer
-		conn, err = d.DialContext(ctx, "tcp", addr)
-	}
+	conn, err := dialer(o).DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("remoting: dial %s: %w", addr, err)
 	}

@@ -150,7 +150,12 @@ func (b *broker) serve(c *conn, req *command) {
 		q, _ := strconv.Atoi(req.Ext["queueId"])
 		b.replyOffset(c, req, b.s.store.maxOffset(req.Ext["topic"], q))
 	case reqGetMinOffset:
-		b.replyOffset(c, req, 0) // nothing is ever deleted
+		q, _ := strconv.Atoi(req.Ext["queueId"])
+		b.replyOffset(c, req, b.s.store.minOffset(req.Ext["topic"], q))
+	case reqGetEarliestMsgStoreTime:
+		b.earliestStoreTime(c, req)
+	case reqViewMessageByID:
+		b.viewMessage(c, req)
 	case reqSearchOffsetByTimestamp:
 		q, _ := strconv.Atoi(req.Ext["queueId"])
 		ts, _ := strconv.ParseInt(req.Ext["timestamp"], 10, 64)
@@ -597,8 +602,8 @@ func (b *broker) pull(c *conn, req *command, stopping, release <-chan struct{}) 
 		switch {
 		case res.maxOffset == 0 && offset != 0:
 			next = 0 // the queue is empty: send the consumer back to the start
-		case offset < 0:
-			code, next = resPullOffsetMoved, 0
+		case offset < res.minOffset:
+			code, next = resPullOffsetMoved, res.minOffset
 		case offset > res.maxOffset:
 			code, next = resPullOffsetMoved, res.maxOffset
 		case len(res.recs) > 0:
@@ -620,7 +625,7 @@ func (b *broker) pull(c *conn, req *command, stopping, release <-chan struct{}) 
 		}
 		resp := newResponse(req, code, "")
 		resp.Ext["nextBeginOffset"] = strconv.FormatInt(next, 10)
-		resp.Ext["minOffset"] = "0"
+		resp.Ext["minOffset"] = strconv.FormatInt(res.minOffset, 10)
 		resp.Ext["maxOffset"] = strconv.FormatInt(res.maxOffset, 10)
 		resp.Ext["suggestWhichBrokerId"] = "0"
 		if code == resSuccess {

@@ -41,6 +41,8 @@ const (
 	reqSearchOffsetByTimestamp int16 = 29
 	reqGetMaxOffset            int16 = 30
 	reqGetMinOffset            int16 = 31
+	reqGetEarliestMsgStoreTime int16 = 32
+	reqViewMessageByID         int16 = 33
 	reqHeartBeat               int16 = 34
 	reqUnregisterClient        int16 = 35
 	reqConsumerSendMsgBack     int16 = 36

@@ -220,6 +220,7 @@ func formatProperties(m map[string]string) string {
 // for suspended pulls.
 type queue struct {
 	recs   []*record
+	base   int64         // the queue offset of recs[0]: above 0 once the head was dropped (loss.go)
 	signal chan struct{} // closed and replaced on every append
 }
 
@@ -276,7 +277,7 @@ func (s *store) put(recs []*record) {
 	defer s.mu.Unlock()
 	for _, r := range recs {
 		q := s.topics[r.topic].queues[r.queueID]
-		r.queueOffset = int64(len(q.recs))
+		r.queueOffset = q.base + int64(len(q.recs))
 		r.physOffset = s.nextPhys
 		r.wire = r.encode()
 		s.nextPhys += int64(len(r.wire))
@@ -293,6 +294,7 @@ func (s *store) put(recs []*record) {
 // pullResult is what a read of one queue found.
 type pullResult struct {
 	recs      []*record
+	minOffset int64
 	maxOffset int64
 	exists    bool
 	signal    <-chan struct{}
@@ -308,9 +310,9 @@ func (s *store) read(topic string, queueID int, offset int64, max, maxBytes int)
 		return pullResult{}
 	}
 	q := t.queues[queueID]
-	res := pullResult{maxOffset: int64(len(q.recs)), exists: true, signal: q.signal}
+	res := pullResult{minOffset: q.base, maxOffset: q.base + int64(len(q.recs)), exists: true, signal: q.signal}
 	size := 0
-	for o := offset; o >= 0 && o < int64(len(q.recs)) && len(res.recs) < max; o++ {
+	for o := offset - q.base; o >= 0 && o < int64(len(q.recs)) && len(res.recs) < max; o++ {
 		r := q.recs[o]
 		if len(res.recs) > 0 && size+len(r.wire) > maxBytes {
 			break
@@ -325,7 +327,7 @@ func (s *store) maxOffset(topic string, queueID int) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if t := s.topics[topic]; t != nil && queueID >= 0 && queueID < len(t.queues) {
-		return int64(len(t.queues[queueID].recs))
+		return t.queues[queueID].base + int64(len(t.queues[queueID].recs))
 	}
 	return 0
 }
@@ -338,8 +340,8 @@ func (s *store) searchOffset(topic string, queueID int, ts int64) int64 {
 	if t == nil || queueID < 0 || queueID >= len(t.queues) {
 		return 0
 	}
-	recs := t.queues[queueID].recs
-	return int64(sort.Search(len(recs), func(i int) bool { return recs[i].storeTimestamp >= ts }))
+	q := t.queues[queueID]
+	return q.base + int64(sort.Search(len(q.recs), func(i int) bool { return q.recs[i].storeTimestamp >= ts }))
 }
 
 // byKey returns up to max records of topic whose UNIQ_KEY is key or whose KEYS include it.
