@@ -58,4 +58,3 @@ func (m *Metrics) setLag(db, table string, seconds float64) {
 		m.lag.WithLabelValues(db, table).Set(seconds)
 	}
 }
-
