@@ -44,6 +44,7 @@ missing or a name server does not answer.`,
 				useClientLogger(zerolog.Nop())
 			}
 			checks := topicsToCheck(a.cfg.Routes, topics)
+			defer a.printAuditCheck(cmd.Context(), timeout)
 			if len(checks) == 0 {
 				fmt.Fprintln(a.out, "no topic to check: the routes name none literally; name topics with --topic")
 				return nil

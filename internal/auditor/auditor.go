@@ -39,6 +39,9 @@ type Config struct {
 	Batch int
 	// Idle is the pause once every row in the window is checked. Default 10 seconds.
 	Idle time.Duration
+	// Namespace is the RocketMQ namespace the relay sends in (rocketmq.namespace): the
+	// broker names a row's topic "namespace%topic". Empty: none.
+	Namespace string
 	// Ordered says whether a topic and tag go by an ordered route (nil: none does).
 	Ordered func(topic, tag string) bool
 	// Owner reports whether this process runs the audit now (the group's owner); nil: always.

@@ -10,14 +10,17 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/brokeraudit"
 )
 
-// checkBatch looks cands up and writes the verdicts back: Present rows get nowMs as their
-// audit time; Missing rows, with repair, are made due again, one statement per distinct
+// checkBatch looks cands up and, with repair, writes the verdicts back: Present rows get
+// nowMs as their audit time; Missing rows are made due again, one statement per distinct
 // reason; Unknown rows are only counted.
 func (a *Auditor) checkBatch(ctx context.Context, cands []candidate, repair bool, nowMs int64) (Report, error) {
 	ps := make([]brokeraudit.Position, len(cands))
 	settledMax := int64(0)
 	for i, c := range cands {
 		ps[i] = c.position()
+		if a.cfg.Namespace != "" {
+			ps[i].Topic = a.cfg.Namespace + "%" + c.topic
+		}
 		settledMax = max(settledMax, c.settled)
 	}
 	found, err := a.lookup.Check(ctx, ps)
@@ -43,7 +46,7 @@ func (a *Auditor) checkBatch(ctx context.Context, cands []candidate, repair bool
 			rep.Unknown++
 		}
 	}
-	if len(present) > 0 {
+	if len(present) > 0 && repair { // a dry run writes nothing
 		if _, err := a.st.markPresent(ctx, present, settledMax, nowMs); err != nil {
 			return rep, err
 		}

@@ -261,3 +261,55 @@ func counter(t *testing.T, reg *prometheus.Registry, name, orderedLabel string) 
 	}
 	return sum
 }
+
+// Audit (`outbox-relay audit`) on a range: a dry run lists exactly the rows the broker lost
+// and changes nothing; with Repair they are made due again with the broker's reason, their
+// retry count untouched, and the relay sends them again.
+func TestAuditDryRunThenRepair(t *testing.T) {
+	g := newRig(t)
+	g.runRelay(t)
+	g.insert(t, "events", "e", 80)
+	testenv.Eventually(t, 30*time.Second, "rows sent", func() bool { return g.count(t, "status = 2") == 80 })
+	perQueue := map[int]int64{}
+	fullest := 0
+	for _, m := range g.broker.Messages("events") {
+		perQueue[m.QueueID]++
+		if perQueue[m.QueueID] > perQueue[fullest] {
+			fullest = m.QueueID
+		}
+	}
+	lost, err := g.broker.TruncateQueue("events", fullest, perQueue[fullest]/2)
+	if err != nil || lost == 0 {
+		t.Fatalf("truncated %d messages: %v; want some", lost, err)
+	}
+	lookup := brokeraudit.NewRocketMQ(brokeraudit.RocketMQConfig{NameServers: []string{g.broker.NameServerAddr()}})
+	a, err := auditor.New(g.db.DB, lookup, auditor.Config{Database: "test", Table: "local_message", Rate: 10000, Batch: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rg := auditor.Range{From: time.Now().Add(-time.Hour), Topic: "events"}
+	rep, err := a.Audit(ctx, rg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Checked != 80 || rep.Missing != lost || rep.Present != 80-lost || rep.Repaired != 0 || len(rep.Lost) != lost {
+		t.Fatalf("dry run: %+v; want 80 checked, the %d lost missing, nothing repaired", rep, lost)
+	}
+	if n := g.count(t, "status = 2 AND audited_time IS NULL"); n != 80 {
+		t.Fatalf("the dry run changed rows: %d of 80 untouched", n)
+	}
+	if rep, err := a.Audit(ctx, auditor.Range{From: time.Now().Add(-time.Hour), Topic: "orders"}); err != nil || rep.Checked != 0 {
+		t.Fatalf("--topic orders checked %d rows (%v); want none", rep.Checked, err)
+	}
+	rg.Repair = true
+	if rep, err = a.Audit(ctx, rg); err != nil || rep.Repaired != lost {
+		t.Fatalf("repair: %+v, %v; want %d repaired", rep, err, lost)
+	}
+	testenv.Eventually(t, 30*time.Second, "repaired rows sent again", func() bool {
+		return g.count(t, "status = 2 AND retry_count = 0") == 80 && len(g.atBroker()) == 80
+	})
+	if n := g.count(t, "fail_reason LIKE 'lost by broker % after acknowledgement: %'"); n != lost {
+		t.Errorf("%d rows keep the reason of the repair, want %d", n, lost)
+	}
+}
