@@ -42,7 +42,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) count(db, table string, r Report) {
+// Add counts what an audit round of table found.
+func (m *Metrics) Add(db, table string, r Report) {
 	if m == nil {
 		return
 	}
@@ -53,7 +54,8 @@ func (m *Metrics) count(db, table string, r Report) {
 	m.repaired.WithLabelValues(db, table, strconv.FormatBool(true)).Add(float64(r.RepairedOrdered))
 }
 
-func (m *Metrics) setLag(db, table string, seconds float64) {
+// SetLag sets the audit lag of table: the age of the oldest sent row still to check.
+func (m *Metrics) SetLag(db, table string, seconds float64) {
 	if m != nil {
 		m.lag.WithLabelValues(db, table).Set(seconds)
 	}

@@ -39,7 +39,7 @@ func (a *Auditor) Run(ctx context.Context) error {
 	var cur cursor
 	for ctx.Err() == nil {
 		if a.cfg.Owner != nil && !a.cfg.Owner() {
-			a.cfg.Metrics.setLag(a.cfg.Database, a.cfg.Table, 0)
+			a.cfg.Metrics.SetLag(a.cfg.Database, a.cfg.Table, 0)
 			cur = cursor{}
 			a.cfg.Sleep(ctx, time.Second)
 			continue
@@ -67,7 +67,7 @@ func (a *Auditor) round(ctx context.Context, cur cursor) (cursor, bool) {
 		cur = cursor{settled: w.from, id: -1 << 62}
 	}
 	rep, next, done, err := a.step(ctx, w, cur, true)
-	a.cfg.Metrics.count(a.cfg.Database, a.cfg.Table, rep)
+	a.cfg.Metrics.Add(a.cfg.Database, a.cfg.Table, rep)
 	a.logFindings(rep)
 	if err != nil {
 		a.failed(ctx, err)
@@ -77,7 +77,7 @@ func (a *Auditor) round(ctx context.Context, cur cursor) (cursor, bool) {
 	if !done {
 		lag = float64(nowMs-next.settled) / 1000
 	}
-	a.cfg.Metrics.setLag(a.cfg.Database, a.cfg.Table, lag)
+	a.cfg.Metrics.SetLag(a.cfg.Database, a.cfg.Table, lag)
 	return next, done
 }
 
