@@ -76,3 +76,26 @@ func TestSentRowsRecordWhereTheBrokerStoredThem(t *testing.T) {
 		t.Fatalf("checked %d messages at the broker, want %d", checked, len(msgs))
 	}
 }
+
+// A table without the audit columns (a table migrated before them) is relayed as before:
+// every row is sent and marked sent, nothing is recorded.
+func TestSentWithoutAuditColumns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if _, err := b.db.Exec("ALTER TABLE local_message DROP COLUMN broker_name, DROP COLUMN queue_id, DROP COLUMN queue_offset, DROP COLUMN offset_msg_id, DROP COLUMN audited_time"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.config()
+	cfg.DisableNudge = true
+	r := b.newRelay(t, cfg)
+	var msgs []outbox.Message
+	for i := 0; i < 50; i++ {
+		msgs = append(msgs, outbox.Message{MsgID: fmt.Sprintf("n%02d", i), Topic: "events", Body: []byte("x")})
+	}
+	b.insert(t, msgs...)
+	ctx := context.Background()
+	st, err := r.DrainOnce(ctx, ctx)
+	if err != nil || st.Sent != 50 || countWhere(t, b.db.DB, "status = 2") != 50 || b.broker.Count("events") != 50 {
+		t.Fatalf("drain without audit columns: %+v, %v; %s", st, err, statusCounts(t, b.db.DB))
+	}
+}
