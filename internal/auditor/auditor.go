@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -86,7 +87,8 @@ type Auditor struct {
 	cfg    Config
 	lookup brokeraudit.Lookup
 	st     *store
-	status error // why the audit does not run; guarded by statusMu
+	mu     sync.Mutex
+	status error // why the audit does not run; guarded by mu
 }
 
 // New returns the auditor of cfg.Table, whose positions lookup checks.

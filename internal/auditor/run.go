@@ -5,7 +5,6 @@ package auditor
 import (
 	"context"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -106,18 +105,15 @@ func (a *Auditor) logFindings(rep Report) {
 	ev.Msg("broker audit: the broker lost acknowledged messages; they are due again and will be sent with their msg_id and keys")
 }
 
-// statusMu guards status.
-var statusMu sync.Mutex
-
 // Status returns nil while the audit runs, else why it does not (as last found).
 func (a *Auditor) Status() error {
-	statusMu.Lock()
-	defer statusMu.Unlock()
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	return a.status
 }
 
 func (a *Auditor) setStatus(err error) {
-	statusMu.Lock()
+	a.mu.Lock()
 	a.status = err
-	statusMu.Unlock()
+	a.mu.Unlock()
 }
