@@ -263,7 +263,7 @@ func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st 
 		markSent, markRetry = r.store.markSentPerRow, r.store.markRetryPerRow
 	}
 	for rc, idx := range sentIdx {
-		do(idx, func() (int64, error) { return markSent(ctx, rc, rowIDs(rows, idx), nowMs) }, &st.Sent, "sent")
+		do(idx, func() (int64, error) { return r.markSentRows(ctx, markSent, rc, rows, results, idx, nowMs) }, &st.Sent, "sent")
 	}
 	for k, idx := range retries {
 		next := nowMs + r.cfg.Backoff.Delay(k.count, r.cfg.Rand).Milliseconds()

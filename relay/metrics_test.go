@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/outbox-relay/outbox-relay/internal/auditor"
 	"github.com/outbox-relay/outbox-relay/internal/txcheck"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
@@ -329,6 +330,7 @@ type fakeRelay struct {
 	reg      *prometheus.Registry
 	tm       *relay.TableMetrics
 	tx       *txcheck.Metrics // the check responder's (rocketmq.transaction_check_groups)
+	audit    *auditor.Metrics // the broker audit's
 	down     bool
 }
 
@@ -339,6 +341,7 @@ func (r *fakeRelay) start() {
 	m.SetBuildInfo("v1.0.0", "abc123")
 	r.tm = m.Table(testDatabase, testTable)
 	r.tx = txcheck.NewMetrics(r.reg, testDatabase)
+	r.audit = auditor.NewMetrics(r.reg)
 	r.down = false
 }
 
@@ -691,6 +694,26 @@ func TestAlertsFireOnTheRelaysMetrics(t *testing.T) {
 	s.quiet(48, "OutboxRelayTransactionHalvesRechecked")
 	add(s)
 
+	// The audit finds every sent row present, then, after a broker's failover, three rows
+	// lost, one of an ordered key: the alert fires for each kind, then goes quiet.
+	s = newScenario(t, "broker lost acknowledged messages", "a")
+	a = s.relays["a"]
+	s.run(40, func(m int) {
+		a.tm.SetLeader(true)
+		rep := auditor.Report{Checked: 100, Present: 100}
+		if m == 20 {
+			rep = auditor.Report{Checked: 100, Present: 97, Missing: 3, Repaired: 3, RepairedOrdered: 1}
+		}
+		a.audit.Add(testDatabase, testTable, rep)
+	})
+	s.quiet(19, "OutboxRelayBrokerLostMessages")
+	s.expect = append(s.expect, alertTest{minute: 21, alert: "OutboxRelayBrokerLostMessages", labels: []map[string]string{
+		{"database": testDatabase, "table": testTable, "ordered": "false"},
+		{"database": testDatabase, "table": testTable, "ordered": "true"},
+	}})
+	s.quiet(35, "OutboxRelayBrokerLostMessages")
+	add(s)
+
 	// The standby dies, then the leader: each is down, the table has nobody, then nothing
 	// exports any relay series at all.
 	s = newScenario(t, "relays go down", "a", "b")
@@ -741,6 +764,9 @@ func realSeries(t *testing.T) map[string]map[string]bool {
 	tx := txcheck.NewMetrics(reg, testDatabase) // the check responder's, with check groups
 	tx.Observe("outbox-tx", txcheck.Rollback, txcheck.ReasonSent, 1)
 	tx.Recovered("outbox-tx")
+	am := auditor.NewMetrics(reg)
+	am.Add(testDatabase, testTable, auditor.Report{Checked: 1, Present: 1})
+	am.SetLag(testDatabase, testTable, 0)
 	out := map[string]map[string]bool{}
 	for sel := range samples(t, scrape(t, reg)) {
 		name, labels, _ := strings.Cut(sel, "{")
@@ -904,6 +930,9 @@ func TestMetricsDocMatchesTheRelay(t *testing.T) {
 	tm := m.Table(testDatabase, testTable)
 	tm.InitPartitions(2)
 	tm.SetMisconfigured("payments", true) // a series exists only while a topic is refused
+	am := auditor.NewMetrics(reg)
+	am.Add(testDatabase, testTable, auditor.Report{Checked: 1, Present: 1})
+	am.SetLag(testDatabase, testTable, 0)
 	text := scrape(t, reg)
 	types := map[string]string{}
 	for _, line := range strings.Split(text, "\n") {

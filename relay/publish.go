@@ -24,6 +24,7 @@ type result struct {
 	delay  time.Duration // how long a deferred row waits
 	capped bool          // a transient retry: counted, but never past max_retry_count
 	unsent bool          // deferred without an attempt: no failure to count
+	stored *Stored       // where the broker stored a sent row, when the publisher said
 }
 
 // detachAfter is how long a page waits for its slowest units once all of them have started.
@@ -104,7 +105,7 @@ func (r *Relay) runUnit(ctx context.Context, u unit, items []item, out []result,
 		err := r.send(ctx, items[u.idx[0]].route, msgs...)
 		if err == nil {
 			for n := range u.idx {
-				out[n] = result{kind: sent}
+				out[n] = result{kind: sent, stored: msgs[n].Stored}
 			}
 			return
 		}
@@ -194,8 +195,8 @@ func (r *Relay) runLane(ctx context.Context, u unit, items []item, out []result,
 		err := r.send(ctx, items[u.idx[batch[0]]].route, msgs...)
 		switch k := KindOf(err); {
 		case err == nil:
-			for _, n := range batch {
-				out[n] = result{kind: sent}
+			for j, n := range batch {
+				out[n] = result{kind: sent, stored: msgs[j].Stored}
 			}
 		case ctx.Err() != nil:
 			return
@@ -226,7 +227,7 @@ func (r *Relay) sendOne(ctx context.Context, it item, res *result, fence func() 
 	err := r.send(ctx, it.route, it.msg)
 	switch {
 	case err == nil:
-		*res = result{kind: sent}
+		*res = result{kind: sent, stored: it.msg.Stored}
 	case ctx.Err() != nil:
 		// Abandoned mid-send: whether the broker stored it is unknown, and the row stays due.
 	default:
@@ -249,9 +250,10 @@ func failResult(err error) result {
 }
 
 func (r *Relay) send(ctx context.Context, route Route, msgs ...*Message) error {
-	msgs, spans := r.traceSend(ctx, msgs) // tracing.go; free when tracing is off
+	traced, spans := r.traceSend(ctx, msgs) // tracing.go; free when tracing is off
 	start := time.Now()
-	err := r.pub.Send(ctx, route, msgs...)
+	err := r.pub.Send(ctx, route, traced...)
+	keepStored(msgs, traced)
 	r.metrics.ObservePublish(time.Since(start))
 	spans.end(err)
 	if err == nil {

@@ -28,6 +28,9 @@ type Message struct {
 	RetryCount int
 	// MaxRetries is the max_retry_count column.
 	MaxRetries int
+	// Stored is set by the publisher on an acknowledged send: where the broker stored the
+	// message (nil when the publisher cannot tell). The relay records it with the sent row.
+	Stored *Stored
 }
 
 // Publisher sends messages to the broker.

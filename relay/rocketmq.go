@@ -235,7 +235,7 @@ func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Mess
 	if wait != nil {
 		return AtBroker(wait.addr, fmt.Errorf("%w: %w", ErrBrokerUnreachable, wait))
 	}
-	err = p.sendTo(ctx, prod, route, out, mq)
+	err = p.sendTo(ctx, prod, route, msgs, out, mq)
 	if keyedBatch {
 		p.keyedBatchAnswered(topic, err)
 	}
@@ -250,7 +250,7 @@ func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Mess
 		for i, m := range msgs {
 			out[i] = toPrimitive(m, route)
 		}
-		err = p.sendTo(ctx, prod, route, out, mq)
+		err = p.sendTo(ctx, prod, route, msgs, out, mq)
 	}
 	if err == nil || !brokerFault(err) || ctx.Err() != nil {
 		return err
@@ -269,7 +269,7 @@ func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Mess
 	if other == nil {
 		return err
 	}
-	if err = p.sendTo(ctx, prod, route, out, other); err != nil && brokerFault(err) {
+	if err = p.sendTo(ctx, prod, route, msgs, out, other); err != nil && brokerFault(err) {
 		_, err = p.brokerFailed(err)
 	}
 	return err
@@ -382,9 +382,9 @@ func (p *RocketMQPublisher) brokerFailed(err error) (string, error) {
 	return broker, err
 }
 
-// sendTo makes one send of out to mq (nil: the queue selector chooses), within the route's
-// send timeout.
-func (p *RocketMQPublisher) sendTo(ctx context.Context, prod client, route Route, out []*primitive.Message, mq *primitive.MessageQueue) error {
+// sendTo makes one send of out (msgs as the client sends them) to mq (nil: the queue
+// selector chooses), within the route's send timeout; on success each of msgs has Stored set.
+func (p *RocketMQPublisher) sendTo(ctx context.Context, prod client, route Route, msgs []*Message, out []*primitive.Message, mq *primitive.MessageQueue) error {
 	timeout := route.SendTimeout
 	if timeout <= 0 {
 		timeout = p.cfg.SendTimeout
@@ -412,9 +412,12 @@ func (p *RocketMQPublisher) sendTo(ctx context.Context, prod client, route Route
 		return err
 	}
 	if res.Status != primitive.SendOK {
-		return p.storedStatus(res, out[0].Topic, len(out))
+		err = p.storedStatus(res, out[0].Topic, len(out))
 	}
-	return nil
+	if err == nil {
+		noteStored(res, msgs)
+	}
+	return err
 }
 
 // brokerFault reports whether a failed send is the broker's fault (unreachable, timed out,

@@ -44,6 +44,9 @@ type store struct {
 	scanDone        bool
 	// reasonChars is the width of the table's fail_reason (0: unknown), read by scanIndex.
 	reasonChars int
+	// positions: the table has the audit columns, and sent rows record where the broker
+	// stored them (markSentAt); read by scanIndex.
+	positions bool
 }
 
 // row is one due outbox row as read by a page.
@@ -166,6 +169,9 @@ func (s *store) scanIndex(ctx context.Context) error {
 		return err
 	}
 	if s.reasonChars, err = schema.FailReasonWidth(ctx, s.db, s.name); err != nil {
+		return err
+	}
+	if s.positions, err = schema.HasAuditColumns(ctx, s.db, s.name); err != nil {
 		return err
 	}
 	s.scanDone = true

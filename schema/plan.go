@@ -42,6 +42,9 @@ type Step struct {
 	// Apply runs it in primary key ranges of backfillChunk ids, each its own short
 	// transaction in READ COMMITTED; its SQL, run by hand, does the whole table at once.
 	Backfill bool
+	// Instant marks an ALTER with ALGORITHM=INSTANT: a server that cannot run it instantly
+	// runs it with ALGORITHM=INPLACE, LOCK=NONE instead.
+	Instant bool
 }
 
 // Plan returns the statements that bring table to the contract, in order, without running
@@ -67,7 +70,7 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 		ddl, _ := DDL(table)
 		return append([]Step{{SQL: strings.TrimSpace(ddl), Online: true}}, partitionSteps(table, partitions, st)...), nil
 	}
-	var online, wrong, widen, nullable []string
+	var online, wrong, widen, nullable, audit []string
 	autoInc := false
 	for _, p := range problems {
 		switch {
@@ -83,6 +86,8 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 			widen = append(widen, p.Object)
 		case "nullable column":
 			nullable = append(nullable, p.Object)
+		case MissingAuditColumn:
+			audit = append(audit, p.Object)
 		case "obsolete index":
 			online = append(online, "DROP INDEX "+QuoteIdent(p.Object))
 		case "missing index":
@@ -104,6 +109,11 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 		return nil, fmt.Errorf("table %s cannot be upgraded automatically: %s", table, strings.Join(wrong, "; "))
 	}
 	var steps []Step
+	if len(audit) > 0 && len(online) == 0 {
+		steps = append(steps, auditStep(table, audit))
+	} else if len(audit) > 0 {
+		online = append(online, auditStep(table, audit).Alter) // rebuilt once anyway
+	}
 	if len(online) > 0 {
 		alter := strings.Join(online, ", ")
 		steps = append(steps, Step{
@@ -200,6 +210,9 @@ func Apply(ctx context.Context, db *sql.DB, table string, steps []Step, allowBlo
 			continue
 		}
 		err := execDDL(ctx, db, st.SQL, st.Online)
+		if n := mysqlerr.Number(err); st.Instant && (n == errAlterNotSupported || n == errAlterNotSupportedReason) {
+			err = execDDL(ctx, db, fmt.Sprintf("ALTER TABLE %s %s, %s", QuoteIdent(table), st.Alter, onlineClause), true)
+		}
 		if n := mysqlerr.Number(err); st.Online && (n == errAlterNotSupported || n == errAlterNotSupportedReason) {
 			if !allowBlocking {
 				return fmt.Errorf("table %s: %w on this server (%v)", table, ErrNotOnline, err)

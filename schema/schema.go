@@ -101,7 +101,8 @@ var obsoleteIndexes = []index{
 // Problem is one way a table differs from the contract.
 type Problem struct {
 	// Kind is "missing table", "missing column", "wrong type", "not auto_increment",
-	// "missing index", "not unique", "narrow column", "obsolete index" or "nullable column".
+	// "missing index", "not unique", "narrow column", "obsolete index", "nullable column"
+	// or "missing audit column".
 	Kind string
 	// Object names the column or index concerned; empty for a missing table.
 	Object string
@@ -112,10 +113,11 @@ type Problem struct {
 // Fatal reports whether the relay cannot run on the table: every problem but a narrow
 // column, which only limits what writers can insert (longer values are refused with error
 // 1406, or cut silently when the server's sql_mode is not strict), an obsolete index, which
-// only slows the write-back down, and a nullable column, whose NULLs every statement reads
+// only slows the write-back down, a missing audit column, without which the relay records
+// no broker positions and does not audit, and a nullable column, whose NULLs every statement reads
 // as the contract says (see nulls.go).
 func (p Problem) Fatal() bool {
-	return p.Kind != "narrow column" && p.Kind != "obsolete index" && p.Kind != "nullable column"
+	return p.Kind != "narrow column" && p.Kind != "obsolete index" && p.Kind != "nullable column" && p.Kind != MissingAuditColumn
 }
 
 func (p Problem) String() string {
@@ -178,6 +180,7 @@ func check(ctx context.Context, db *sql.DB, table string, partitions int) ([]Pro
 			problems = append(problems, Problem{Kind: "nullable column", Object: c.name, Want: "NOT NULL", Got: got.columnType + " NULL"})
 		}
 	}
+	problems = append(problems, checkAudit(found)...)
 	have, named, err := readIndexes(ctx, db, table)
 	if err != nil {
 		return nil, partitionState{}, err

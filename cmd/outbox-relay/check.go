@@ -47,6 +47,7 @@ name server does not answer or the audit cannot ask the brokers.`,
 				useClientLogger(zerolog.Nop())
 			}
 			checks := topicsToCheck(a.cfg.Routes, topics)
+			defer a.printAuditCheck(cmd.Context(), timeout)
 			if len(checks) == 0 {
 				fmt.Fprintln(a.out, "no topic to check: the routes name none literally; name topics with --topic")
 				return nil

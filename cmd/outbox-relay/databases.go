@@ -110,8 +110,11 @@ func (d *runDatabase) check(ctx context.Context, partitions int, log zerolog.Log
 				continue
 			}
 			msg := "column narrower than the contract: longer values fail to insert (or are cut without strict sql_mode); `outbox-relay migrate` widens it"
-			if p.Kind == "obsolete index" {
+			switch p.Kind {
+			case "obsolete index":
 				msg = "index the relay no longer uses: every write-back still moves the row's entry in it; `outbox-relay migrate` drops it online"
+			case schema.MissingAuditColumn:
+				msg = "audit column missing: broker positions are not recorded and the broker audit is off for this table; `outbox-relay migrate` adds them online"
 			}
 			log.Warn().Str("table", table).Str("problem", p.String()).Msg(msg)
 		}

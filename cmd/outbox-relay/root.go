@@ -151,6 +151,7 @@ OUTBOX_CONFIG), OUTBOX_* environment variables and flags, each overriding the on
 	root.RunE = run.RunE
 	root.AddCommand(run, a.newMigrateCmd(), a.newVersionCmd(), a.newConfigCmd(), a.newStatusCmd(),
 		a.newDeadCmd(), a.newRequeueCmd(), a.newPurgeCmd(), a.newHealthcheckCmd(), a.newBenchCmd(), a.newCheckCmd())
+	root.AddCommand(a.newAuditCmd())
 	return root
 }
 

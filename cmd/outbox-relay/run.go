@@ -134,6 +134,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 		return err
 	}
 	defer stopChecks()
+	defer startAuditors(ctx, cfg, dbs, router, reg, log)()
 	srv, err := serveHTTP(cfg.HTTP, reg, dbs, rdb, ui, log)
 	if err != nil {
 		return err

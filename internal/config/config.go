@@ -60,7 +60,9 @@ type Config struct {
 	Redis     Redis
 	RocketMQ  RocketMQ
 	Relay     Relay
-	Lock      Lock
+	// Audit configures the broker audit (audit.*).
+	Audit Audit
+	Lock  Lock
 	// Backoff is the retry delay policy (backoff.base, backoff.multiplier, backoff.max,
 	// backoff.jitter). Defaults to 1s doubling up to 1h, no jitter.
 	Backoff backoff.Policy
@@ -282,6 +284,23 @@ type Relay struct {
 	// limit (cgroup memory.max); without one, the bodies' budget is DefaultMemoryBudget.
 	// Defaults to 0.
 	MemoryLimit int64
+}
+
+// Audit configures the broker audit: sent rows checked against the broker, those it lost
+// after acknowledging them sent again (docs/decisions.md, "Broker audit").
+type Audit struct {
+	// Enabled runs the audit in every relay group, one owner at a time (audit.enabled).
+	// Defaults to true.
+	Enabled bool
+	// MinAge: rows sent more recently are not checked yet (audit.min_age). Defaults to 1m.
+	MinAge time.Duration
+	// MaxAge: rows sent longer ago are not checked (audit.max_age); keep it within the
+	// brokers' retention. Defaults to 24h.
+	MaxAge time.Duration
+	// Rate bounds the rows checked per second per table (audit.rate). Defaults to 200.
+	Rate float64
+	// BatchSize is the rows checked at a time, 1 to 1000 (audit.batch_size). Defaults to 100.
+	BatchSize int
 }
 
 // MemoryBudgetShare is the share of relay.memory_limit given to message bodies: a body
@@ -527,6 +546,14 @@ func (c Config) problems() []problem {
 	}
 	positive(bad, KeyRelayPurgeInterval, c.Relay.PurgeInterval)
 	between(bad, KeyRelayPartitions, c.Relay.Partitions, 1, schema.MaxPartitions)
+	positive(bad, KeyAuditMinAge, c.Audit.MinAge)
+	if c.Audit.MaxAge <= c.Audit.MinAge {
+		bad(KeyAuditMaxAge, "must be longer than audit.min_age (%s), got %s", c.Audit.MinAge, c.Audit.MaxAge)
+	}
+	if c.Audit.Rate <= 0 {
+		bad(KeyAuditRate, "must be a positive number of rows per second, got %g", c.Audit.Rate)
+	}
+	between(bad, KeyAuditBatchSize, c.Audit.BatchSize, 1, 1000)
 	if m := c.Relay.MemoryLimit; m != 0 && m < MinMemoryLimit {
 		bad(KeyRelayMemoryLimit, "must be 0 (the container's limit) or at least %d bytes (48 MiB), got %d", MinMemoryLimit, m)
 	}

@@ -72,6 +72,13 @@ const (
 	// budget and GOMEMLIMIT are derived.
 	KeyRelayMemoryLimit = "relay.memory_limit"
 
+	// Keys of the broker audit (Audit).
+	KeyAuditEnabled   = "audit.enabled"
+	KeyAuditMinAge    = "audit.min_age"
+	KeyAuditMaxAge    = "audit.max_age"
+	KeyAuditRate      = "audit.rate"
+	KeyAuditBatchSize = "audit.batch_size"
+
 	KeyLockTTL = "lock.ttl"
 	KeyLockKey = "lock.key"
 	// KeyLockRedlockAddrs lists independent Redis masters holding the lock as a Redlock quorum.
@@ -145,6 +152,11 @@ var defaults = []struct {
 	{KeyRelayPurgeInterval, 10 * time.Minute},
 	{KeyRelayPartitions, 1},
 	{KeyRelayMemoryLimit, 0},
+	{KeyAuditEnabled, true},
+	{KeyAuditMinAge, time.Minute},
+	{KeyAuditMaxAge, 24 * time.Hour},
+	{KeyAuditRate, 200.0},
+	{KeyAuditBatchSize, 100},
 	{KeyLockTTL, 2 * time.Second},
 	{KeyLockKey, "outbox-relay:lock:{db}:{table}"},
 	{KeyLockRedlockAddrs, []string{}},

@@ -127,6 +127,13 @@ func decode(v *viper.Viper, file string, environ []string) (Config, []problem, e
 			Partitions:      d.int(KeyRelayPartitions),
 			MemoryLimit:     int64(d.int(KeyRelayMemoryLimit)),
 		},
+		Audit: Audit{
+			Enabled:   d.bool(KeyAuditEnabled),
+			MinAge:    d.duration(KeyAuditMinAge),
+			MaxAge:    d.duration(KeyAuditMaxAge),
+			Rate:      d.float(KeyAuditRate),
+			BatchSize: d.int(KeyAuditBatchSize),
+		},
 		Lock: Lock{
 			TTL: d.duration(KeyLockTTL),
 			Key: d.str(KeyLockKey),

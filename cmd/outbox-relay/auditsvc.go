@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/internal/auditor"
+	"github.com/outbox-relay/outbox-relay/internal/brokeraudit"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/remoting"
+	"github.com/outbox-relay/outbox-relay/relay"
+)
+
+// brokerLookup is the broker audit's lookup of the configured RocketMQ deployment.
+func brokerLookup(cfg config.Config) brokeraudit.Lookup {
+	return brokeraudit.NewRocketMQ(brokeraudit.RocketMQConfig{
+		NameServers: cfg.RocketMQ.NameServers, TLS: cfg.RocketMQ.TLS.Enable,
+		Credentials: remoting.Credentials{AccessKey: cfg.RocketMQ.AccessKey, SecretKey: cfg.RocketMQ.SecretKey},
+	})
+}
+
+// newAuditor returns the broker audit of one table; owner says when this process runs it.
+func newAuditor(cfg config.Config, d *runDatabase, table string, router relay.Router, m *auditor.Metrics, owner func() bool, log zerolog.Logger) (*auditor.Auditor, error) {
+	return auditor.New(d.pool, brokerLookup(cfg), auditor.Config{
+		Database: d.Label(), Table: table, MinAge: cfg.Audit.MinAge, MaxAge: cfg.Audit.MaxAge,
+		Rate: cfg.Audit.Rate, Batch: cfg.Audit.BatchSize, Namespace: cfg.RocketMQ.Namespace,
+		Ordered: orderedBy(router), Owner: owner, Log: log, Metrics: m,
+	})
+}
+
+// orderedBy says whether a topic and tag go by an ordered route.
+func orderedBy(router relay.Router) func(topic, tag string) bool {
+	return func(topic, tag string) bool {
+		if router == nil {
+			return false
+		}
+		r, _ := router.Route(topic, tag)
+		return r.Ordered
+	}
+}
+
+// startAuditors runs the broker audit of every table of dbs, on the process holding the
+// table's partition 0 (the whole table's lock with one partition), until ctx ends; the
+// returned function waits for them. With audit.enabled off it logs so and runs nothing.
+func startAuditors(ctx context.Context, cfg config.Config, dbs []*runDatabase, router relay.Router, reg prometheus.Registerer, log zerolog.Logger) (wait func()) {
+	var wg sync.WaitGroup
+	if !cfg.Audit.Enabled {
+		log.Warn().Msg("broker audit OFF (audit.enabled=false): acknowledged messages the broker loses are not found")
+		return wg.Wait
+	}
+	m := auditor.NewMetrics(reg)
+	for _, d := range dbs {
+		for i, table := range d.Tables {
+			g := d.groups[i]
+			owner := func() bool { return slices.Contains(g.Owned(), 0) }
+			a, err := newAuditor(cfg, d, table, router, m, owner, log)
+			if err != nil {
+				log.Error().Err(err).Str("table", table).Msg("broker audit OFF")
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = a.Run(ctx)
+			}()
+		}
+	}
+	return wg.Wait
+}
+
+// printAuditCheck says, for `outbox-relay check`, whether the broker audit can run against
+// the configured brokers: off by configuration, the brokers unable to answer (a proxy that
+// does not serve the lookup), or on.
+func (a *app) printAuditCheck(ctx context.Context, timeout time.Duration) {
+	if !a.cfg.Audit.Enabled {
+		fmt.Fprintln(a.out, "broker audit: OFF (audit.enabled=false): messages the broker loses after acknowledging them are not found")
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := brokerLookup(a.cfg).Probe(ctx); err != nil {
+		fmt.Fprintf(a.out, "broker audit: OFF: the brokers cannot be asked: %v\n", err)
+		return
+	}
+	fmt.Fprintln(a.out, "broker audit: on: the brokers answer the lookup (tables also need the audit columns: outbox-relay migrate --check)")
+}

@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package auditor_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/backoff"
+	"github.com/outbox-relay/outbox-relay/internal/auditor"
+	"github.com/outbox-relay/outbox-relay/internal/brokeraudit"
+	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
+	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/schema"
+)
+
+// countingLookup counts the requests the auditor makes of the real lookup.
+type countingLookup struct {
+	brokeraudit.Lookup
+	checks, positions atomic.Int64
+}
+
+func (c *countingLookup) Check(ctx context.Context, ps []brokeraudit.Position) ([]brokeraudit.Finding, error) {
+	c.checks.Add(1)
+	c.positions.Add(int64(len(ps)))
+	return c.Lookup.Check(ctx, ps)
+}
+
+// BenchmarkDrainWithAudit drains the same backlog (audit_rows, 30,000) twice in one run to an
+// rmqtest broker, the audit off and then on (checking rows 1 ms after they are sent, at the
+// default 200 rows/s, or AUDIT_BENCH_RATE), and reports both drain rates, the audit's
+// lookups and the rows it checked. Run with -benchtime=1x.
+func BenchmarkDrainWithAudit(b *testing.B) {
+	const rows = 30000
+	broker, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer broker.Close()
+	broker.CreateTopic("bench", 8)
+	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{broker.NameServerAddr()}, SendTimeout: 3 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pub.Close()
+	for i := 0; i < b.N; i++ {
+		off := drainOnce(b, pub, broker, rows, nil)
+		lookup := &countingLookup{Lookup: brokeraudit.NewRocketMQ(brokeraudit.RocketMQConfig{NameServers: []string{broker.NameServerAddr()}})}
+		on := drainOnce(b, pub, broker, rows, lookup)
+		b.ReportMetric(off, "rows/s-audit-off")
+		b.ReportMetric(on, "rows/s-audit-on")
+		b.ReportMetric(float64(lookup.positions.Load()), "rows-checked")
+		b.ReportMetric(float64(lookup.checks.Load())*100000/float64(max(1, lookup.positions.Load())), "lookups/100k-rows")
+	}
+}
+
+// drainOnce fills a table with rows due rows and drains it with one relay, the audit running
+// beside it when lookup is set; it returns rows per second.
+func drainOnce(b *testing.B, pub relay.Publisher, broker *rmqtest.Server, rows int, lookup brokeraudit.Lookup) float64 {
+	b.Helper()
+	db := testenv.MySQL(b)
+	ctx := context.Background()
+	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := db.Exec("INSERT INTO local_message (msg_id, topic, content) SELECT CONCAT('m-', seq), 'bench', REPEAT('x', 200) FROM seq_1_to_" + itoa(rows)); err != nil {
+		b.Fatal(err)
+	}
+	rdb, prefix := testenv.Redis(b)
+	r, err := relay.New(db.DB, rdb, pub, relay.Config{DisableNudge: true, LockKey: prefix + "lock", LockTTL: 3 * time.Second,
+		Backoff: backoff.Policy{Base: 100 * time.Millisecond, Multiplier: 2, Max: time.Second}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	actx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	if lookup != nil {
+		a, err := auditor.New(db.DB, lookup, auditor.Config{Database: "bench", Table: "local_message", MinAge: time.Millisecond,
+			MaxAge: time.Hour, Rate: benchRate(), Batch: 100, Idle: 50 * time.Millisecond, Log: zerolog.Nop()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		go func() { defer close(done); _ = a.Run(actx) }()
+	} else {
+		close(done)
+	}
+	start := time.Now()
+	sent := 0
+	for sent < rows {
+		st, err := r.DrainOnce(ctx, ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if st.Sent == 0 && st.Read == 0 {
+			b.Fatalf("drain stalled at %d of %d rows", sent, rows)
+		}
+		sent += st.Sent
+	}
+	took := time.Since(start)
+	cancel()
+	<-done
+	return float64(rows) / took.Seconds()
+}
+
+// benchRate is audit.rate for the benchmark: AUDIT_BENCH_RATE, else the default 200.
+func benchRate() float64 {
+	if v, err := strconv.ParseFloat(os.Getenv("AUDIT_BENCH_RATE"), 64); err == nil && v > 0 {
+		return v
+	}
+	return 200
+}
+
+func itoa(n int) string {
+	s := ""
+	for ; n > 0; n /= 10 {
+		s = string(rune('0'+n%10)) + s
+	}
+	return s
+}

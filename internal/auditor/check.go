@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package auditor
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/brokeraudit"
+)
+
+// checkBatch looks cands up and, with repair, writes the verdicts back: Present rows get
+// nowMs as their audit time; Missing rows are made due again, one statement per distinct
+// reason; Unknown rows are only counted.
+func (a *Auditor) checkBatch(ctx context.Context, cands []candidate, repair bool, nowMs int64) (Report, error) {
+	ps := make([]brokeraudit.Position, len(cands))
+	settledMax := int64(0)
+	for i, c := range cands {
+		ps[i] = c.position()
+		if a.cfg.Namespace != "" {
+			ps[i].Topic = a.cfg.Namespace + "%" + c.topic
+		}
+		settledMax = max(settledMax, c.settled)
+	}
+	found, err := a.lookup.Check(ctx, ps)
+	if err != nil {
+		return Report{}, fmt.Errorf("ask the brokers about %d sent rows of %s: %w", len(ps), a.cfg.Table, err)
+	}
+	if len(found) != len(cands) {
+		return Report{}, fmt.Errorf("the broker lookup answered %d of %d positions", len(found), len(cands))
+	}
+	rep := Report{Checked: len(cands)}
+	var present []int64
+	missing := map[string][]int{} // by reason
+	for i, f := range found {
+		switch f.Verdict {
+		case brokeraudit.Present:
+			rep.Present++
+			present = append(present, cands[i].id)
+		case brokeraudit.Missing:
+			rep.Missing++
+			reason := "lost by broker " + cands[i].broker + " after acknowledgement: " + f.Reason
+			missing[reason] = append(missing[reason], i)
+		default:
+			rep.Unknown++
+		}
+	}
+	if len(present) > 0 && repair { // a dry run writes nothing
+		if _, err := a.st.markPresent(ctx, present, settledMax, nowMs); err != nil {
+			return rep, err
+		}
+	}
+	for reason, idx := range missing {
+		if err := a.lost(ctx, cands, idx, reason, repair, settledMax, nowMs, &rep); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// lost records the missing rows idx of cands in rep and, with repair, makes them due again.
+func (a *Auditor) lost(ctx context.Context, cands []candidate, idx []int, reason string, repair bool, settledMax, nowMs int64, rep *Report) error {
+	var n int64
+	if repair {
+		ids := make([]int64, len(idx))
+		for j, i := range idx {
+			ids[j] = cands[i].id
+		}
+		var err error
+		if n, err = a.st.repair(ctx, ids, reason, settledMax, nowMs); err != nil {
+			return err
+		}
+		rep.Repaired += int(n)
+	}
+	for _, i := range idx {
+		c := cands[i]
+		l := Lost{ID: c.id, MsgID: c.msgID, Topic: c.topic, Tag: c.tag, ShardingKey: c.key, Reason: reason,
+			Ordered: c.key != "" && a.cfg.Ordered != nil && a.cfg.Ordered(c.topic, c.tag), Repaired: repair && n > 0,
+			Broker: c.broker, QueueID: c.queue, QueueOffset: c.offset, SentAtMs: c.settled}
+		if l.Ordered && l.Repaired {
+			rep.RepairedOrdered++
+		}
+		if len(rep.Lost) < maxListed {
+			rep.Lost = append(rep.Lost, l)
+		}
+	}
+	if repair && int(n) < len(idx) {
+		// Sent again, or changed by an operator, since the audit read them: their newer
+		// state stands. Counted as repaired only for the rows changed.
+		rep.RepairedOrdered = min(rep.RepairedOrdered, rep.Repaired)
+	}
+	return nil
+}
+
+// Range is what Audit checks: rows sent in [From, To] (To zero: now), of Topic (empty:
+// any), every one whatever earlier audits found.
+type Range struct {
+	From, To time.Time
+	Topic    string
+	// Repair makes the missing rows due again; without it Audit only reports them.
+	Repair bool
+}
+
+// Audit checks every sent row of rg with a recorded position, at the configured rate, and
+// returns what it found: `outbox-relay audit`.
+func (a *Auditor) Audit(ctx context.Context, rg Range) (Report, error) {
+	if err := a.prepare(ctx); err != nil {
+		return Report{}, err
+	}
+	nowMs, err := a.st.now(ctx)
+	if err != nil {
+		return Report{}, err
+	}
+	w := window{from: rg.From.UnixMilli(), to: nowMs, topic: rg.Topic, all: true}
+	if !rg.To.IsZero() {
+		w.to = min(rg.To.UnixMilli(), nowMs)
+	}
+	var total Report
+	cur := cursor{settled: w.from, id: -1 << 62}
+	for {
+		rep, next, done, err := a.step(ctx, w, cur, rg.Repair)
+		total.add(rep)
+		if err != nil || done {
+			return total, err
+		}
+		cur = next
+	}
+}
+
+// step checks the next batch of w after cur and returns where the next one starts, and
+// done once w has no rows left.
+func (a *Auditor) step(ctx context.Context, w window, cur cursor, repair bool) (Report, cursor, bool, error) {
+	cands, err := a.st.read(ctx, w, cur, a.cfg.Batch)
+	if err != nil || len(cands) == 0 {
+		return Report{}, cur, true, err
+	}
+	nowMs, err := a.st.now(ctx)
+	if err != nil {
+		return Report{}, cur, true, err
+	}
+	rep, err := a.checkBatch(ctx, cands, repair, nowMs)
+	if err != nil {
+		return rep, cur, true, err
+	}
+	last := cands[len(cands)-1]
+	if !a.cfg.Sleep(ctx, time.Duration(float64(len(cands))/a.cfg.Rate*float64(time.Second))) {
+		return rep, cur, true, ctx.Err()
+	}
+	return rep, cursor{settled: last.settled, id: last.id}, len(cands) < a.cfg.Batch, nil
+}
