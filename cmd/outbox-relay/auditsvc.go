@@ -76,12 +76,15 @@ func startAuditors(ctx context.Context, cfg config.Config, dbs []*runDatabase, r
 	return wg.Wait
 }
 
-// printAuditCheck says, for `outbox-relay check`, whether the broker audit can run against
-// the configured brokers: off by configuration, the brokers unable to answer (a proxy that
-// does not serve the lookup), or on.
+// auditOff is what check says when the audit is switched off.
+const auditOff = "broker audit: OFF (audit.enabled=false): messages the broker loses after acknowledging them are not found"
+
+// printAuditCheck says, for `outbox-relay check` with no topic to check, whether the broker
+// audit can run against the configured brokers: off by configuration, the brokers unable to
+// answer (a proxy that does not serve the lookup), or on.
 func (a *app) printAuditCheck(ctx context.Context, timeout time.Duration) {
 	if !a.cfg.Audit.Enabled {
-		fmt.Fprintln(a.out, "broker audit: OFF (audit.enabled=false): messages the broker loses after acknowledging them are not found")
+		fmt.Fprintln(a.out, auditOff)
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)

@@ -47,9 +47,9 @@ name server does not answer or the audit cannot ask the brokers.`,
 				useClientLogger(zerolog.Nop())
 			}
 			checks := topicsToCheck(a.cfg.Routes, topics)
-			defer a.printAuditCheck(cmd.Context(), timeout)
 			if len(checks) == 0 {
 				fmt.Fprintln(a.out, "no topic to check: the routes name none literally; name topics with --topic")
+				a.printAuditCheck(cmd.Context(), timeout)
 				return nil
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
@@ -68,7 +68,12 @@ name server does not answer or the audit cannot ask the brokers.`,
 			if err := printTopicChecks(a.out, a.cfg.RocketMQ, results, clusterOf(adm, a.cfg.RocketMQ.Namespace, results)); err != nil {
 				return err
 			}
-			auditErr := checkAudit(ctx, a.out, a.cfg.RocketMQ, results)
+			var auditErr error
+			if a.cfg.Audit.Enabled {
+				auditErr = checkAudit(ctx, a.out, a.cfg.RocketMQ, results)
+			} else {
+				fmt.Fprintln(a.out, "\n"+auditOff)
+			}
 			for _, r := range results {
 				if r.err != nil || r.missing {
 					return fmt.Errorf("check: %d of %d topics missing or not checked", countBad(results), len(results))
