@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay/message"
 )
 
 // Label values that stand for many topics or tags (docs/metrics.md, "Bounded labels").
@@ -235,8 +236,8 @@ func (m *Metrics) Table(database, table string) *TableMetrics {
 	}
 	// Every gauge and counter is created at zero by WithLabelValues; leader too, explicitly.
 	t.leader.Set(0)
-	for k := range sendErrorKindNames {
-		m.sendFails.WithLabelValues(database, table, SendErrorKind(k).String())
+	for _, k := range message.SendErrorKinds() {
+		m.sendFails.WithLabelValues(database, table, k.String())
 	}
 	for _, r := range m.opts.Routes {
 		if !literal(r.Topic) || outbox.ValidateTopic(r.Topic) != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay/message"
 )
 
 // RocketMQConfig configures a RocketMQPublisher.
@@ -232,7 +233,7 @@ func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Mess
 	}
 	mq, wait := p.queues.pick(topic, key, route.Ordered && key != "")
 	if wait != nil {
-		return AtBroker(wait.addr, fmt.Errorf("%w: %w", ErrBrokerUnreachable, wait))
+		return message.AtBroker(wait.addr, fmt.Errorf("%w: %w", ErrBrokerUnreachable, wait))
 	}
 	err = p.sendTo(ctx, prod, route, out, mq)
 	if keyedBatch {
@@ -364,7 +365,7 @@ const maxResends = 4
 // returns the broker's name ("" when unknown) and the error, marked ErrBrokerUnreachable
 // when the broker was known to be down.
 func (p *RocketMQPublisher) brokerFailed(err error) (string, error) {
-	addr := BrokerOf(err)
+	addr := message.BrokerOf(err)
 	var se *SendError
 	if errors.As(err, &se) && se.Code >= 0 {
 		// The broker answered (busy, flow control, an error): not down, but an unordered
@@ -401,7 +402,7 @@ func (p *RocketMQPublisher) sendTo(ctx context.Context, prod client, route Route
 	res, err := prod.SendSync(ctx, out...)
 	if err != nil {
 		err = p.classify(ctx, err, out[0].Topic, len(out) > 1)
-		p.health.failed(BrokerOf(err), err)
+		p.health.failed(message.BrokerOf(err), err)
 		var se *SendError
 		if errors.Is(context.Cause(ctx), errConnectionDropped) && errors.As(err, &se) && !errors.Is(err, errConnectionLost) {
 			// The broker closed the connection the send waited on: whether it stored the
@@ -420,7 +421,7 @@ func (p *RocketMQPublisher) sendTo(ctx context.Context, prod client, route Route
 // busy, read-only), not the message's or the topic's.
 func brokerFault(err error) bool {
 	k := KindOf(err)
-	return BrokerOf(err) != "" && (k == SendTransient || k == SendUnreachable)
+	return message.BrokerOf(err) != "" && (k == SendTransient || k == SendUnreachable)
 }
 
 // attributeBroker is a producer interceptor that attributes a failed send to the broker
@@ -435,7 +436,7 @@ func (p *RocketMQPublisher) attributeBroker(ctx context.Context, req, reply any,
 	}
 	if err != nil {
 		p.queues.attempted(pc.MQ.BrokerName, pc.BrokerAddr)
-		return AtBroker(pc.BrokerAddr, err)
+		return message.AtBroker(pc.BrokerAddr, err)
 	}
 	p.queues.sent(pc.MQ.BrokerName, pc.BrokerAddr)
 	p.health.acked(pc.MQ.BrokerName, pc.BrokerAddr, time.Since(start))

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/remoting"
+	"github.com/outbox-relay/outbox-relay/relay/message"
 )
 
 // errConnectionLost marks a send written to a connection the broker had closed (broken
@@ -86,9 +87,9 @@ func misconfiguredAnswer(code int, lower string) bool {
 // cluster when they list none or do not answer; a refused connection is unreachable;
 // anything else (a timeout, a dropped connection) is transient.
 func (p *RocketMQPublisher) classify(ctx context.Context, err error, topic string, batch bool) error {
-	broker := BrokerOf(err)
+	broker := message.BrokerOf(err)
 	msg := err.Error()
-	var be *BrokerError
+	var be *message.BrokerError
 	if errors.As(err, &be) {
 		msg = be.Err.Error()
 	}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package message
 
 import (
 	"context"
@@ -100,6 +100,15 @@ const (
 )
 
 var sendErrorKindNames = [...]string{"transient", "unreachable", "refused", "permanent", "topic_missing", "misconfigured", "unreplicated"}
+
+// SendErrorKinds returns every kind, in the order of their values.
+func SendErrorKinds() []SendErrorKind {
+	kinds := make([]SendErrorKind, len(sendErrorKindNames))
+	for i := range kinds {
+		kinds[i] = SendErrorKind(i)
+	}
+	return kinds
+}
 
 // String returns the kind's name as metrics and logs show it.
 func (k SendErrorKind) String() string {
