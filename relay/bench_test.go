@@ -50,6 +50,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/outbox/redisnudge"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -116,9 +117,9 @@ func fillRows(tb testing.TB, db *sql.DB, prefix string, n, status int) {
 
 // benchPublisher returns a publisher on the broker at nameServer, warmed up (route fetched,
 // connection open) by one send.
-func benchPublisher(tb testing.TB, nameServer string) *RocketMQPublisher {
+func benchPublisher(tb testing.TB, nameServer string) *rocketmq.Publisher {
 	tb.Helper()
-	pub, err := NewRocketMQPublisher(RocketMQConfig{NameServers: []string{nameServer}, SendTimeout: 3 * time.Second})
+	pub, err := rocketmq.NewPublisher(rocketmq.Config{NameServers: []string{nameServer}, SendTimeout: 3 * time.Second})
 	if err != nil {
 		tb.Fatal(err)
 	}

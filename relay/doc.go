@@ -41,8 +41,8 @@
 //     the last send in flight is written back, and releases it only then.
 //   - Failure accounting (what a failed send costs its row): incidents.go alone turns the
 //     kind of a SendError into a counted retry, a deferral or a dead row (the table of
-//     docs/decisions.md, "Failure accounting"). rocketmq_classify.go alone reads the client's
-//     errors and send statuses to give that kind; rocketmq_connwatch.go fails a send at once
+//     docs/decisions.md, "Failure accounting"). rocketmq/classify.go alone reads the client's
+//     errors and send statuses to give that kind; rocketmq/connwatch.go fails a send at once
 //     when the connection it waits on is closed, so that the publisher sends it again (a
 //     dropped connection costs no attempt and no send timeout).
 //   - No status is overwritten by an older one: every UPDATE of store.go is guarded by the
@@ -50,8 +50,8 @@
 //   - A database stall is a statement left unanswered (progress.go), never a slow broker.
 //   - One layout of partitions at a time: layout.go.
 //   - What the dashboard shows, read without a query: the per-minute sent/failed/dead counts
-//     (activity.go, fed with the Prometheus counters), each broker's state and circuit and the
-//     name servers' probes (brokerhealth.go), and each relay's open incidents
+//     (metrics/activity.go, fed with the Prometheus counters), each broker's state and circuit and the
+//     name servers' probes (rocketmq/brokerhealth.go), and each relay's open incidents
 //     (incidentreport.go).
 //   - Bounded memory: the bodies held at once (pages read and not yet published, sends of
 //     detached units) are bounded by Config.MemoryBudget (budget.go), which scan.go takes

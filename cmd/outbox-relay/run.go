@@ -30,6 +30,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/ops"
 	"github.com/outbox-relay/outbox-relay/internal/redisconn"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
 func (a *app) newRunCmd() *cobra.Command {
@@ -82,7 +83,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	metrics := relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: routeRules(cfg.Routes)})
 	v, c, _ := buildInfo()
 	metrics.SetBuildInfo(v, c)
-	pub, err := relay.NewRocketMQPublisher(rocketmqConfig(cfg, log, metrics))
+	pub, err := rocketmq.NewPublisher(rocketmqConfig(cfg, log, metrics))
 	if err != nil {
 		return err
 	}
@@ -152,8 +153,8 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 
 // rocketmqConfig is the publisher's configuration; its log lines (a broker down or back, an
 // ordered queue waiting for its broker, sends stored without replication) go to log.
-func rocketmqConfig(cfg config.Config, log zerolog.Logger, metrics *relay.Metrics) relay.RocketMQConfig {
-	return relay.RocketMQConfig{
+func rocketmqConfig(cfg config.Config, log zerolog.Logger, metrics *relay.Metrics) rocketmq.Config {
+	return rocketmq.Config{
 		NameServers: cfg.RocketMQ.NameServers, Group: cfg.RocketMQ.Group, SendTimeout: cfg.RocketMQ.SendTimeout,
 		AccessKey: cfg.RocketMQ.AccessKey, SecretKey: cfg.RocketMQ.SecretKey, Log: log,
 		Namespace: cfg.RocketMQ.Namespace, TLS: cfg.RocketMQ.TLS.Enable,

@@ -54,7 +54,7 @@ type Publisher interface {
 // KeyBatcher is implemented by a Publisher that can send the messages of several sharding
 // keys in one batch request when their keys go to the same queue: a batch is stored in one
 // queue in its order, so each key keeps its queue and, on an ordered route, its order.
-// RocketMQPublisher implements it.
+// The RocketMQ adapter (package relay/rocketmq) implements it.
 type KeyBatcher interface {
 	// QueueOf names the queue that messages of topic with shardingKey go to, or returns
 	// false when it cannot tell (the topic's route not yet known), or will not (its broker
