@@ -27,6 +27,10 @@ const checkStreamsPerStatement = 200
 // rows all of unordered routes), reads eight times as many.
 const checkFirstLimit = 4
 
+// heldHead is the first unsent row of an ordered key, holding back the key's later rows, and
+// when it is due (its next_retry_time, epoch ms).
+type heldHead struct{ id, dueMs int64 }
+
 // orderedHeads returns, per ordered stream of a page (its rows' ids, ascending), the
 // stream's unsent row that holds the page's rows of the stream back, with its due time:
 // the page's rows of the stream after it wait. A stream absent from the map goes whole.

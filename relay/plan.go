@@ -32,10 +32,6 @@ type unit struct {
 // backlog's ids, a pass growing with the square of the backlog.
 type blockedKeys map[orderKey]heldHead
 
-// heldHead is the first unsent row of an ordered key, holding back the key's later rows, and
-// when it is due (its next_retry_time, epoch ms).
-type heldHead struct{ id, dueMs int64 }
-
 // plan groups the prepared items into units. An ordered key's rows may go only as the prefix
 // of its unsent rows that is present in this batch: a row behind an earlier unsent row
 // (failed and waiting, or not yet due) is held back, and the key noted in blocked.
