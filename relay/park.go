@@ -38,7 +38,7 @@ func (r *Relay) reviewParked(ctx context.Context) {
 		if err != nil {
 			return
 		}
-		found, err := r.store.findParked(ctx, nowMs, maxParkedKeys)
+		found, err := r.store.FindParked(ctx, nowMs, maxParkedKeys)
 		if err != nil {
 			r.parkReviewed = now
 			r.log.Warn().Err(err).Msg("parked rows not looked for (again in a minute); till then they wait until their head's due time")
@@ -54,9 +54,9 @@ func (r *Relay) reviewParked(ctx context.Context) {
 	}
 	ids := make([]int64, 0, len(r.parked))
 	for _, h := range r.parked {
-		ids = append(ids, h.id)
+		ids = append(ids, h.ID)
 	}
-	heads, err := r.store.headStates(ctx, ids)
+	heads, err := r.store.HeadStates(ctx, ids)
 	var nowMs int64
 	if err == nil {
 		nowMs, err = r.dbNow(ctx)
@@ -66,15 +66,15 @@ func (r *Relay) reviewParked(ctx context.Context) {
 		return
 	}
 	for k, h := range r.parked {
-		if st, ok := heads[h.id]; ok && (st.status == 0 || st.status == 1) && st.due == h.dueMs {
+		if st, ok := heads[h.ID]; ok && (st.Status == 0 || st.Status == 1) && st.Due == h.DueMs {
 			continue // still holding its key until the parked rows' due time
 		}
 		delete(r.parked, k)
-		n, err := r.store.unpark(ctx, k, h.id, h.dueMs, nowMs)
+		n, err := r.store.Unpark(ctx, k, h.ID, h.DueMs, nowMs)
 		if err != nil {
-			r.log.Warn().Err(err).Str("sharding_key", k.key).Msg("head of a parked key gone or moved; its rows wait until its old due time")
+			r.log.Warn().Err(err).Str("sharding_key", k.Key).Msg("head of a parked key gone or moved; its rows wait until its old due time")
 			continue
 		}
-		r.log.Debug().Str("sharding_key", k.key).Int64("head", h.id).Int64("rows", n).Msg("head of a parked key gone or moved: its rows are due now")
+		r.log.Debug().Str("sharding_key", k.Key).Int64("head", h.ID).Int64("rows", n).Msg("head of a parked key gone or moved: its rows are due now")
 	}
 }
