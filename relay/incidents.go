@@ -88,7 +88,7 @@ func brokerKey(err error) string {
 }
 
 // deferredMark ends the reason of a row deferred by a broker's incident; the rows carrying it
-// are brought forward when the broker recovers (store.hastenDeferred).
+// are brought forward when the broker recovers (outboxsql.Store.HastenDeferred).
 const deferredMark = " (broker incident: attempt not counted)"
 
 // misconfiguredMark ends the reason of a row of a topic refused for the relay's configuration.

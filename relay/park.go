@@ -11,14 +11,14 @@ import (
 // row of the key, their head, made due when the head is. Each says so in its fail_reason,
 // naming its head, so that any leader can follow the head whatever happens to it: sent or
 // dead in a pass (parkHeld), deleted (soft or hard), brought due or put off by an operator
-// or by a broker's recovery (reviewParked), or under a new leader (findParked).
+// or by a broker's recovery (reviewParked), or under a new leader (Store.FindParked).
 // Their reason and the statements that find them: internal/outboxsql/park.go.
 
 // parkReviewEvery is how often the heads of the parked keys are looked at: once a second,
 // once more per thousand keys (one statement each).
 func parkReviewEvery(keys int) time.Duration { return time.Second * time.Duration(1+keys/1000) }
 
-// parkFindAgain is how long after a failed search for parked rows (findParked) the next
+// parkFindAgain is how long after a failed search for parked rows (Store.FindParked) the next
 // one runs: it reads every parked row, and a table whose search times out would otherwise
 // pay it on every pass.
 const parkFindAgain = time.Minute
