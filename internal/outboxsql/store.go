@@ -447,8 +447,8 @@ func (s *Store) MarkRetryPerRow(ctx context.Context, retryCount int, fails []Fai
 }
 
 // settledNowSQL is the database's clock in epoch ms: the next_retry_time of a row going dead
-// (a settled row's next_retry_time is when it was settled; see markSent).
-const settledNowSQL = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
+// (a settled row's next_retry_time is when it was settled; see MarkSent).
+const settledNowSQL = NowSQL
 
 // MarkDead parks rows that can never be sent, with their reasons.
 func (s *Store) MarkDead(ctx context.Context, fails []Failure) (int64, error) {
