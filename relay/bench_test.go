@@ -46,10 +46,12 @@ import (
 	"github.com/apache/rocketmq-client-go/v2/rlog"
 
 	"github.com/outbox-relay/outbox-relay/internal/loadgen"
+	"github.com/outbox-relay/outbox-relay/internal/outboxsql"
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/outbox/redisnudge"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -116,9 +118,9 @@ func fillRows(tb testing.TB, db *sql.DB, prefix string, n, status int) {
 
 // benchPublisher returns a publisher on the broker at nameServer, warmed up (route fetched,
 // connection open) by one send.
-func benchPublisher(tb testing.TB, nameServer string) *RocketMQPublisher {
+func benchPublisher(tb testing.TB, nameServer string) *rocketmq.Publisher {
 	tb.Helper()
-	pub, err := NewRocketMQPublisher(RocketMQConfig{NameServers: []string{nameServer}, SendTimeout: 3 * time.Second})
+	pub, err := rocketmq.NewPublisher(rocketmq.Config{NameServers: []string{nameServer}, SendTimeout: 3 * time.Second})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -344,20 +346,20 @@ func BenchmarkCeilings(b *testing.B) {
 				b.StartTimer()
 				start := time.Now()
 				var ids []int64
-				c := cursor{next: -1 << 62}
+				c := outboxsql.Cursor{Next: -1 << 62}
 				for {
 					rows, _, _, err := r.readPage(ctx, int(outbox.StatusPending), time.Now().UnixMilli(), c, 500, int64(r.cfg.MaxPageBytes))
 					if err != nil {
 						b.Fatal(err)
 					}
 					for k := range rows {
-						ids = append(ids, rows[k].id)
+						ids = append(ids, rows[k].ID)
 					}
 					if len(rows) < 500 {
 						break
 					}
 					last := rows[len(rows)-1]
-					c = cursor{next: last.nextRetry, id: last.id}
+					c = outboxsql.Cursor{Next: last.NextRetry, ID: last.ID}
 				}
 				readTime += time.Since(start)
 				if len(ids) != n {
@@ -365,7 +367,7 @@ func BenchmarkCeilings(b *testing.B) {
 				}
 				before := serverStatus(b, db.DB)
 				start = time.Now()
-				changed, err := r.store.markSent(ctx, 0, ids, time.Now().UnixMilli())
+				changed, err := r.store.MarkSent(ctx, 0, ids, time.Now().UnixMilli())
 				updateTime += time.Since(start)
 				if err != nil || changed != int64(n) {
 					b.Fatalf("marked %d of %d rows sent: %v", changed, n, err)
@@ -399,7 +401,7 @@ func BenchmarkWriteBackByLayout(b *testing.B) {
 		{"no-status-index", "DROP INDEX idx_status_retry"},
 	}
 	ctx := context.Background()
-	stores := make([]*store, len(layouts))
+	stores := make([]*outboxsql.Store, len(layouts))
 	for i, l := range layouts {
 		name := "wb_" + strings.ReplaceAll(l.name, "-", "_")
 		if err := schema.Migrate(ctx, db.DB, name); err != nil {
@@ -410,26 +412,26 @@ func BenchmarkWriteBackByLayout(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		stores[i] = &store{db: db.DB, table: schema.QuoteIdent(name), name: name, timeout: time.Minute}
+		stores[i] = &outboxsql.Store{DB: db.DB, Table: schema.QuoteIdent(name), Name: name, Timeout: time.Minute}
 	}
 	took := make([]time.Duration, len(layouts))
 	for iter := 0; iter < b.N; iter++ {
 		b.StopTimer()
 		for _, st := range stores {
-			if _, err := db.Exec("TRUNCATE TABLE " + st.table); err != nil {
+			if _, err := db.Exec("TRUNCATE TABLE " + st.Table); err != nil {
 				b.Fatal(err)
 			}
 			for done := 0; done < n; done += 10000 {
 				if _, err := db.Exec(fmt.Sprintf("INSERT INTO %s (msg_id, topic, content, sharding_key)"+
 					" SELECT CONCAT('m', seq), 'Bench', REPEAT('x', 200), CONCAT('order-', FLOOR(RAND() * 1000000)) FROM seq_%d_to_%d",
-					st.table, done+1, min(done+10000, n))); err != nil {
+					st.Table, done+1, min(done+10000, n))); err != nil {
 					b.Fatal(err)
 				}
 			}
 		}
 		ids := make([][]int64, len(stores))
 		for i, st := range stores {
-			rows, err := db.Query("SELECT id FROM " + st.table + " ORDER BY id")
+			rows, err := db.Query("SELECT id FROM " + st.Table + " ORDER BY id")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -441,11 +443,11 @@ func BenchmarkWriteBackByLayout(b *testing.B) {
 			rows.Close()
 		}
 		b.StartTimer()
-		for start := 0; start < n; start += maxIDsPerStatement {
+		for start := 0; start < n; start += outboxsql.MaxIDsPerStatement {
 			for i, st := range stores {
-				chunk := ids[i][start:min(start+maxIDsPerStatement, n)]
+				chunk := ids[i][start:min(start+outboxsql.MaxIDsPerStatement, n)]
 				t0 := time.Now()
-				changed, err := st.markSent(ctx, 0, chunk, time.Now().UnixMilli())
+				changed, err := st.MarkSent(ctx, 0, chunk, time.Now().UnixMilli())
 				took[i] += time.Since(t0)
 				if err != nil || changed != int64(len(chunk)) {
 					b.Fatalf("%s: marked %d of %d rows sent: %v", layouts[i].name, changed, len(chunk), err)
@@ -521,7 +523,7 @@ func BenchmarkDrainMemory(b *testing.B) {
 				stopWriters := benchBusyWriters(b, db.DB, fmt.Sprintf("-%d", i))
 				fillRows(b, db.DB, fmt.Sprintf("m%d-", i), n, 0)
 				qstart := time.Now()
-				if _, _, err := r.store.backlog(context.Background(), time.Now()); err != nil {
+				if _, _, err := r.store.Backlog(context.Background(), time.Now()); err != nil {
 					b.Fatal(err)
 				}
 				b.ReportMetric(float64(time.Since(qstart).Microseconds())/1000, "backlog-query-ms")
@@ -678,9 +680,9 @@ func BenchmarkScanTick(b *testing.B) {
 
 			tick := func(b *testing.B, nowMs int64) int {
 				read := 0
-				var buf []row
+				var buf []outboxsql.Row
 				for _, status := range []int{int(outbox.StatusFailed), int(outbox.StatusPending)} {
-					c := cursor{next: -1 << 62}
+					c := outboxsql.Cursor{Next: -1 << 62}
 					for {
 						var err error
 						buf, _, _, err = r.readPage(context.Background(), status, nowMs, c, 500, int64(r.cfg.MaxPageBytes))
@@ -692,7 +694,7 @@ func BenchmarkScanTick(b *testing.B) {
 							break
 						}
 						last := buf[len(buf)-1]
-						c = cursor{next: last.nextRetry, id: last.id}
+						c = outboxsql.Cursor{Next: last.NextRetry, ID: last.ID}
 					}
 				}
 				return read
@@ -740,10 +742,10 @@ func BenchmarkScanTick(b *testing.B) {
 // logPlan logs EXPLAIN and ANALYZE of the page query as DrainOnce first runs it.
 func logPlan(b *testing.B, db *sql.DB, r *Relay) {
 	b.Helper()
-	if err := r.store.scanIndex(context.Background()); err != nil {
+	if err := r.store.ScanIndex(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	q, args := r.store.pageQuery(int(outbox.StatusPending), time.Now().UnixMilli(), cursor{next: -1 << 62}, 500, r.cfg.MaxBodyBytes)
+	q, args := r.store.PageQuery(int(outbox.StatusPending), time.Now().UnixMilli(), outboxsql.Cursor{Next: -1 << 62}, 500, r.cfg.MaxBodyBytes)
 	for _, how := range []string{"EXPLAIN", "ANALYZE"} {
 		for _, plan := range testenv.Plan(b, db, how, q, args...) {
 			b.Logf("%s of the page query: %v", how, plan)

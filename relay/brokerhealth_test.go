@@ -11,6 +11,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
 // TestBrokerStatesFollowTheBroker: the publisher's broker states, as the dashboard shows them,
@@ -26,7 +27,7 @@ func TestBrokerStatesFollowTheBroker(t *testing.T) {
 	}
 	t.Cleanup(broker.Close)
 	const secret = "s3cret-never-shown"
-	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{broker.NameServerAddr()},
+	pub, err := rocketmq.NewPublisher(rocketmq.Config{NameServers: []string{broker.NameServerAddr()},
 		SendTimeout: 2 * time.Second, AccessKey: "relay-ak", SecretKey: secret})
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +37,7 @@ func TestBrokerStatesFollowTheBroker(t *testing.T) {
 	send := func(topic string) error {
 		return pub.Send(ctx, relay.Route{}, &relay.Message{Topic: topic, Body: []byte("x"), Keys: []string{"SN-1"}})
 	}
-	state := func() relay.BrokerState {
+	state := func() rocketmq.BrokerState {
 		t.Helper()
 		bs := pub.BrokerStates()
 		if len(bs) != 1 {
@@ -47,10 +48,10 @@ func TestBrokerStatesFollowTheBroker(t *testing.T) {
 	if err := send("orders"); err != nil {
 		t.Fatal(err)
 	}
-	if s := state(); s.State != relay.StateHealthy || s.Circuit != "closed" || s.Addr != broker.BrokerAddr() || s.Name != "broker-a" {
+	if s := state(); s.State != rocketmq.StateHealthy || s.Circuit != "closed" || s.Addr != broker.BrokerAddr() || s.Name != "broker-a" {
 		t.Fatalf("after a send: %+v", s)
 	}
-	if ns := pub.NameServerStates(ctx); len(ns) != 1 || ns[0].State != relay.StateHealthy {
+	if ns := pub.NameServerStates(ctx); len(ns) != 1 || ns[0].State != rocketmq.StateHealthy {
 		t.Fatalf("name server: %+v", ns)
 	}
 
@@ -58,13 +59,13 @@ func TestBrokerStatesFollowTheBroker(t *testing.T) {
 	testenv.Eventually(t, 20*time.Second, "the broker failing with its circuit open", func() bool {
 		_ = send("orders")
 		s := state()
-		return s.State == relay.StateFailing && s.Circuit == "open" && s.LastError != ""
+		return s.State == rocketmq.StateFailing && s.Circuit == "open" && s.LastError != ""
 	})
 	if err := broker.StartBroker(); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 20*time.Second, "the broker healthy again", func() bool {
-		return send("orders") == nil && state().State == relay.StateHealthy && state().Circuit == "closed"
+		return send("orders") == nil && state().State == rocketmq.StateHealthy && state().Circuit == "closed"
 	})
 
 	broker.SetTopicFaults("payments", rmqtest.Faults{ErrorRate: 1, ErrorCode: 16, ErrorRemark: "No permission for topic payments"})
@@ -72,12 +73,12 @@ func TestBrokerStatesFollowTheBroker(t *testing.T) {
 		t.Fatalf("an ACL refusal: %v (%v)", err, relay.KindOf(err))
 	}
 	s := state()
-	if s.State != relay.StateRefusing || !strings.Contains(s.LastError, "relay-ak") || strings.Contains(s.LastError, secret) {
+	if s.State != rocketmq.StateRefusing || !strings.Contains(s.LastError, "relay-ak") || strings.Contains(s.LastError, secret) {
 		t.Fatalf("after an ACL refusal: %+v", s)
 	}
 
 	broker.Close()
-	if ns := pub.NameServerStates(ctx); ns[0].State != relay.StateRefusing || ns[0].Since.IsZero() {
+	if ns := pub.NameServerStates(ctx); ns[0].State != rocketmq.StateRefusing || ns[0].Since.IsZero() {
 		t.Fatalf("name server gone: %+v", ns)
 	}
 }

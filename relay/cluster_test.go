@@ -17,6 +17,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
 // TestClusterOneBrokerOfTwoDown: a cluster of two brokers behind two name servers, the first
@@ -37,7 +38,7 @@ func TestClusterOneBrokerOfTwoDown(t *testing.T) {
 	c.CreateTopic("orders", 4)
 	c.StopNameServer(0)
 	var logs testenv.SyncBuffer
-	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: c.NameServerAddrs(), SendTimeout: 2 * time.Second,
+	pub, err := rocketmq.NewPublisher(rocketmq.Config{NameServers: c.NameServerAddrs(), SendTimeout: 2 * time.Second,
 		Log: zerolog.New(&logs)})
 	if err != nil {
 		t.Fatal(err)

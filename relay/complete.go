@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/mysqlerr"
+	"github.com/outbox-relay/outbox-relay/internal/outboxsql"
 )
 
 // completion is one published page's outcome, waiting to be written back.
 type completion struct {
-	rows    []row
+	rows    []outboxsql.Row
 	results []result
 }
 
@@ -48,7 +49,7 @@ func (r *Relay) newCompleter(ctx context.Context, fence func() bool) *completer 
 }
 
 // submit queues a page's results; it blocks while four pages already wait.
-func (c *completer) submit(rows []row, results []result) {
+func (c *completer) submit(rows []outboxsql.Row, results []result) {
 	c.in <- completion{rows: rows, results: results}
 }
 
@@ -117,7 +118,7 @@ func (c *completer) writeWithRetry(batch []completion) (Stats, error) {
 		for _, b := range batch {
 			n += len(b.rows)
 		}
-		rows, results = make([]row, 0, n), make([]result, 0, n)
+		rows, results = make([]outboxsql.Row, 0, n), make([]result, 0, n)
 		for _, b := range batch {
 			rows = append(rows, b.rows...)
 			results = append(results, b.results...)
@@ -195,7 +196,7 @@ func (c *completer) setFailing(on bool) {
 // forgotten, and a row the broker stored is sent whoever leads now, while a retry or a dead
 // mark of ours could overwrite the new leader's judgement. Every statement is also guarded by
 // the row's status and retry count as read, so a result never overwrites a newer state.
-func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st Stats, fence func() bool) (Stats, []row, []result, error) {
+func (r *Relay) writeBack(ctx context.Context, rows []outboxsql.Row, results []result, st Stats, fence func() bool) (Stats, []outboxsql.Row, []result, error) {
 	nowMs, err := r.dbNow(ctx)
 	if err != nil {
 		return st, rows, results, err
@@ -217,16 +218,16 @@ func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st 
 
 		switch res.kind {
 		case sent:
-			sentIdx[rows[i].retryCount] = append(sentIdx[rows[i].retryCount], i)
+			sentIdx[rows[i].RetryCount] = append(sentIdx[rows[i].RetryCount], i)
 		case dead:
 			deadIdx = append(deadIdx, i)
 		case retry:
-			k := retryKey{rows[i].retryCount, res.capped}
+			k := retryKey{rows[i].RetryCount, res.capped}
 			retries[k] = append(retries[k], i)
 		case deferred:
 			next := nowMs + res.delay.Milliseconds()
 			next -= next % 100 // rows deferred together share a statement
-			k := deferKey{next, rows[i].retryCount}
+			k := deferKey{next, rows[i].RetryCount}
 			defers[k] = append(defers[k], i)
 		default:
 			st.Held++
@@ -258,9 +259,9 @@ func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st 
 		r.warnRaced(what, len(idx), n)
 		r.countResults(rows, results, idx)
 	}
-	markSent, markRetry := r.store.markSent, r.store.markRetry
+	markSent, markRetry := r.store.MarkSent, r.store.MarkRetry
 	if r.cfg.perRowWriteBack {
-		markSent, markRetry = r.store.markSentPerRow, r.store.markRetryPerRow
+		markSent, markRetry = r.store.MarkSentPerRow, r.store.MarkRetryPerRow
 	}
 	for rc, idx := range sentIdx {
 		do(idx, func() (int64, error) { return r.markSentRows(ctx, markSent, rc, rows, results, idx, nowMs) }, &st.Sent, "sent")
@@ -269,21 +270,21 @@ func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st 
 		next := nowMs + r.cfg.Backoff.Delay(k.count, r.cfg.Rand).Milliseconds()
 		if k.capped {
 			do(idx, func() (int64, error) {
-				return r.store.markTransientRetry(ctx, k.count, failures(rows, results, idx), next)
+				return r.store.MarkTransientRetry(ctx, k.count, failures(rows, results, idx), next)
 			}, &st.Retried, "retry")
 			continue
 		}
 		do(idx, func() (int64, error) { return markRetry(ctx, k.count, failures(rows, results, idx), next) }, &st.Retried, "retry")
 	}
 	for k, idx := range defers {
-		do(idx, func() (int64, error) { return r.store.markDeferred(ctx, k.count, failures(rows, results, idx), k.next) }, &st.Deferred, "deferred")
+		do(idx, func() (int64, error) { return r.store.MarkDeferred(ctx, k.count, failures(rows, results, idx), k.next) }, &st.Deferred, "deferred")
 	}
 	do(deadIdx, func() (int64, error) {
-		n, err := r.store.markDead(ctx, failures(rows, results, deadIdx))
+		n, err := r.store.MarkDead(ctx, failures(rows, results, deadIdx))
 		if err == nil {
 			for _, i := range deadIdx {
 				rw := &rows[i]
-				r.log.Warn().Int64("id", rw.id).Str("msg_id", rw.msgID).Str("topic", rw.topic).Str("tag", rw.tag).
+				r.log.Warn().Int64("id", rw.ID).Str("msg_id", rw.MsgID).Str("topic", rw.Topic).Str("tag", rw.Tag).
 					Str("reason", results[i].reason).Msg("message dead")
 			}
 		}
@@ -292,7 +293,7 @@ func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st 
 	if len(errs) == 0 {
 		return st, nil, nil, nil
 	}
-	leftRows := make([]row, len(failedIdx))
+	leftRows := make([]outboxsql.Row, len(failedIdx))
 	leftRes := make([]result, len(failedIdx))
 	for n, i := range failedIdx {
 		leftRows[n], leftRes[n] = rows[i], results[i]
@@ -305,8 +306,8 @@ func (r *Relay) writeBack(ctx context.Context, rows []row, results []result, st 
 // alone dead, with the refusal as its reason: one row's refusal costs that row, never the
 // table. The rows that failed otherwise (no answer, a read-only server), and those whose dead
 // mark is refused as well (every write refused, not one row's), are returned to be retried.
-func (r *Relay) isolate(ctx context.Context, rows []row, results []result, st Stats, fence func() bool) (Stats, []row, []result, error) {
-	var leftRows []row
+func (r *Relay) isolate(ctx context.Context, rows []outboxsql.Row, results []result, st Stats, fence func() bool) (Stats, []outboxsql.Row, []result, error) {
+	var leftRows []outboxsql.Row
 	var leftRes []result
 	var errs []error
 	for i := range rows {
@@ -325,7 +326,7 @@ func (r *Relay) isolate(ctx context.Context, rows []row, results []result, st St
 		if results[i].kind == sent {
 			reason = "sent (acknowledged by the broker), but " + reason
 		}
-		n, derr := r.store.markDead(ctx, []failure{{rw.id, reason}})
+		n, derr := r.store.MarkDead(ctx, []outboxsql.Failure{{ID: rw.ID, Reason: reason}})
 		if derr != nil {
 			// Its dead mark refused too: a refusal of every write (a trigger on the whole
 			// table), not of this row; retried with the others, publishing paused.
@@ -335,26 +336,26 @@ func (r *Relay) isolate(ctx context.Context, rows []row, results []result, st St
 		}
 		st.Dead += int(n)
 		if n > 0 {
-			r.metrics.Dead(rw.topic, rw.tag, 1)
+			r.metrics.Dead(rw.Topic, rw.Tag, 1)
 		}
-		r.log.Error().Int64("id", rw.id).Str("msg_id", rw.msgID).Str("topic", rw.topic).Str("reason", reason).
+		r.log.Error().Int64("id", rw.ID).Str("msg_id", rw.MsgID).Str("topic", rw.Topic).Str("reason", reason).
 			Msg("message dead: the database refuses its write-back")
 	}
 	return st, leftRows, leftRes, errors.Join(errs...)
 }
 
-func rowIDs(rows []row, idx []int) []int64 {
+func rowIDs(rows []outboxsql.Row, idx []int) []int64 {
 	out := make([]int64, len(idx))
 	for n, i := range idx {
-		out[n] = rows[i].id
+		out[n] = rows[i].ID
 	}
 	return out
 }
 
-func failures(rows []row, results []result, idx []int) []failure {
-	out := make([]failure, len(idx))
+func failures(rows []outboxsql.Row, results []result, idx []int) []outboxsql.Failure {
+	out := make([]outboxsql.Failure, len(idx))
 	for n, i := range idx {
-		out[n] = failure{rows[i].id, results[i].reason}
+		out[n] = outboxsql.Failure{ID: rows[i].ID, Reason: results[i].reason}
 	}
 	return out
 }
@@ -370,7 +371,7 @@ func (r *Relay) warnRaced(what string, want int, got int64) {
 
 // countResults adds the written results to the counters, one call per topic and tag rather
 // than one per row (each call takes the metrics' lock and looks the labels up).
-func (r *Relay) countResults(rows []row, results []result, idx []int) {
+func (r *Relay) countResults(rows []outboxsql.Row, results []result, idx []int) {
 	m := r.metrics
 	if m == nil {
 		return
@@ -379,7 +380,7 @@ func (r *Relay) countResults(rows []row, results []result, idx []int) {
 	byPair := map[routeKey]*counts{}
 	for _, i := range idx {
 		rw := &rows[i]
-		k := routeKey{rw.topic, rw.tag}
+		k := routeKey{rw.Topic, rw.Tag}
 		c := byPair[k]
 		if c == nil {
 			c = &counts{}
@@ -390,7 +391,7 @@ func (r *Relay) countResults(rows []row, results []result, idx []int) {
 			c.published++
 		case retry:
 			c.failed++
-			if !results[i].capped && rw.retryCount+1 > rw.maxRetries {
+			if !results[i].capped && rw.RetryCount+1 > rw.MaxRetries {
 				c.dead++
 			}
 		case deferred:

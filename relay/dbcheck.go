@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/outboxsql"
 )
 
 // dbClock is the database's clock as last read, carried forward on the relay's own clock in
@@ -27,7 +29,7 @@ type dbClock struct {
 const clockMaxAge = 5 * time.Second
 
 // dbNowSQL is the database's clock in epoch ms, as settledNowSQL writes it.
-const dbNowSQL = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
+const dbNowSQL = outboxsql.NowSQL
 
 // dbNow returns the database's clock in epoch ms, read from the database when the offset
 // known is older than clockMaxAge.
@@ -59,7 +61,7 @@ func (r *Relay) readDatabase(ctx context.Context) (dbState, error) {
 	defer cancel()
 	before := r.cfg.now()
 	var st dbState
-	err := r.store.queryRow(ctx, "SELECT "+dbNowSQL+", @@global.read_only <> 0 OR @@innodb_read_only <> 0").Scan(&st.nowMs, &st.readOnly)
+	err := r.store.QueryRow(ctx, "SELECT "+dbNowSQL+", @@global.read_only <> 0 OR @@innodb_read_only <> 0").Scan(&st.nowMs, &st.readOnly)
 	if err != nil {
 		return dbState{}, fmt.Errorf("read the database's clock: %w", err)
 	}

@@ -5,4 +5,4 @@ package relay
 import "time"
 
 // SetMetricsClock sets the clock of m's activity minutes, for tests; call it before Table.
-func SetMetricsClock(m *Metrics, now func() time.Time) { m.now = now }
+func SetMetricsClock(m *Metrics, now func() time.Time) { m.SetClock(now) }

@@ -14,6 +14,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -54,7 +55,7 @@ func TestFailoverToANewPrimaryWithTheOldOneReadOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(broker.Close)
-	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{broker.NameServerAddr()}, SendTimeout: 2 * time.Second})
+	pub, err := rocketmq.NewPublisher(rocketmq.Config{NameServers: []string{broker.NameServerAddr()}, SendTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

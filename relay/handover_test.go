@@ -11,6 +11,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
 // Tests of handovers: a leader that stops (SIGTERM) or hands a partition over to another
@@ -23,7 +24,7 @@ func slowBrokerPublishers(t *testing.T, b *bundle, topic string, latency time.Du
 	t.Helper()
 	var pubs []*countingPublisher
 	for i := 0; i < n; i++ {
-		pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{b.broker.NameServerAddr()}, SendTimeout: 10 * latency})
+		pub, err := rocketmq.NewPublisher(rocketmq.Config{NameServers: []string{b.broker.NameServerAddr()}, SendTimeout: 10 * latency})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/outbox/redisnudge"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -32,7 +33,7 @@ type bundle struct {
 	rdb    *redis.Client
 	prefix string
 	broker *rmqtest.Server
-	pub    *relay.RocketMQPublisher
+	pub    *rocketmq.Publisher
 	writer *outbox.Writer
 }
 
@@ -56,14 +57,14 @@ func setupWith(t testing.TB, opts rmqtest.Options) *bundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(broker.Close)
-	cfg := relay.RocketMQConfig{
+	cfg := rocketmq.Config{
 		NameServers: []string{broker.NameServerAddr()},
 		SendTimeout: 2 * time.Second,
 	}
 	for ak, sk := range opts.Credentials { // a broker checking signatures: the publisher signs
 		cfg.AccessKey, cfg.SecretKey = ak, sk
 	}
-	pub, err := relay.NewRocketMQPublisher(cfg)
+	pub, err := rocketmq.NewPublisher(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

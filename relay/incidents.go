@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/relay/message"
 )
 
 // incidentWindow is how far back transient failures of one broker are counted together: two
@@ -81,14 +83,14 @@ func (in *incidents) success(topic string) {
 // brokerKey names the source of a failure: the broker's address, or the cluster as a whole
 // when the failure came before a broker was chosen (no name server, no route).
 func brokerKey(err error) string {
-	if b := BrokerOf(err); b != "" {
+	if b := message.BrokerOf(err); b != "" {
 		return b
 	}
 	return "cluster"
 }
 
 // deferredMark ends the reason of a row deferred by a broker's incident; the rows carrying it
-// are brought forward when the broker recovers (store.hastenDeferred).
+// are brought forward when the broker recovers (outboxsql.Store.HastenDeferred).
 const deferredMark = " (broker incident: attempt not counted)"
 
 // misconfiguredMark ends the reason of a row of a topic refused for the relay's configuration.

@@ -10,13 +10,15 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/relay/message"
 )
 
 // The failure judgement, with a fake clock and no database or broker: each row of the
 // failure-accounting table of docs/decisions.md that the judgement decides. A result of kind
 // retry costs the row an attempt (retry_count + 1, dead past max_retry_count unless capped);
 // deferred costs none; dead is dead at once. The classifier's rows (which answer is which
-// kind) are in rocketmq_classify_internal_test.go.
+// kind) are in relay/rocketmq/classify_internal_test.go.
 
 // fakeClock is a clock the test moves by hand.
 type fakeClock struct{ t time.Time }
@@ -71,7 +73,7 @@ func TestJudgePermanentIsDeadAtOnce(t *testing.T) {
 	if r.kind != dead || !strings.HasPrefix(r.reason, "refused by the broker: ") {
 		t.Fatalf("a permanent failure: kind %d reason %q, want dead with the broker's refusal", r.kind, r.reason)
 	}
-	if r := judgePage(in, "orders", &PermanentError{Err: errors.New("too large")})[0]; r.kind != dead {
+	if r := judgePage(in, "orders", &message.PermanentError{Err: errors.New("too large")})[0]; r.kind != dead {
 		t.Fatalf("a PermanentError mark: kind %d, want dead", r.kind)
 	}
 }
@@ -81,7 +83,7 @@ func TestJudgeRefusedAndUnreplicatedCount(t *testing.T) {
 	wantCounted(t, "refused (a broker's answer for this message)", judgePage(in, "orders", sendErr(SendRefused, "b:1"))[0])
 	wantCounted(t, "unreplicated with require_replication", judgePage(in, "orders", sendErr(SendUnreplicated, "b:1"))[0])
 	// Refusals are about the message: several at once are no incident of the broker.
-	for i, r := range judgePage(in, "orders", sendErr(SendRefused, "b:1"), sendErr(SendRefused, "b:1"), Refused(errors.New("no"))) {
+	for i, r := range judgePage(in, "orders", sendErr(SendRefused, "b:1"), sendErr(SendRefused, "b:1"), message.Refused(errors.New("no"))) {
 		wantCounted(t, fmt.Sprintf("refusal %d of a page of refusals", i), r)
 	}
 }

@@ -13,18 +13,19 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
-// requestCounter counts the send requests it passes on to a RocketMQPublisher, whose
+// requestCounter counts the send requests it passes on to a rocketmq.Publisher, whose
 // ordered queues it reports as its own.
 type requestCounter struct {
-	*relay.RocketMQPublisher
+	*rocketmq.Publisher
 	requests atomic.Int64
 }
 
 func (p *requestCounter) Send(ctx context.Context, route relay.Route, msgs ...*relay.Message) error {
 	p.requests.Add(1)
-	return p.RocketMQPublisher.Send(ctx, route, msgs...)
+	return p.Publisher.Send(ctx, route, msgs...)
 }
 
 // keyedRelay is a relay of b whose topic order-events is an ordered route (or not), sending
@@ -97,7 +98,7 @@ func TestOrderedKeysOfAQueueShareBatchRequests(t *testing.T) {
 		t.Run(fmt.Sprintf("ordered=%v", ordered), func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			pub := &requestCounter{RocketMQPublisher: b.pub}
+			pub := &requestCounter{Publisher: b.pub}
 			r := keyedRelay(t, b, pub, ordered)
 			const keys, per = 100, 3
 			b.insert(t, keyedRows(keys, per)...)

@@ -273,7 +273,7 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 			// Idle: one cheap probe instead of a pass's two page reads.
 			r.reviewParked(stopLead) // a head deleted or moved makes its parked rows due
 			var due bool
-			due, err = r.store.anyDue(stopLead)
+			due, err = r.store.AnyDue(stopLead)
 			if err == nil && due {
 				st, err = r.drain(stopLead, abort, r.lockValid, true)
 			}
@@ -524,7 +524,7 @@ func (r *Relay) sampleBacklog(ctx context.Context) {
 		r.log.Warn().Err(err).Msg("backlog sample failed")
 		return
 	}
-	pending, oldest, err := r.store.backlog(ctx, time.UnixMilli(nowMs))
+	pending, oldest, err := r.store.Backlog(ctx, time.UnixMilli(nowMs))
 	if err != nil {
 		r.log.Warn().Err(err).Msg("backlog sample failed")
 		return

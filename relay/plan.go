@@ -7,11 +7,13 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/outboxsql"
 )
 
 // item is one row of a page, prepared for publishing.
 type item struct {
-	row   *row
+	row   *outboxsql.Row
 	msg   *Message
 	route Route
 }
@@ -30,18 +32,14 @@ type unit struct {
 // of the pass hold the key's rows after it without asking the database again: a key with a
 // large backlog behind a waiting head would otherwise cost each page a read of that whole
 // backlog's ids, a pass growing with the square of the backlog.
-type blockedKeys map[orderKey]heldHead
-
-// heldHead is the first unsent row of an ordered key, holding back the key's later rows, and
-// when it is due (its next_retry_time, epoch ms).
-type heldHead struct{ id, dueMs int64 }
+type blockedKeys map[outboxsql.OrderKey]outboxsql.HeldHead
 
 // plan groups the prepared items into units. An ordered key's rows may go only as the prefix
 // of its unsent rows that is present in this batch: a row behind an earlier unsent row
 // (failed and waiting, or not yet due) is held back, and the key noted in blocked.
 func (r *Relay) plan(ctx context.Context, items []item, blocked blockedKeys) ([]unit, error) {
-	chains := map[orderKey][]int{}
-	var chainOrder []orderKey
+	chains := map[outboxsql.OrderKey][]int{}
+	var chainOrder []outboxsql.OrderKey
 	type batchKey struct {
 		group, topic string
 		timeout      time.Duration
@@ -56,7 +54,7 @@ func (r *Relay) plan(ctx context.Context, items []item, blocked blockedKeys) ([]
 		}
 		switch {
 		case it.route.Ordered && it.msg.ShardingKey != "":
-			k := orderKey{it.msg.Topic, it.msg.ShardingKey}
+			k := outboxsql.OrderKey{Topic: it.msg.Topic, Key: it.msg.ShardingKey}
 			if _, ok := chains[k]; !ok {
 				chainOrder = append(chainOrder, k)
 			}
@@ -81,20 +79,20 @@ func (r *Relay) plan(ctx context.Context, items []item, blocked blockedKeys) ([]
 			units = append(units, unit{idx: []int{i}})
 		}
 	}
-	var heads map[orderKey]heldHead
+	var heads map[outboxsql.OrderKey]outboxsql.HeldHead
 	if len(chainOrder) > 0 {
-		streams := make(map[orderKey][]int64, len(chainOrder))
+		streams := make(map[outboxsql.OrderKey][]int64, len(chainOrder))
 		for _, k := range chainOrder {
 			idx := chains[k]
-			slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(items[a].row.id, items[b].row.id) })
+			slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(items[a].row.ID, items[b].row.ID) })
 			ids := make([]int64, len(idx))
 			for n, i := range idx {
-				ids[n] = items[i].row.id
+				ids[n] = items[i].row.ID
 			}
 			streams[k] = ids
 		}
 		var err error
-		if heads, err = r.store.orderedHeads(ctx, streams, r.ordered); err != nil {
+		if heads, err = r.store.OrderedHeads(ctx, streams, r.ordered); err != nil {
 			return nil, err
 		}
 	}
@@ -104,7 +102,7 @@ func (r *Relay) plan(ctx context.Context, items []item, blocked blockedKeys) ([]
 		head, held := heads[k]
 		var ok []int
 		for _, i := range idx {
-			if held && items[i].row.id > head.id {
+			if held && items[i].row.ID > head.ID {
 				// An earlier unsent row of this key is not in the batch: the rest wait for it.
 				if blocked != nil {
 					blocked[k] = head

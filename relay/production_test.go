@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
 // Tests of issue 9: the relay under the conditions of a production database and broker.
@@ -264,14 +265,14 @@ func (p topicPublisher) Close() error { return nil }
 // secondBroker starts another test broker, "east", and returns it with a publisher to it
 // (send timeout sendTimeout) whose route to topic east is fetched and connection open, by
 // one send, so that a fault the test sets next hits sends, not the route lookup.
-func secondBroker(t *testing.T, sendTimeout time.Duration) (*rmqtest.Server, *relay.RocketMQPublisher) {
+func secondBroker(t *testing.T, sendTimeout time.Duration) (*rmqtest.Server, *rocketmq.Publisher) {
 	t.Helper()
 	east, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(east.Close)
-	eastPub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{east.NameServerAddr()}, SendTimeout: sendTimeout})
+	eastPub, err := rocketmq.NewPublisher(rocketmq.Config{NameServers: []string{east.NameServerAddr()}, SendTimeout: sendTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,15 +50,15 @@ func (p *progress) restart() {
 	p.foundReadOnly(false)
 }
 
-// begin records that a statement is sent.
-func (p *progress) begin() {
+// Begin records that a statement is sent.
+func (p *progress) Begin() {
 	if p != nil {
 		p.unanswered.CompareAndSwap(0, p.now())
 	}
 }
 
-// end records how a statement ended: an answer (a result or the server's refusal) or not.
-func (p *progress) end(err error) {
+// End records how a statement ended: an answer (a result or the server's refusal) or not.
+func (p *progress) End(err error) {
 	if p != nil && (err == nil || isDatabaseAnswer(err)) {
 		p.mark()
 	}

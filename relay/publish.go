@@ -4,6 +4,7 @@ package relay
 
 import (
 	"context"
+	"github.com/outbox-relay/outbox-relay/relay/message"
 	"time"
 )
 
@@ -20,11 +21,11 @@ const (
 type result struct {
 	kind   int
 	reason string
-	err    error         // the publisher's error of a failure
-	delay  time.Duration // how long a deferred row waits
-	capped bool          // a transient retry: counted, but never past max_retry_count
-	unsent bool          // deferred without an attempt: no failure to count
-	stored *Stored       // where the broker stored a sent row, when the publisher said
+	err    error           // the publisher's error of a failure
+	delay  time.Duration   // how long a deferred row waits
+	capped bool            // a transient retry: counted, but never past max_retry_count
+	unsent bool            // deferred without an attempt: no failure to count
+	stored *message.Stored // where the broker stored a sent row, when the publisher said
 }
 
 // detachAfter is how long a page waits for its slowest units once all of them have started.

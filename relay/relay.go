@@ -18,6 +18,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/msgtrace"
+	"github.com/outbox-relay/outbox-relay/internal/outboxsql"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
@@ -250,7 +251,7 @@ type Relay struct {
 	rdb       redis.UniversalClient
 	pub       Publisher
 	batcher   KeyBatcher // pub, when it can batch the keys of a queue; else nil
-	store     store
+	store     outboxsql.Store
 	log       zerolog.Logger
 	incidents *incidents
 	progress  progress
@@ -288,7 +289,7 @@ type Relay struct {
 	// they wait for; parkedFound says whether those parked before this term were found
 	// (reviewParked), parkReviewed when the heads were last looked at. Used by the pass's
 	// goroutine only. parkReview asks for a look at once (a broker's recovery moved heads).
-	parked       map[orderKey]heldHead
+	parked       map[outboxsql.OrderKey]outboxsql.HeldHead
 	parkedFound  bool
 	parkReviewed time.Time
 	parkReview   atomic.Bool
@@ -317,8 +318,8 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Rel
 	}
 	r := &Relay{
 		cfg: cfg, db: db, rdb: rdb, pub: pub, metrics: cfg.Metrics.Table(cfg.Database, cfg.Table),
-		store: store{db: db, table: schema.QuoteIdent(cfg.Table), name: cfg.Table, timeout: cfg.QueryTimeout,
-			partition: cfg.Partition, partitions: cfg.Partitions},
+		store: outboxsql.Store{DB: db, Table: schema.QuoteIdent(cfg.Table), Name: cfg.Table, Timeout: cfg.QueryTimeout,
+			Partition: cfg.Partition, Partitions: cfg.Partitions},
 		log:       log,
 		incidents: newIncidents(log, cfg.Metrics.Table(cfg.Database, cfg.Table), cfg.now),
 		tracer:    msgtrace.Tracer(cfg.TracerProvider),
@@ -329,7 +330,7 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Rel
 	}
 	r.batcher, _ = pub.(KeyBatcher)
 	r.progress.mark()
-	r.store.pg = &r.progress
+	r.store.Tracker = &r.progress
 	return r, nil
 }
 
@@ -437,14 +438,14 @@ func (r *Relay) processPage(ctx context.Context, pg *page, pass uint64, fence fu
 	if len(blocked) > 0 {
 		inPage = make(map[int64]bool, len(rows))
 		for i := range rows {
-			inPage[rows[i].id] = true
+			inPage[rows[i].ID] = true
 		}
 	}
 	r.inflightMu.Lock()
 	anyInflight := len(r.inflight) > 0 || len(r.settled) > 0
 	r.inflightMu.Unlock()
 	for i := range rows {
-		if anyInflight && r.heldByLateUnit(rows[i].id, pass) {
+		if anyInflight && r.heldByLateUnit(rows[i].ID, pass) {
 			// A late unit of an earlier page publishes it, or published it after this page
 			// was read: results[i] stays zero, which the completer leaves alone.
 			continue
@@ -455,11 +456,11 @@ func (r *Relay) processPage(ctx context.Context, pg *page, pass uint64, fence fu
 			continue
 		}
 		if route.Ordered && msg.ShardingKey != "" {
-			k := orderKey{msg.Topic, msg.ShardingKey}
-			if h, ok := blocked[k]; ok && rows[i].id > h.id && !inPage[h.id] {
+			k := outboxsql.OrderKey{Topic: msg.Topic, Key: msg.ShardingKey}
+			if h, ok := blocked[k]; ok && rows[i].ID > h.ID && !inPage[h.ID] {
 				// Held behind an unsent row of its key that an earlier page of this pass
 				// found and that is not in this page: no need to ask the database again.
-				hold.add(k, h, rows[i].id)
+				hold.add(k, h, rows[i].ID)
 				continue
 			}
 		}
@@ -488,9 +489,9 @@ func (r *Relay) processPage(ctx context.Context, pg *page, pass uint64, fence fu
 			if it.msg == nil || !it.route.Ordered || it.msg.ShardingKey == "" || scheduled[i] {
 				continue
 			}
-			k := orderKey{it.msg.Topic, it.msg.ShardingKey}
-			if h, ok := blocked[k]; ok && it.row.id > h.id {
-				hold.add(k, h, it.row.id)
+			k := outboxsql.OrderKey{Topic: it.msg.Topic, Key: it.msg.ShardingKey}
+			if h, ok := blocked[k]; ok && it.row.ID > h.ID {
+				hold.add(k, h, it.row.ID)
 			}
 		}
 	}
@@ -501,7 +502,7 @@ func (r *Relay) processPage(ctx context.Context, pg *page, pass uint64, fence fu
 	r.parkHeld(ctx, hold, items, results)
 	r.judge(ctx, items, results)
 	for i := range rows {
-		rows[i].content = nil // published: the completer needs ids and counts only
+		rows[i].Content = nil // published: the completer needs ids and counts only
 	}
 	r.cfg.MemoryBudget.release(pg.bytes)
 	pg.bytes = 0
@@ -519,7 +520,7 @@ func (r *Relay) judge(ctx context.Context, items []item, results []result) {
 		nowMs, err := r.dbNow(ctx)
 		var n int64
 		if err == nil {
-			n, err = r.store.hastenDeferred(ctx, nowMs, deferredMark)
+			n, err = r.store.HastenDeferred(ctx, nowMs, deferredMark)
 		}
 		if err != nil {
 			r.log.Warn().Err(err).Msg("broker recovered; rows deferred during its incident wait out their deferral")
@@ -564,14 +565,14 @@ func (r *Relay) beginPass() uint64 {
 // now holds of the MemoryBudget, which it releases when its sends have ended.
 func (r *Relay) goLate(ctx context.Context, ru *running, items []item, fence func() bool) (bodies int64) {
 	lateItems := make([]item, len(ru.u.idx))
-	rows := make([]row, len(ru.u.idx))
+	rows := make([]outboxsql.Row, len(ru.u.idx))
 	r.inflightMu.Lock()
 	for n, i := range ru.u.idx {
-		bodies += int64(len(items[i].row.content))
+		bodies += int64(len(items[i].row.Content))
 		rows[n] = *items[i].row
-		rows[n].content = nil // the message holds the body
+		rows[n].Content = nil // the message holds the body
 		lateItems[n] = item{row: &rows[n], msg: items[i].msg, route: items[i].route}
-		r.inflight[rows[n].id] = struct{}{}
+		r.inflight[rows[n].ID] = struct{}{}
 	}
 	r.inflightMu.Unlock()
 	r.late.Add(1)
@@ -589,8 +590,8 @@ func (r *Relay) goLate(ctx context.Context, ru *running, items []item, fence fun
 		r.inflightMu.Lock()
 		at := r.passSeq.Load()
 		for n := range rows {
-			delete(r.inflight, rows[n].id)
-			r.settled[rows[n].id] = at
+			delete(r.inflight, rows[n].ID)
+			r.settled[rows[n].ID] = at
 		}
 		r.inflightMu.Unlock()
 		select {
@@ -611,14 +612,14 @@ const parkAfter = time.Second
 const maxParkedKeys = 100000
 
 // heldRows are the rows of a page held behind the unsent head of their ordered key.
-type heldRows map[orderKey]*heldKey
+type heldRows map[outboxsql.OrderKey]*heldKey
 
 type heldKey struct {
-	head heldHead
+	head outboxsql.HeldHead
 	ids  []int64
 }
 
-func (h *heldRows) add(k orderKey, head heldHead, id int64) {
+func (h *heldRows) add(k outboxsql.OrderKey, head outboxsql.HeldHead, id int64) {
 	if *h == nil {
 		*h = heldRows{}
 	}
@@ -646,18 +647,18 @@ func (r *Relay) parkHeld(ctx context.Context, hold heldRows, items []item, resul
 		if it.msg == nil || len(r.parked) == 0 || (results[i].kind != sent && results[i].kind != dead) {
 			continue
 		}
-		k := orderKey{it.msg.Topic, it.msg.ShardingKey}
-		if h, ok := r.parked[k]; ok && h.id == it.row.id {
+		k := outboxsql.OrderKey{Topic: it.msg.Topic, Key: it.msg.ShardingKey}
+		if h, ok := r.parked[k]; ok && h.ID == it.row.ID {
 			delete(r.parked, k)
-			if n, err := r.store.unpark(ctx, k, h.id, h.dueMs, nowMs); err != nil {
-				r.log.Warn().Err(err).Str("sharding_key", k.key).Msg("head of a parked key sent; its rows wait until the head's old due time")
+			if n, err := r.store.Unpark(ctx, k, h.ID, h.DueMs, nowMs); err != nil {
+				r.log.Warn().Err(err).Str("sharding_key", k.Key).Msg("head of a parked key sent; its rows wait until the head's old due time")
 			} else if n > 0 {
-				r.log.Debug().Str("sharding_key", k.key).Int64("rows", n).Msg("head of a parked key sent: its rows are due now")
+				r.log.Debug().Str("sharding_key", k.Key).Int64("rows", n).Msg("head of a parked key sent: its rows are due now")
 			}
 		}
 	}
 	for k, hk := range hold {
-		if hk.head.dueMs <= nowMs+parkAfter.Milliseconds() {
+		if hk.head.DueMs <= nowMs+parkAfter.Milliseconds() {
 			continue // due soon: read again, as any held row
 		}
 		// The ordered check names the nearest unsent row below the page as the head: for rows
@@ -665,22 +666,22 @@ func (r *Relay) parkHeld(ctx context.Context, hold heldRows, items []item, resul
 		// The head remembered (and named in the rows' reason) stays the older one, whose
 		// send or move brings the key forward.
 		head := hk.head
-		if old, known := r.parked[k]; known && old.id < head.id && old.dueMs == head.dueMs {
+		if old, known := r.parked[k]; known && old.ID < head.ID && old.DueMs == head.DueMs {
 			head = old
 		}
-		n, err := r.store.park(ctx, hk.ids, head.dueMs, head.id)
+		n, err := r.store.Park(ctx, hk.ids, head.DueMs, head.ID)
 		if err != nil {
-			r.log.Warn().Err(err).Str("sharding_key", k.key).Msg("held rows not parked; they are read again each pass")
+			r.log.Warn().Err(err).Str("sharding_key", k.Key).Msg("held rows not parked; they are read again each pass")
 			continue
 		}
 		if r.parked == nil {
-			r.parked = map[orderKey]heldHead{}
+			r.parked = map[outboxsql.OrderKey]outboxsql.HeldHead{}
 		}
 		if _, known := r.parked[k]; known || len(r.parked) < maxParkedKeys {
 			r.parked[k] = head
 		}
-		r.log.Debug().Str("sharding_key", k.key).Int64("rows", n).Int64("head", head.id).
-			Time("until", time.UnixMilli(head.dueMs)).Msg("rows held behind a waiting head parked until it is due")
+		r.log.Debug().Str("sharding_key", k.Key).Int64("rows", n).Int64("head", head.ID).
+			Time("until", time.UnixMilli(head.DueMs)).Msg("rows held behind a waiting head parked until it is due")
 	}
 }
 
@@ -718,28 +719,28 @@ func (r *Relay) routeOf(topic, tag string, seen map[routeKey]routed) routed {
 
 // prepare turns a row into a message and finds its route (remembered in routes); an error is
 // permanent: the row can never be sent as it is.
-func (r *Relay) prepare(rw *row, routes map[routeKey]routed) (*Message, Route, error) {
-	rt := r.routeOf(rw.topic, rw.tag, routes)
+func (r *Relay) prepare(rw *outboxsql.Row, routes map[routeKey]routed) (*Message, Route, error) {
+	rt := r.routeOf(rw.Topic, rw.Tag, routes)
 	if rt.invalid != nil {
 		return nil, Route{}, rt.invalid
 	}
-	if rw.contentLen > int64(r.cfg.MaxBodyBytes) {
-		return nil, Route{}, fmt.Errorf("body is %d bytes, over the limit of %d (relay.max_body_bytes)", rw.contentLen, r.cfg.MaxBodyBytes)
+	if rw.ContentLen > int64(r.cfg.MaxBodyBytes) {
+		return nil, Route{}, fmt.Errorf("body is %d bytes, over the limit of %d (relay.max_body_bytes)", rw.ContentLen, r.cfg.MaxBodyBytes)
 	}
-	props, err := outbox.ParseProperties(rw.properties.String)
+	props, err := outbox.ParseProperties(rw.Properties.String)
 	if err != nil {
 		return nil, Route{}, fmt.Errorf("malformed properties: %w", err)
 	}
-	keys := strings.Fields(rw.keys)
-	if err := outbox.ValidateFields(outbox.Fields{MsgID: rw.msgID, Tag: rw.tag, Keys: keys, ShardingKey: rw.shardingKey, Properties: props}); err != nil {
+	keys := strings.Fields(rw.Keys)
+	if err := outbox.ValidateFields(outbox.Fields{MsgID: rw.MsgID, Tag: rw.Tag, Keys: keys, ShardingKey: rw.ShardingKey, Properties: props}); err != nil {
 		return nil, Route{}, err // a plain-SQL writer's field would forge a property: never sent
 	}
 	if rt.noRoute != nil {
 		return nil, Route{}, rt.noRoute
 	}
 	return &Message{
-		ID: rw.id, MsgID: rw.msgID, Topic: rw.topic, Tag: rw.tag,
-		Keys: keys, ShardingKey: rw.shardingKey, Body: rw.content,
-		Properties: props, RetryCount: rw.retryCount, MaxRetries: rw.maxRetries,
+		ID: rw.ID, MsgID: rw.MsgID, Topic: rw.Topic, Tag: rw.Tag,
+		Keys: keys, ShardingKey: rw.ShardingKey, Body: rw.Content,
+		Properties: props, RetryCount: rw.RetryCount, MaxRetries: rw.MaxRetries,
 	}, rt.route, nil
 }

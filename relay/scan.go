@@ -8,21 +8,22 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/outbox-relay/outbox-relay/internal/outboxsql"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // page is one read of due rows, handed from the scan to the publish stage.
 type page struct {
-	rows []row
+	rows []outboxsql.Row
 	// bytes are the bodies' bytes the page holds of Config.MemoryBudget.
 	bytes int64
 }
 
 // bodyBytes sums the bodies of rows.
-func bodyBytes(rows []row) int64 {
+func bodyBytes(rows []outboxsql.Row) int64 {
 	var n int64
 	for i := range rows {
-		n += int64(len(rows[i].content))
+		n += int64(len(rows[i].Content))
 	}
 	return n
 }
@@ -35,7 +36,7 @@ func bodyBytes(rows []row) int64 {
 // row that crosses it): with the budget full, the scan waits for bodies to be published.
 func (r *Relay) scan(stop, ctx context.Context, nowMs int64, out chan<- *page) error {
 	for _, status := range []int{int(outbox.StatusFailed), int(outbox.StatusPending)} {
-		c := cursor{null: true, next: math.MinInt64, id: math.MinInt64} // before any row, however odd its next_retry_time or id
+		c := outboxsql.Cursor{Null: true, Next: math.MinInt64, ID: math.MinInt64} // before any row, however odd its next_retry_time or id
 		limit := r.cfg.BatchSize
 		for {
 			if stop.Err() != nil || ctx.Err() != nil {
@@ -55,7 +56,7 @@ func (r *Relay) scan(stop, ctx context.Context, nowMs int64, out chan<- *page) e
 				break
 			}
 			last := rows[len(rows)-1]
-			c = cursor{null: last.nextNull, next: last.nextRetry, id: last.id}
+			c = outboxsql.Cursor{Null: last.NextNull, Next: last.NextRetry, ID: last.ID}
 			select {
 			case out <- pg:
 			case <-ctx.Done():
@@ -81,35 +82,35 @@ func (r *Relay) scan(stop, ctx context.Context, nowMs int64, out chan<- *page) e
 // readPage reads up to limit due rows of one status after c. It stops early, cut, when the
 // bodies read reach maxBytes (the row that reaches it is kept, so a page has at least one
 // row); full says the page had limit rows.
-func (r *Relay) readPage(ctx context.Context, status int, nowMs int64, c cursor, limit int, maxBytes int64) (rows []row, full, cut bool, err error) {
-	if err := r.store.scanIndex(ctx); err != nil {
+func (r *Relay) readPage(ctx context.Context, status int, nowMs int64, c outboxsql.Cursor, limit int, maxBytes int64) (rows []outboxsql.Row, full, cut bool, err error) {
+	if err := r.store.ScanIndex(ctx); err != nil {
 		return nil, false, false, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	defer cancel()
-	q, args := r.store.pageQuery(status, nowMs, c, limit, r.cfg.MaxBodyBytes)
-	res, err := r.store.query(ctx, q, args...)
+	q, args := r.store.PageQuery(status, nowMs, c, limit, r.cfg.MaxBodyBytes)
+	res, err := r.store.Query(ctx, q, args...)
 	if err != nil {
 		return nil, false, false, fmt.Errorf("read due rows of %s: %w", r.cfg.Table, err)
 	}
 	defer res.Close()
-	rows = make([]row, 0, min(limit, 512))
+	rows = make([]outboxsql.Row, 0, min(limit, 512))
 	var bytes int64
 	var names interner
 	var bodies arena
 	var topic, tag, content sql.RawBytes // escape to the heap once per page, not per row
 	for res.Next() {
-		rows = append(rows, row{}) // scanned in place: a row is 200 bytes
+		rows = append(rows, outboxsql.Row{}) // scanned in place: a row is 200 bytes
 		rw := &rows[len(rows)-1]
-		if err := res.Scan(&rw.id, &rw.msgID, &topic, &tag, &content, &rw.contentLen, &rw.keys, &rw.shardingKey,
-			&rw.properties, &rw.retryCount, &rw.maxRetries, &rw.nextNull, &rw.nextRetry); err != nil {
+		if err := res.Scan(&rw.ID, &rw.MsgID, &topic, &tag, &content, &rw.ContentLen, &rw.Keys, &rw.ShardingKey,
+			&rw.Properties, &rw.RetryCount, &rw.MaxRetries, &rw.NextNull, &rw.NextRetry); err != nil {
 			return nil, false, false, fmt.Errorf("read due rows of %s: %w", r.cfg.Table, err)
 		}
-		rw.topic, rw.tag = names.get(topic), names.get(tag)
+		rw.Topic, rw.Tag = names.get(topic), names.get(tag)
 		if content != nil {
-			rw.content = bodies.copy(content)
+			rw.Content = bodies.copy(content)
 		}
-		bytes += int64(len(rw.content))
+		bytes += int64(len(rw.Content))
 		if bytes >= maxBytes && len(rows) < limit {
 			return rows, false, true, nil // the rest of the page is read again next time
 		}

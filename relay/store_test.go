@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outbox-relay/outbox-relay/internal/outboxsql"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
@@ -54,12 +55,12 @@ func TestPageExaminesOnlyItsOwnRows(t *testing.T) {
 			if _, err := db.Exec("FLUSH STATUS"); err != nil {
 				t.Fatal(err)
 			}
-			page, _, _, err := r.readPage(ctx, 0, 1<<62, cursor{next: 0, id: held}, limit, int64(r.cfg.MaxPageBytes))
+			page, _, _, err := r.readPage(ctx, 0, 1<<62, outboxsql.Cursor{Next: 0, ID: held}, limit, int64(r.cfg.MaxPageBytes))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(page) != limit || page[0].id != held+1 {
-				t.Fatalf("page has %d rows starting at id %d, want %d from %d", len(page), page[0].id, limit, held+1)
+			if len(page) != limit || page[0].ID != held+1 {
+				t.Fatalf("page has %d rows starting at id %d, want %d from %d", len(page), page[0].ID, limit, held+1)
 			}
 			var name string
 			var icp, next int
@@ -106,19 +107,19 @@ func TestPageStaysWithinItsByteBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, full, cut, err := r.readPage(ctx, 0, 1<<62, cursor{next: -1 << 62}, 500, int64(r.cfg.MaxPageBytes))
+	rows, full, cut, err := r.readPage(ctx, 0, 1<<62, outboxsql.Cursor{Next: -1 << 62}, 500, int64(r.cfg.MaxPageBytes))
 	if err != nil {
 		t.Fatal(err)
 	}
 	loaded := 0
 	for _, rw := range rows {
-		loaded += len(rw.content)
+		loaded += len(rw.Content)
 	}
 	if !cut || full || loaded > 3*mib || len(rows) != 4 {
 		t.Fatalf("page of %d rows holding %d body bytes (cut %v), want 4 rows (the huge one unloaded, then 3 of 1 MiB) within 3 MiB", len(rows), loaded, cut)
 	}
-	if rows[0].msgID != "huge" || rows[0].content != nil || rows[0].contentLen != 5*mib {
-		t.Fatalf("the oversized row: msg_id %s, %d bytes loaded, length %d; want its length known and its body not loaded", rows[0].msgID, len(rows[0].content), rows[0].contentLen)
+	if rows[0].MsgID != "huge" || rows[0].Content != nil || rows[0].ContentLen != 5*mib {
+		t.Fatalf("the oversized row: msg_id %s, %d bytes loaded, length %d; want its length known and its body not loaded", rows[0].MsgID, len(rows[0].Content), rows[0].ContentLen)
 	}
 	st, err := r.DrainOnce(ctx, ctx)
 	if err != nil {
@@ -200,19 +201,19 @@ func orderedCheckReads(t *testing.T, layout string) {
 			unsent = append(unsent, id)
 		}
 		rows.Close()
-		if err := r.store.scanIndex(ctx); err != nil { // once, before the counters
+		if err := r.store.ScanIndex(ctx); err != nil { // once, before the counters
 			t.Fatal(err)
 		}
 		for _, page := range [][]int64{unsent, unsent[2:]} {
 			if _, err := db.Exec("FLUSH STATUS"); err != nil {
 				t.Fatal(err)
 			}
-			k := orderKey{"orders", "order-1"}
-			heads, err := r.store.orderedHeads(ctx, map[orderKey][]int64{k: page}, func(string, string) bool { return true })
+			k := outboxsql.OrderKey{Topic: "orders", Key: "order-1"}
+			heads, err := r.store.OrderedHeads(ctx, map[outboxsql.OrderKey][]int64{k: page}, func(string, string) bool { return true })
 			if err != nil {
 				t.Fatal(err)
 			}
-			if h, held := heads[k]; (len(page) == 3) == held || held && h.id != unsent[1] {
+			if h, held := heads[k]; (len(page) == 3) == held || held && h.ID != unsent[1] {
 				t.Fatalf("page %v of order-1: held behind %+v (%v); want the 3 unsent rows free, the last held behind the second", page, h, held)
 			}
 			examined := 0

@@ -17,6 +17,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
 // Tests of broker weather (issue 21): a broker that is slow, degraded or flaky rather than
@@ -42,7 +43,7 @@ func TestStoredWithoutReplicationIsSent(t *testing.T) {
 			b := setup(t)
 			reg := prometheus.NewRegistry()
 			metrics := relay.NewMetrics(reg)
-			pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{
+			pub, err := rocketmq.NewPublisher(rocketmq.Config{
 				NameServers: []string{b.broker.NameServerAddr()}, SendTimeout: 2 * time.Second, Metrics: metrics,
 			})
 			if err != nil {
@@ -92,7 +93,7 @@ func TestStoredWithoutReplicationIsSent(t *testing.T) {
 func TestRequireReplicationCountsUnreplicatedSends(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{
+	pub, err := rocketmq.NewPublisher(rocketmq.Config{
 		NameServers: []string{b.broker.NameServerAddr()}, SendTimeout: 2 * time.Second, RequireReplication: true,
 	})
 	if err != nil {
@@ -233,7 +234,7 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name, label string) flo
 func TestSlowBrokerIsNotADatabaseStall(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{b.broker.NameServerAddr()}, SendTimeout: 500 * time.Millisecond})
+	pub, err := rocketmq.NewPublisher(rocketmq.Config{NameServers: []string{b.broker.NameServerAddr()}, SendTimeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -574,7 +575,7 @@ func busyWriters(b *testing.B, bu *bundle) (stop func()) {
 func TestLostAckIsSentAgainAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{b.broker.NameServerAddr()}, SendTimeout: time.Minute})
+	pub, err := rocketmq.NewPublisher(rocketmq.Config{NameServers: []string{b.broker.NameServerAddr()}, SendTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

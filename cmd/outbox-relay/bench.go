@@ -10,7 +10,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/drainbench"
-	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
 func (a *app) newBenchCmd() *cobra.Command {
@@ -71,7 +71,7 @@ func (a *app) bench(ctx context.Context, d config.Database, o drainbench.Options
 		return err
 	}
 	defer link.close()
-	pub, err := relay.NewRocketMQPublisher(rocketmqConfig(a.cfg, link, a.log, nil))
+	pub, err := rocketmq.NewPublisher(rocketmqConfig(a.cfg, link, a.log, nil))
 	if err != nil {
 		return err
 	}

@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/dashboard"
-	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
 // brokerPanel returns the dashboard's broker panel: the publisher's brokers and name servers,
 // and each table's open incidents and refused topics (one line per table, the earliest of
 // its partitions' relays). accessKey is named; the secret key never is.
-func brokerPanel(pub *relay.RocketMQPublisher, dbs []*runDatabase, accessKey string) func(context.Context) dashboard.BrokerPanel {
+func brokerPanel(pub *rocketmq.Publisher, dbs []*runDatabase, accessKey string) func(context.Context) dashboard.BrokerPanel {
 	return func(ctx context.Context) dashboard.BrokerPanel {
 		p := dashboard.BrokerPanel{NameServers: pub.NameServerStates(ctx), Brokers: pub.BrokerStates(),
 			Incidents: []dashboard.TableIncident{}, Refusals: []dashboard.TableRefusal{}, AccessKey: accessKey}

@@ -30,6 +30,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/ops"
 	"github.com/outbox-relay/outbox-relay/internal/redisconn"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
 func (a *app) newRunCmd() *cobra.Command {
@@ -87,7 +88,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 		return err
 	}
 	defer link.close()
-	pub, err := relay.NewRocketMQPublisher(rocketmqConfig(cfg, link, log, metrics))
+	pub, err := rocketmq.NewPublisher(rocketmqConfig(cfg, link, log, metrics))
 	if err != nil {
 		return err
 	}
@@ -158,8 +159,8 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 // rocketmqConfig is the publisher's configuration; its log lines (a broker down or back, an
 // ordered queue waiting for its broker, sends stored without replication) go to log. It
 // reaches RocketMQ through link (openRocketMQ).
-func rocketmqConfig(cfg config.Config, link rocketMQLink, log zerolog.Logger, metrics *relay.Metrics) relay.RocketMQConfig {
-	return relay.RocketMQConfig{
+func rocketmqConfig(cfg config.Config, link rocketMQLink, log zerolog.Logger, metrics *relay.Metrics) rocketmq.Config {
+	return rocketmq.Config{
 		NameServers: link.nameServers, Group: cfg.RocketMQ.Group, SendTimeout: cfg.RocketMQ.SendTimeout,
 		AccessKey: cfg.RocketMQ.AccessKey, SecretKey: cfg.RocketMQ.SecretKey, Log: log,
 		Namespace: cfg.RocketMQ.Namespace, TLS: link.clientTLS,

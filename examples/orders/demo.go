@@ -34,6 +34,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/outbox/redisnudge"
 	"github.com/outbox-relay/outbox-relay/outbox/txmsg"
 	"github.com/outbox-relay/outbox-relay/relay"
+	relayrmq "github.com/outbox-relay/outbox-relay/relay/rocketmq"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -390,7 +391,7 @@ var relayExitHint = "see " + filepath.Join(os.TempDir(), "outbox-demo-relay.log"
 // instead of waiting for deliveries that cannot come.
 func startRelay(ctx context.Context, o options, dsn string, db *sql.DB, rdb *redis.Client, nameservers []string, out io.Writer) (stop func() error, exited <-chan error, err error) {
 	if o.relayBin == "" {
-		pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: nameservers, SendTimeout: time.Second})
+		pub, err := relayrmq.NewPublisher(relayrmq.Config{NameServers: nameservers, SendTimeout: time.Second})
 		if err != nil {
 			return nil, nil, err
 		}

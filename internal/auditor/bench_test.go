@@ -18,6 +18,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -45,7 +46,7 @@ func BenchmarkDrainWithAudit(b *testing.B) {
 	}
 	defer broker.Close()
 	broker.CreateTopic("bench", 8)
-	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{broker.NameServerAddr()}, SendTimeout: 3 * time.Second})
+	pub, err := rocketmq.NewPublisher(rocketmq.Config{NameServers: []string{broker.NameServerAddr()}, SendTimeout: 3 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}

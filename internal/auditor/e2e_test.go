@@ -22,6 +22,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -68,7 +69,7 @@ func newRig(t *testing.T) *rig {
 func (g *rig) runRelay(t *testing.T) {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
-	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{g.broker.NameServerAddr()}, SendTimeout: 2 * time.Second})
+	pub, err := rocketmq.NewPublisher(rocketmq.Config{NameServers: []string{g.broker.NameServerAddr()}, SendTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

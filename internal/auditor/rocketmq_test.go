@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/brokeraudit"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
 // On Apache RocketMQ 5.3.3, a batch send's positions as the publisher records them (the first
@@ -35,7 +36,7 @@ func TestBatchPositionsOnApacheRocketMQ(t *testing.T) {
 		admin.WithReadQueueNums(4), admin.WithWriteQueueNums(4)); err != nil {
 		t.Fatal(err)
 	}
-	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{ns}, SendTimeout: 3 * time.Second})
+	pub, err := rocketmq.NewPublisher(rocketmq.Config{NameServers: []string{ns}, SendTimeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/relay/publishertest"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
 // TestPublisherConformance runs the publisher conformance suite (relay/publishertest) on the
@@ -71,7 +72,7 @@ func conformanceTarget(b *target, ns string) publishertest.Target {
 // user with secret when user is not empty.
 func newConformancePublisher(t *testing.T, ns, user, secret string) relay.Publisher {
 	t.Helper()
-	p, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{ns}, AccessKey: user, SecretKey: secret})
+	p, err := rocketmq.NewPublisher(rocketmq.Config{NameServers: []string{ns}, AccessKey: user, SecretKey: secret})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
-	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -75,7 +75,7 @@ func TestProcessOnceAsTheSeed(t *testing.T) {
 
 // setup returns a database with the outbox table, a Redis client and key prefix, a broker, a
 // publisher on it and a writer, all closed at cleanup.
-func setup(tb testing.TB) (*testenv.DB, *redis.Client, string, *rmqtest.Server, *relay.RocketMQPublisher, *outbox.Writer) {
+func setup(tb testing.TB) (*testenv.DB, *redis.Client, string, *rmqtest.Server, *rocketmq.Publisher, *outbox.Writer) {
 	tb.Helper()
 	db := testenv.MySQL(tb)
 	if err := schema.Migrate(context.Background(), db.DB, "local_message"); err != nil {
@@ -87,7 +87,7 @@ func setup(tb testing.TB) (*testenv.DB, *redis.Client, string, *rmqtest.Server, 
 		tb.Fatal(err)
 	}
 	tb.Cleanup(broker.Close)
-	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{broker.NameServerAddr()}, SendTimeout: 3 * time.Second})
+	pub, err := rocketmq.NewPublisher(rocketmq.Config{NameServers: []string{broker.NameServerAddr()}, SendTimeout: 3 * time.Second})
 	if err != nil {
 		tb.Fatal(err)
 	}

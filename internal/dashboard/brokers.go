@@ -10,15 +10,16 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
 // BrokerPanel is what the relay knows of RocketMQ: its name servers (probed), the brokers it
 // sent to, each table's open broker incidents and the topics refused for its configuration.
 type BrokerPanel struct {
-	NameServers []relay.BrokerState `json:"name_servers"`
-	Brokers     []relay.BrokerState `json:"brokers"`
-	Incidents   []TableIncident     `json:"incidents"`
-	Refusals    []TableRefusal      `json:"refusals"`
+	NameServers []rocketmq.BrokerState `json:"name_servers"`
+	Brokers     []rocketmq.BrokerState `json:"brokers"`
+	Incidents   []TableIncident        `json:"incidents"`
+	Refusals    []TableRefusal         `json:"refusals"`
 	// AccessKey is the ACL access key the relay signs with ("" for none); the secret key is
 	// never part of the panel.
 	AccessKey string `json:"access_key"`
@@ -57,8 +58,8 @@ func (d *Dashboard) handleBrokers(w http.ResponseWriter, r *http.Request) {
 	d.brokers.mu.Lock()
 	defer d.brokers.mu.Unlock()
 	if d.brokers.at.IsZero() || time.Since(d.brokers.at) >= d.cfg.CacheFor {
-		ans := BrokersAnswer{Now: time.Now().UTC(), BrokerPanel: BrokerPanel{NameServers: []relay.BrokerState{},
-			Brokers: []relay.BrokerState{}, Incidents: []TableIncident{}, Refusals: []TableRefusal{}}}
+		ans := BrokersAnswer{Now: time.Now().UTC(), BrokerPanel: BrokerPanel{NameServers: []rocketmq.BrokerState{},
+			Brokers: []rocketmq.BrokerState{}, Incidents: []TableIncident{}, Refusals: []TableRefusal{}}}
 		if d.cfg.Brokers != nil {
 			// Not the request's context: a page that goes away must not make the probes
 			// fail, and every page within CacheFor shares the answer.
@@ -84,7 +85,7 @@ func (d *Dashboard) redactPanel(a BrokersAnswer) BrokersAnswer {
 		return a
 	}
 	rp := strings.NewReplacer(pairs...)
-	for _, list := range [][]relay.BrokerState{a.NameServers, a.Brokers} {
+	for _, list := range [][]rocketmq.BrokerState{a.NameServers, a.Brokers} {
 		for i := range list {
 			list[i].LastError = rp.Replace(list[i].LastError)
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
 // seedOrder writes the rows of order SN-1001 in table: its event, sent after one deferred
@@ -141,8 +142,8 @@ func TestBrokerPanelNamesTheAccessKeyNeverTheSecret(t *testing.T) {
 	const secret = "the-Secret-Key-42"
 	since := time.Now().Add(-4 * time.Minute)
 	panel := BrokerPanel{
-		NameServers: []relay.BrokerState{{Addr: "127.0.0.1:9876", State: relay.StateHealthy, Since: since}},
-		Brokers:     []relay.BrokerState{{Name: "broker-a", Addr: "127.0.0.1:10911", State: relay.StateFailing, Circuit: "open", LastError: "dial: connection refused"}},
+		NameServers: []rocketmq.BrokerState{{Addr: "127.0.0.1:9876", State: rocketmq.StateHealthy, Since: since}},
+		Brokers:     []rocketmq.BrokerState{{Name: "broker-a", Addr: "127.0.0.1:10911", State: rocketmq.StateFailing, Circuit: "open", LastError: "dial: connection refused"}},
 		Incidents:   []TableIncident{{Database: "default", Table: table, BrokerIncident: relay.BrokerIncident{Broker: "127.0.0.1:10911", Since: since, LastError: "refused"}}},
 		Refusals: []TableRefusal{{Database: "default", Table: table, TopicRefusal: relay.TopicRefusal{Topic: "payments", Since: since,
 			LastError: "NO_PERMISSION signature " + secret + " (access key relay-ak)"}}},

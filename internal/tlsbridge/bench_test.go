@@ -14,6 +14,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/testcerts"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
 // BenchmarkSendTLS measures the relay's publisher sending to the test broker in plain TCP,
@@ -47,7 +48,7 @@ func BenchmarkSendTLS(b *testing.B) {
 // benchSends sends b.N requests of batch messages through a publisher of ns, 8 at a time,
 // and reports messages per second.
 func benchSends(b *testing.B, ns []string, clientTLS bool, batch int) {
-	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: ns, TLS: clientTLS, SendTimeout: 5 * time.Second})
+	pub, err := rocketmq.NewPublisher(rocketmq.Config{NameServers: ns, TLS: clientTLS, SendTimeout: 5 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/tlsbridge"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
 func TestMain(m *testing.M) {
@@ -64,7 +65,7 @@ func bridge(t testing.TB, cfg *tls.Config, srv *rmqtest.Server) *tlsbridge.Bridg
 // client's own unverified TLS when insecure), and returns the send's error.
 func send(t testing.TB, ns []string, insecure bool, msgID string) error {
 	t.Helper()
-	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: ns, TLS: insecure, SendTimeout: 2 * time.Second, Connections: 1})
+	pub, err := rocketmq.NewPublisher(rocketmq.Config{NameServers: ns, TLS: insecure, SendTimeout: 2 * time.Second, Connections: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/outbox/txmsg"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -158,7 +159,7 @@ func (w *world) startResponder() {
 // startRelay runs a relay of the table until the test ends.
 func (w *world) startRelay() {
 	w.t.Helper()
-	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: w.nameServers, SendTimeout: 2 * time.Second})
+	pub, err := rocketmq.NewPublisher(rocketmq.Config{NameServers: w.nameServers, SendTimeout: 2 * time.Second})
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/relay/publishertest"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
 // testRocketMQPublisher is a test of the RocketMQ publisher on a broker of the developer's
@@ -21,7 +22,7 @@ func testRocketMQPublisher(t *testing.T) {
 	}
 	publishertest.Run(t, publishertest.Target{
 		NewPublisher: func(t *testing.T) relay.Publisher {
-			p, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{ns}})
+			p, err := rocketmq.NewPublisher(rocketmq.Config{NameServers: []string{ns}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/relay/publishertest"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
 func init() { rlog.SetLogLevel("error") }
@@ -64,11 +65,11 @@ func startBroker(t *testing.T, credentials map[string]string) *rmqtest.Server {
 // when it is not empty.
 func newPublisher(t *testing.T, srv *rmqtest.Server, secret string) relay.Publisher {
 	t.Helper()
-	cfg := relay.RocketMQConfig{NameServers: []string{srv.NameServerAddr()}}
+	cfg := rocketmq.Config{NameServers: []string{srv.NameServerAddr()}}
 	if secret != "" {
 		cfg.AccessKey, cfg.SecretKey = "relay", secret
 	}
-	p, err := relay.NewRocketMQPublisher(cfg)
+	p, err := rocketmq.NewPublisher(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/drainbench"
-	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
 // runDrain is `outbox-relay bench` against the in-process broker, in a scratch database.
@@ -35,7 +35,7 @@ func runDrain(ctx context.Context, args []string) error {
 		return err
 	}
 	defer w.Close()
-	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{w.broker.NameServerAddr()}, SendTimeout: 3 * time.Second})
+	pub, err := rocketmq.NewPublisher(rocketmq.Config{NameServers: []string{w.broker.NameServerAddr()}, SendTimeout: 3 * time.Second})
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/classicrelay"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
-	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
 // seedRelayCmd runs the classic relay as a process of its own, so that its CPU is measured
@@ -157,7 +157,7 @@ func runSeedRelay(ctx context.Context, args []string) error {
 	defer db.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr})
 	defer rdb.Close()
-	pub, err := relay.NewRocketMQPublisher(relay.RocketMQConfig{NameServers: []string{*nameSrv}, Group: *group})
+	pub, err := rocketmq.NewPublisher(rocketmq.Config{NameServers: []string{*nameSrv}, Group: *group})
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package outboxsql
 
 import (
 	"cmp"
@@ -27,7 +27,11 @@ const checkStreamsPerStatement = 200
 // rows all of unordered routes), reads eight times as many.
 const checkFirstLimit = 4
 
-// orderedHeads returns, per ordered stream of a page (its rows' ids, ascending), the
+// HeldHead is the first unsent row of an ordered key, holding back the key's later rows, and
+// when it is due (its next_retry_time, epoch ms).
+type HeldHead struct{ ID, DueMs int64 }
+
+// OrderedHeads returns, per ordered stream of a page (its rows' ids, ascending), the
 // stream's unsent row that holds the page's rows of the stream back, with its due time:
 // the page's rows of the stream after it wait. A stream absent from the map goes whole.
 //
@@ -43,7 +47,7 @@ const checkFirstLimit = 4
 // (or requeued) after the stream had passed it, and goes on its own. Parked rows are unsent
 // rows and hold like any. The rows are read by the (sharding_key, id) index, or, on an older
 // table that has (sharding_key, status, id) instead, by that one once per status (checkIndex).
-func (s *store) orderedHeads(ctx context.Context, streams map[orderKey][]int64, ordered func(topic, tag string) bool) (map[orderKey]heldHead, error) {
+func (s *Store) OrderedHeads(ctx context.Context, streams map[OrderKey][]int64, ordered func(topic, tag string) bool) (map[OrderKey]HeldHead, error) {
 	if len(streams) == 0 {
 		return nil, nil
 	}
@@ -64,12 +68,12 @@ func (s *store) orderedHeads(ctx context.Context, streams map[orderKey][]int64, 
 }
 
 // headsBy is orderedHeads reading by the index ix.
-func (s *store) headsBy(ctx context.Context, ix checkIndex, streams map[orderKey][]int64, ordered func(topic, tag string) bool) (map[orderKey]heldHead, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+func (s *Store) headsBy(ctx context.Context, ix checkIndex, streams map[OrderKey][]int64, ordered func(topic, tag string) bool) (map[OrderKey]HeldHead, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
-	heads := map[orderKey]heldHead{}
+	heads := map[OrderKey]HeldHead{}
 	walks := make([]walk, 0, len(streams))
-	inner := make([]orderKey, 0, len(streams))
+	inner := make([]OrderKey, 0, len(streams))
 	for k, ids := range streams {
 		walks = append(walks, walk{k: k, below: ids[0], limit: checkFirstLimit})
 		if len(ids) > 1 {
@@ -77,11 +81,11 @@ func (s *store) headsBy(ctx context.Context, ix checkIndex, streams map[orderKey
 		}
 	}
 	// A stable order, for statements that read alike from page to page.
-	slices.SortFunc(walks, func(a, b walk) int { return strings.Compare(a.k.key+"\x00"+a.k.topic, b.k.key+"\x00"+b.k.topic) })
+	slices.SortFunc(walks, func(a, b walk) int { return strings.Compare(a.k.Key+"\x00"+a.k.Topic, b.k.Key+"\x00"+b.k.Topic) })
 	// The first round: each stream's nearest older row, in one statement for many streams.
 	// The row decides when it is of the stream and of an ordered route; the streams it does
 	// not decide walk on below it.
-	keys, bounds := make([]orderKey, len(walks)), make([]int64, len(walks))
+	keys, bounds := make([]OrderKey, len(walks)), make([]int64, len(walks))
 	for n, w := range walks {
 		keys[n], bounds[n] = w.k, w.below
 	}
@@ -95,9 +99,9 @@ func (s *store) headsBy(ctx context.Context, ix checkIndex, streams map[orderKey
 		switch {
 		case !found:
 			// No older row of the stream at all: nothing holds it.
-		case r.key == w.k.key && r.topic == w.k.topic && ordered(r.topic, r.tag):
+		case r.key == w.k.Key && r.topic == w.k.Topic && ordered(r.topic, r.tag):
 			if r.status != 2 {
-				heads[w.k] = heldHead{id: r.id, dueMs: r.due}
+				heads[w.k] = HeldHead{ID: r.id, DueMs: r.due}
 			}
 		default:
 			undecided = append(undecided, walk{k: w.k, below: r.id, limit: checkFirstLimit * 8})
@@ -111,7 +115,7 @@ func (s *store) headsBy(ctx context.Context, ix checkIndex, streams map[orderKey
 
 // walk is one stream's read of the ordered check: limit of its rows with ids below below.
 type walk struct {
-	k     orderKey
+	k     OrderKey
 	below int64
 	limit int
 }
@@ -120,7 +124,7 @@ type walk struct {
 // the first and last rows in the page of the streams of inner, and the older rows of the
 // streams of walks, whose nearest older row did not decide, each round reading eight times
 // as many rows further down for the streams still undecided.
-func (s *store) walkOlder(ctx context.Context, ix checkIndex, walks []walk, streams map[orderKey][]int64, inner []orderKey, ordered func(topic, tag string) bool, heads map[orderKey]heldHead) error {
+func (s *Store) walkOlder(ctx context.Context, ix checkIndex, walks []walk, streams map[OrderKey][]int64, inner []OrderKey, ordered func(topic, tag string) bool, heads map[OrderKey]HeldHead) error {
 	innerDone := len(inner) == 0
 	for len(walks) > 0 || !innerDone {
 		var next []walk
@@ -135,9 +139,9 @@ func (s *store) walkOlder(ctx context.Context, ix checkIndex, walks []walk, stre
 				// holds it (a gap in the page's run of the stream).
 				for n, k := range inner {
 					ids := streams[k]
-					parts = append(parts, `(SELECT `+fmt.Sprint(-1-n)+` AS part, id, COALESCE(topic, ''), sharding_key, tag, status, `+schema.NextRetrySQL+` FROM `+s.table+ix.hint+`
+					parts = append(parts, `(SELECT `+fmt.Sprint(-1-n)+` AS part, id, COALESCE(topic, ''), sharding_key, tag, status, `+schema.NextRetrySQL+` FROM `+s.Table+ix.hint+`
 						WHERE sharding_key = ? AND id > ? AND id < ? AND COALESCE(topic, '') = ? AND status IN (0, 1, 2) AND `+schema.NotDeletedSQL+`)`)
-					args = append(args, k.key, ids[0], ids[len(ids)-1], k.topic)
+					args = append(args, k.Key, ids[0], ids[len(ids)-1], k.Topic)
 				}
 				innerDone = true
 			}
@@ -170,7 +174,7 @@ func (s *store) walkOlder(ctx context.Context, ix checkIndex, walks []walk, stre
 // rows in the page (got[-1-n], for inner[n]) that holds one of them: the nearest older
 // ordered row of a page's row, unsent and not in the page. Below a sent row, an unsent one
 // holds nothing (a late row). The page's rows of the stream after a held one wait with it.
-func innerHeads(streams map[orderKey][]int64, inner []orderKey, got map[int][]checkRow, ordered func(topic, tag string) bool, heads map[orderKey]heldHead) {
+func innerHeads(streams map[OrderKey][]int64, inner []OrderKey, got map[int][]checkRow, ordered func(topic, tag string) bool, heads map[OrderKey]HeldHead) {
 	for n, k := range inner {
 		if _, held := heads[k]; held {
 			continue // held below its first row in the page already
@@ -184,7 +188,7 @@ func innerHeads(streams map[orderKey][]int64, inner []orderKey, got map[int][]ch
 	rows:
 		for i := range rs {
 			r := &rs[i]
-			if r.key != k.key || r.topic != k.topic || !ordered(r.topic, r.tag) {
+			if r.key != k.Key || r.topic != k.Topic || !ordered(r.topic, r.tag) {
 				continue
 			}
 			_, inPage := slices.BinarySearch(in, r.id)
@@ -198,7 +202,7 @@ func innerHeads(streams map[orderKey][]int64, inner []orderKey, got map[int][]ch
 			}
 		}
 		if holding != nil { // holds the next row in the page, the last one at least
-			heads[k] = heldHead{id: holding.id, dueMs: holding.due}
+			heads[k] = HeldHead{ID: holding.id, DueMs: holding.due}
 		}
 	}
 }
@@ -207,16 +211,16 @@ func innerHeads(streams map[orderKey][]int64, inner []orderKey, got map[int][]ch
 // w.limit): its first row of the stream and of an ordered route holds the stream when unsent,
 // and frees it when sent. A stream that rs leaves undecided walks on below them, when rs
 // was a full read.
-func decideOlder(w walk, rs []checkRow, ordered func(topic, tag string) bool, heads map[orderKey]heldHead) (walk, bool) {
+func decideOlder(w walk, rs []checkRow, ordered func(topic, tag string) bool, heads map[OrderKey]HeldHead) (walk, bool) {
 	for _, r := range rs {
-		if r.key != w.k.key || r.topic != w.k.topic || !ordered(r.topic, r.tag) {
+		if r.key != w.k.Key || r.topic != w.k.Topic || !ordered(r.topic, r.tag) {
 			// Another stream: a key or topic the table's collation holds equal (another
 			// case, say), or a row of an unordered route.
 			continue
 		}
 		if r.status != 2 {
 			// An older unsent row: the stream's rows in the page all wait.
-			heads[w.k] = heldHead{id: r.id, dueMs: r.due}
+			heads[w.k] = HeldHead{ID: r.id, DueMs: r.due}
 		}
 		return walk{}, false
 	}
@@ -250,7 +254,7 @@ var checkStatuses = []string{"0", "1", "2"}
 // olderParts returns the subqueries (one, or one per status on a byStatus index) that read
 // w.limit of w's stream's rows below w.below, newest first, each selecting part, and their
 // arguments.
-func (s *store) olderParts(ix checkIndex, part int, w walk) ([]string, []any) {
+func (s *Store) olderParts(ix checkIndex, part int, w walk) ([]string, []any) {
 	statuses := []string{"IN (" + strings.Join(checkStatuses, ", ") + ")"}
 	if ix.byStatus {
 		statuses = nil
@@ -261,17 +265,17 @@ func (s *store) olderParts(ix checkIndex, part int, w walk) ([]string, []any) {
 	var parts []string
 	var args []any
 	for _, st := range statuses {
-		parts = append(parts, `(SELECT `+fmt.Sprint(part)+` AS part, id, COALESCE(topic, ''), sharding_key, tag, status, `+schema.NextRetrySQL+` FROM `+s.table+ix.hint+`
+		parts = append(parts, `(SELECT `+fmt.Sprint(part)+` AS part, id, COALESCE(topic, ''), sharding_key, tag, status, `+schema.NextRetrySQL+` FROM `+s.Table+ix.hint+`
 			WHERE sharding_key = ? AND id < ? AND COALESCE(topic, '') = ? AND status `+st+` AND `+schema.NotDeletedSQL+`
 			ORDER BY id DESC LIMIT `+fmt.Sprint(w.limit)+`)`)
-		args = append(args, w.k.key, w.below, w.k.topic)
+		args = append(args, w.k.Key, w.below, w.k.Topic)
 	}
 	return parts, args
 }
 
 // indexGone reports whether err, of a statement of the ordered check, says that the index
 // it forced was dropped since, after forgetting that index: the check looks for one again.
-func (s *store) indexGone(err error) bool {
+func (s *Store) indexGone(err error) bool {
 	var me *mysql.MySQLError
 	if !errors.As(err, &me) || me.Number != 1176 { // ER_KEY_DOES_NOT_EXITS
 		return false
@@ -293,9 +297,9 @@ const checkNearestPerStatement = 1000
 // index dive per stream, however long the key's history; one per status, the greatest
 // taken, on a (sharding_key, status, id) index), then the rows found by primary key. A
 // union of one subquery per stream costs the server a plan per subquery: 8x the time.
-func (s *store) nearestOlder(ctx context.Context, ix checkIndex, keys []orderKey, below []int64) (map[int]checkRow, error) {
+func (s *Store) nearestOlder(ctx context.Context, ix checkIndex, keys []OrderKey, below []int64) (map[int]checkRow, error) {
 	dive := func(status string) string {
-		return "(SELECT m.id FROM " + s.table + " m" + ix.hint + `
+		return "(SELECT m.id FROM " + s.Table + " m" + ix.hint + `
 			WHERE m.sharding_key = k.sk AND m.id < k.below AND COALESCE(m.topic, '') = k.tp AND m.status ` + status + ` AND COALESCE(m.is_deleted, 0) = 0
 			ORDER BY m.id DESC LIMIT 1)`
 	}
@@ -319,12 +323,12 @@ func (s *store) nearestOlder(ctx context.Context, ix checkIndex, keys []orderKey
 			} else {
 				q.WriteString(" UNION ALL SELECT ?, ?, ?, ?")
 			}
-			args = append(args, start+i, k.key, k.topic, below[start+i])
+			args = append(args, start+i, k.Key, k.Topic, below[start+i])
 		}
 		q.WriteString(") k")
-		rows, err := s.query(ctx, q.String(), args...)
+		rows, err := s.Query(ctx, q.String(), args...)
 		if err != nil {
-			return nil, fmt.Errorf("read the older rows of ordered keys in %s: %w", s.name, err)
+			return nil, fmt.Errorf("read the older rows of ordered keys in %s: %w", s.Name, err)
 		}
 		byID := map[int64][]int{}
 		var ids []any
@@ -333,7 +337,7 @@ func (s *store) nearestOlder(ctx context.Context, ix checkIndex, keys []orderKey
 			var id sql.NullInt64
 			if err := rows.Scan(&part, &id); err != nil {
 				rows.Close()
-				return nil, fmt.Errorf("read the older rows of ordered keys in %s: %w", s.name, err)
+				return nil, fmt.Errorf("read the older rows of ordered keys in %s: %w", s.Name, err)
 			}
 			if id.Valid {
 				if _, dup := byID[id.Int64]; !dup {
@@ -345,12 +349,12 @@ func (s *store) nearestOlder(ctx context.Context, ix checkIndex, keys []orderKey
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
-			return nil, fmt.Errorf("read the older rows of ordered keys in %s: %w", s.name, err)
+			return nil, fmt.Errorf("read the older rows of ordered keys in %s: %w", s.Name, err)
 		}
 		if len(ids) == 0 {
 			continue
 		}
-		got, err := s.checkRows(ctx, `SELECT 0, id, COALESCE(topic, ''), sharding_key, tag, status, `+schema.NextRetrySQL+` FROM `+s.table+`
+		got, err := s.checkRows(ctx, `SELECT 0, id, COALESCE(topic, ''), sharding_key, tag, status, `+schema.NextRetrySQL+` FROM `+s.Table+`
 			WHERE id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)`, ids)
 		if err != nil {
 			return nil, err
@@ -368,8 +372,8 @@ func (s *store) nearestOlder(ctx context.Context, ix checkIndex, keys []orderKey
 // index, or else its (sharding_key, status, id) one. A table without the first is looked at
 // again after a minute, so that a relay running while migrate adds it starts using it; a
 // table whose index was dropped since is looked at again at once (indexGone).
-func (s *store) orderedIndex(ctx context.Context) (checkIndex, error) {
-	if err := s.scanIndex(ctx); err != nil {
+func (s *Store) orderedIndex(ctx context.Context) (checkIndex, error) {
+	if err := s.ScanIndex(ctx); err != nil {
 		return checkIndex{}, err
 	}
 	s.scanMu.Lock()
@@ -386,7 +390,7 @@ func (s *store) orderedIndex(ctx context.Context) (checkIndex, error) {
 }
 
 // lookCheckIndex finds the ordered check's indexes (orderedIndex); the caller holds scanMu.
-func (s *store) lookCheckIndex(ctx context.Context) error {
+func (s *Store) lookCheckIndex(ctx context.Context) error {
 	hint, err := s.indexHint(ctx, "sharding_key,id")
 	if err != nil {
 		return err
@@ -410,10 +414,10 @@ type checkRow struct {
 
 // checkRows runs one statement of the ordered check and groups its rows by subquery (the
 // number each selects as part), in the order each subquery returned them.
-func (s *store) checkRows(ctx context.Context, q string, args []any) (map[int][]checkRow, error) {
-	rows, err := s.query(ctx, q, args...)
+func (s *Store) checkRows(ctx context.Context, q string, args []any) (map[int][]checkRow, error) {
+	rows, err := s.Query(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("read the older rows of ordered keys in %s: %w", s.name, err)
+		return nil, fmt.Errorf("read the older rows of ordered keys in %s: %w", s.Name, err)
 	}
 	defer rows.Close()
 	out := map[int][]checkRow{}
@@ -422,13 +426,13 @@ func (s *store) checkRows(ctx context.Context, q string, args []any) (map[int][]
 		var r checkRow
 		var tag sql.NullString // NULL in an adopted table whose tag column allows it
 		if err := rows.Scan(&part, &r.id, &r.topic, &r.key, &tag, &r.status, &r.due); err != nil {
-			return nil, fmt.Errorf("read the older rows of ordered keys in %s: %w", s.name, err)
+			return nil, fmt.Errorf("read the older rows of ordered keys in %s: %w", s.Name, err)
 		}
 		r.tag = tag.String
 		out[part] = append(out[part], r)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read the older rows of ordered keys in %s: %w", s.name, err)
+		return nil, fmt.Errorf("read the older rows of ordered keys in %s: %w", s.Name, err)
 	}
 	return out, nil
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package outboxsql
 
 import (
 	"context"
@@ -37,13 +37,13 @@ func TestNullSafeStatementsKeepTheirPlans(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := &store{db: db.DB, table: "`local_message`", name: "local_message", timeout: 10 * time.Second}
-	if err := s.scanIndex(ctx); err != nil {
+	s := &Store{DB: db.DB, Table: "`local_message`", Name: "local_message", Timeout: 10 * time.Second}
+	if err := s.ScanIndex(ctx); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().UnixMilli()
-	for _, c := range []cursor{{null: true, next: -1 << 62, id: -1 << 62}, {next: 5, id: 0}} {
-		q, args := s.pageQuery(int(outbox.StatusPending), now, c, 500, 1<<20)
+	for _, c := range []Cursor{{Null: true, Next: -1 << 62, ID: -1 << 62}, {Next: 5, ID: 0}} {
+		q, args := s.PageQuery(int(outbox.StatusPending), now, c, 500, 1<<20)
 		for _, p := range testenv.Plan(t, db.DB, "ANALYZE", q, args...) {
 			if p["key"] != "idx_status_retry" || p["type"] != "range" || strings.Contains(p["Extra"], "filesort") {
 				t.Errorf("page query (cursor %+v) plan: %v; want a range of idx_status_retry in index order", c, p)

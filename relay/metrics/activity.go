@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package metrics
 
 import (
 	"sync"
@@ -82,3 +82,6 @@ func (m *Metrics) Activity(database, table string) []MinuteActivity {
 	}
 	return t.minutes.last()
 }
+
+// SetClock replaces the clock of m's activity minutes, for tests; call it before Table.
+func (m *Metrics) SetClock(now func() time.Time) { m.now = now }

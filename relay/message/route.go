@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package message
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ type Route struct {
 	// Group is the RocketMQ producer group. Empty: the publisher's default group.
 	Group string
 	// SendTimeout bounds one send. Zero: the publisher's default. The publisher's own
-	// default (RocketMQConfig.SendTimeout) also bounds each attempt of the client.
+	// default (rocketmq.Config.SendTimeout) also bounds each attempt of the client.
 	SendTimeout time.Duration
 	// Ordered keeps the messages of one sharding_key in id order: they go to one queue, one
 	// at a time, and a failing message holds back the later ones of its key until it is sent

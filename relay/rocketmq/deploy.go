@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package rocketmq
 
 import "fmt"
 
@@ -10,7 +10,7 @@ const propertyMessageGroup = "__SHARDINGKEY"
 
 // qualified is topic as the client sends it: "namespace%topic" with a namespace, which is
 // also the name the producer's queue selector sees.
-func (p *RocketMQPublisher) qualified(topic string) string {
+func (p *Publisher) qualified(topic string) string {
 	if p.cfg.Namespace == "" {
 		return topic
 	}
@@ -18,7 +18,7 @@ func (p *RocketMQPublisher) qualified(topic string) string {
 }
 
 // credentialName says which ACL credential the relay sends, for refusals of it.
-func (p *RocketMQPublisher) credentialName() string {
+func (p *Publisher) credentialName() string {
 	if p.cfg.AccessKey == "" {
 		return "no rocketmq.access_key configured"
 	}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package rocketmq
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/remoting"
+	"github.com/outbox-relay/outbox-relay/relay/message"
 )
 
 // errConnectionLost marks a send written to a connection the broker had closed (broken
@@ -23,8 +24,15 @@ import (
 // connection.
 var errConnectionLost = errors.New("connection to the broker lost")
 
+// errRouteUnsettled marks a send that rocketmq-client-go failed with "topic=T route info not
+// found" (no leading "the"): the queue was chosen but the client knew no address for its
+// broker, as when another goroutine of the same client was storing the topic's new route
+// (the client publishes it to its producer before the brokers' addresses). Never sent, so
+// the publisher sends it again at once.
+var errRouteUnsettled = errors.New("the client was still storing the topic's route")
+
 // This file is the only reader of rocketmq-client-go's errors and send statuses: every
-// failure of a RocketMQPublisher leaves it as a *SendError whose Kind the relay acts on
+// failure of a Publisher leaves it as a *SendError whose Kind the relay acts on
 // (docs/decisions.md, "Failure accounting").
 
 // Response codes of RocketMQ's remoting protocol (ResponseCode) that classify reads.
@@ -85,49 +93,49 @@ func misconfiguredAnswer(code int, lower string) bool {
 // not found" is a missing topic when the name servers list live brokers and an unreachable
 // cluster when they list none or do not answer; a refused connection is unreachable;
 // anything else (a timeout, a dropped connection) is transient.
-func (p *RocketMQPublisher) classify(ctx context.Context, err error, topic string, batch bool) error {
-	broker := BrokerOf(err)
+func (p *Publisher) classify(ctx context.Context, err error, topic string, batch bool) error {
+	broker := message.BrokerOf(err)
 	msg := err.Error()
-	var be *BrokerError
+	var be *message.BrokerError
 	if errors.As(err, &be) {
 		msg = be.Err.Error()
 	}
 	lower := strings.ToLower(msg)
 	code := brokerCode(msg)
-	out := &SendError{Kind: SendTransient, Broker: broker, Code: code, Err: err}
+	out := &message.SendError{Kind: message.SendTransient, Broker: broker, Code: code, Err: err}
 	switch {
 	case code < 0:
 	case misconfiguredAnswer(code, lower):
-		out.Kind = SendMisconfigured
+		out.Kind = message.SendMisconfigured
 		if code == codeNoPermission {
 			// ACL: name the credential, which a wrong secret's answer does not.
 			out.Err = fmt.Errorf("%w (%s)", err, p.credentialName())
 		}
 		return out
 	case code == codeMessageIllegal: // size or properties: no retry can cure it
-		out.Kind = SendPermanent
+		out.Kind = message.SendPermanent
 		return out
 	case code == codeTopicNotExist:
-		out.Kind, out.Err = SendTopicMissing, fmt.Errorf("%w: %w", ErrTopicNotFound, err)
+		out.Kind, out.Err = message.SendTopicMissing, fmt.Errorf("%w: %w", message.ErrTopicNotFound, err)
 		return out
 	case code == codeSystemError && strings.Contains(lower, "size exceeded"):
 		// Apache RocketMQ 5.3 refuses a batch holding an oversized message, or too large as
 		// a whole, with SYSTEM_ERROR ("message body size exceeded"): about the request, not
 		// the broker, so the relay sends the batch's messages one by one.
-		out.Kind = SendPermanent
+		out.Kind = message.SendPermanent
 		if batch {
-			out.Kind = SendRefused
+			out.Kind = message.SendRefused
 		}
 		return out
 	case code == codeSystemError, code == codeSystemBusy, code == codeServiceUnavailable, code == codeNoPermission:
 		// The broker's state, not the message's: busy, flow control, disk full, read-only.
 		return out
 	default:
-		out.Kind = SendRefused
+		out.Kind = message.SendRefused
 		return out
 	}
 	if misconfiguredAnswer(-1, lower) {
-		out.Kind = SendMisconfigured
+		out.Kind = message.SendMisconfigured
 		return out
 	}
 	for _, w := range []string{"use of closed network connection", "broken pipe", "connection reset by peer"} {
@@ -138,33 +146,37 @@ func (p *RocketMQPublisher) classify(ctx context.Context, err error, topic strin
 			return out
 		}
 	}
+	if strings.HasPrefix(lower, "topic=") && strings.Contains(lower, "route info not found") {
+		out.Err = fmt.Errorf("%w: %w", errRouteUnsettled, err)
+		return out
+	}
 	if strings.Contains(lower, "route info not found") {
 		live, routed, nsErr := p.routeState(ctx, topic)
 		switch {
 		case nsErr != nil:
-			out.Kind = SendUnreachable
-			out.Err = fmt.Errorf("%w: no name server answers at %s (%v): %w", ErrBrokerUnreachable, strings.Join(p.cfg.NameServers, ","), nsErr, err)
+			out.Kind = message.SendUnreachable
+			out.Err = fmt.Errorf("%w: no name server answers at %s (%v): %w", message.ErrBrokerUnreachable, strings.Join(p.cfg.NameServers, ","), nsErr, err)
 		case routed:
 			// The name servers know the topic, but the client found no queue it may write
 			// to: its brokers are read-only (brokerPermission=4, being drained) or going.
-			out.Kind = SendUnreachable
-			out.Err = fmt.Errorf("%w: the topic's brokers take no writes now: %w", ErrBrokerUnreachable, err)
+			out.Kind = message.SendUnreachable
+			out.Err = fmt.Errorf("%w: the topic's brokers take no writes now: %w", message.ErrBrokerUnreachable, err)
 		case live == 0:
-			out.Kind = SendUnreachable
-			out.Err = fmt.Errorf("%w: no broker is registered with the name servers: %w", ErrBrokerUnreachable, err)
+			out.Kind = message.SendUnreachable
+			out.Err = fmt.Errorf("%w: no broker is registered with the name servers: %w", message.ErrBrokerUnreachable, err)
 		default:
-			out.Kind = SendTopicMissing
-			out.Err = fmt.Errorf("%w: %w (does the topic exist? with autoCreateTopicEnable=false it must be created first)", ErrTopicNotFound, err)
+			out.Kind = message.SendTopicMissing
+			out.Err = fmt.Errorf("%w: %w (does the topic exist? with autoCreateTopicEnable=false it must be created first)", message.ErrTopicNotFound, err)
 		}
 		return out
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
-		out.Kind, out.Err = SendUnreachable, fmt.Errorf("%w: %w", ErrBrokerUnreachable, err)
+		out.Kind, out.Err = message.SendUnreachable, fmt.Errorf("%w: %w", message.ErrBrokerUnreachable, err)
 		return out
 	}
 	for _, w := range []string{"connection refused", "no route to host", "network is unreachable"} {
 		if strings.Contains(lower, w) {
-			out.Kind, out.Err = SendUnreachable, fmt.Errorf("%w: %w", ErrBrokerUnreachable, err)
+			out.Kind, out.Err = message.SendUnreachable, fmt.Errorf("%w: %w", message.ErrBrokerUnreachable, err)
 			return out
 		}
 	}
@@ -175,7 +187,7 @@ func (p *RocketMQPublisher) classify(ctx context.Context, err error, topic strin
 // three "stored on the master, not flushed or replicated as asked" statuses are sent unless
 // RequireReplication is set (stored means sent: RocketMQ documents each as a stored
 // message, and sending it again only adds a copy); any other status is transient.
-func (p *RocketMQPublisher) storedStatus(res *primitive.SendResult, topic string, n int) error {
+func (p *Publisher) storedStatus(res *primitive.SendResult, topic string, n int) error {
 	var name string
 	switch res.Status {
 	case primitive.SendFlushDiskTimeout:
@@ -185,14 +197,14 @@ func (p *RocketMQPublisher) storedStatus(res *primitive.SendResult, topic string
 	case primitive.SendSlaveNotAvailable:
 		name = "SLAVE_NOT_AVAILABLE"
 	default:
-		return &SendError{Kind: SendTransient, Code: -1, Err: fmt.Errorf("broker answered send status %d", res.Status)}
+		return &message.SendError{Kind: message.SendTransient, Code: -1, Err: fmt.Errorf("broker answered send status %d", res.Status)}
 	}
 	broker := ""
 	if res.MessageQueue != nil {
 		broker = res.MessageQueue.BrokerName
 	}
 	if p.cfg.RequireReplication {
-		return &SendError{Kind: SendUnreplicated, Code: -1,
+		return &message.SendError{Kind: message.SendUnreplicated, Code: -1,
 			Err: fmt.Errorf("broker %s stored the message but answered %s (rocketmq.require_replication is on)", broker, name)}
 	}
 	p.cfg.Metrics.SentUnreplicated(name, n)
@@ -203,7 +215,7 @@ func (p *RocketMQPublisher) storedStatus(res *primitive.SendResult, topic string
 // routeState asks the first answering name server whether topic has a route and how many
 // brokers are registered, at most once a second per topic: it tells a topic that does not
 // exist from one whose brokers take no writes, and from a cluster without brokers.
-func (p *RocketMQPublisher) routeState(ctx context.Context, topic string) (live int, routed bool, err error) {
+func (p *Publisher) routeState(ctx context.Context, topic string) (live int, routed bool, err error) {
 	p.probeMu.Lock()
 	defer p.probeMu.Unlock()
 	if st, ok := p.probed[topic]; ok && time.Since(st.at) < time.Second {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package rocketmq
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 	"github.com/rs/zerolog"
+
+	"github.com/outbox-relay/outbox-relay/relay/message"
 )
 
 func routeOf(topic string, perBroker map[string]int) []*primitive.MessageQueue {
@@ -81,7 +83,7 @@ func TestOrderedKeysKeepTheirQueueWhileABrokerLeavesTheRoute(t *testing.T) {
 // changed under it (an operator adding queues moves keys), so that the relay sends them one
 // at a time, each to its own key's queue, instead of all to the first key's.
 func TestKeyedBatchOfKeysOnSeveralQueuesIsRefused(t *testing.T) {
-	p, err := NewRocketMQPublisher(RocketMQConfig{NameServers: []string{"127.0.0.1:1"}})
+	p, err := NewPublisher(Config{NameServers: []string{"127.0.0.1:1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,10 +102,10 @@ func TestKeyedBatchOfKeysOnSeveralQueuesIsRefused(t *testing.T) {
 			other = fmt.Sprintf("key-%d", n)
 		}
 	}
-	err = p.Send(context.Background(), Route{Ordered: true},
-		&Message{MsgID: "1", Topic: "T", ShardingKey: "key-a", Body: []byte("a")},
-		&Message{MsgID: "2", Topic: "T", ShardingKey: other, Body: []byte("b")})
-	if !errors.Is(err, errKeysOnSeveralQueues) || KindOf(err) != SendRefused {
-		t.Fatalf("Send = %v (kind %v), want errKeysOnSeveralQueues, refused", err, KindOf(err))
+	err = p.Send(context.Background(), message.Route{Ordered: true},
+		&message.Message{MsgID: "1", Topic: "T", ShardingKey: "key-a", Body: []byte("a")},
+		&message.Message{MsgID: "2", Topic: "T", ShardingKey: other, Body: []byte("b")})
+	if !errors.Is(err, errKeysOnSeveralQueues) || message.KindOf(err) != message.SendRefused {
+		t.Fatalf("Send = %v (kind %v), want errKeysOnSeveralQueues, refused", err, message.KindOf(err))
 	}
 }

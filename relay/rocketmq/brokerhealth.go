@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package rocketmq
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/relay/message"
 )
 
 // Broker states as the dashboard shows them (BrokerState.State).
@@ -130,13 +132,13 @@ func (h *brokerHealth) failed(addr string, err error) {
 	}
 	h.update(addr, func(s *BrokerState, now time.Time) {
 		s.LastError, s.LastErrorAt = err.Error(), now
-		switch KindOf(err) {
-		case SendMisconfigured:
+		switch message.KindOf(err) {
+		case message.SendMisconfigured:
 			s.set(StateRefusing, now)
-		case SendUnreachable:
+		case message.SendUnreachable:
 			s.set(StateFailing, now)
-		case SendTransient:
-			var se *SendError
+		case message.SendTransient:
+			var se *message.SendError
 			if errors.As(err, &se) && se.Code >= 0 {
 				s.set(StateFailing, now) // busy, flow control, a system error: the broker's answer
 			} else if s.State != StateFailing {
@@ -148,7 +150,7 @@ func (h *brokerHealth) failed(addr string, err error) {
 
 // BrokerStates returns what the publisher knows of each broker it sent to, by address, with
 // its circuit; brokers it never sent to are not listed.
-func (p *RocketMQPublisher) BrokerStates() []BrokerState {
+func (p *Publisher) BrokerStates() []BrokerState {
 	down := p.queues.downSince()
 	p.health.mu.Lock()
 	out := make([]BrokerState, 0, len(p.health.brokers))
@@ -187,7 +189,7 @@ func (c *queueChooser) downSince() map[string]downBroker {
 // once, nothing sent) and returns their states: healthy, slow (SlowDial or longer),
 // refusing (connection refused) or failing (no connection within DialTimeout, or another
 // error). The probes run in parallel; the call takes at most DialTimeout.
-func (p *RocketMQPublisher) NameServerStates(ctx context.Context) []BrokerState {
+func (p *Publisher) NameServerStates(ctx context.Context) []BrokerState {
 	type probe struct {
 		d   time.Duration
 		err error

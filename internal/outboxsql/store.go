@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package outboxsql
 
 import (
 	"context"
@@ -17,19 +17,19 @@ import (
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
-// store holds every statement the relay runs against one table. The table name was
+// Store holds every statement the relay runs against one table. The table name was
 // validated when the relay was built; values always go through placeholders.
-type store struct {
-	db *sql.DB
-	// pg tracks the statements' answers, for the stall clock; nil tracks nothing.
-	pg *progress
-	// table is the quoted table name for SQL; name is the plain one for messages.
-	table, name string
+type Store struct {
+	DB *sql.DB
+	// Tracker tracks the statements' answers, for the stall clock; nil tracks nothing.
+	Tracker Tracker
+	// Table is the quoted table name for SQL; Name is the plain one for messages.
+	Table, Name string
 	// timeout bounds each statement.
-	timeout time.Duration
+	Timeout time.Duration
 	// partition, when partitions > 1, restricts the scan and the idle probe to the rows of
 	// one partition (schema.PartitionColumn = partition).
-	partition, partitions int
+	Partition, Partitions int
 
 	// scanMu guards scanHint, the page query's FORCE INDEX clause, found once (scanIndex).
 	scanMu   sync.Mutex
@@ -49,32 +49,44 @@ type store struct {
 	positions bool
 }
 
-// row is one due outbox row as read by a page.
-type row struct {
-	id          int64
-	msgID       string
-	topic, tag  string
-	content     []byte
-	contentLen  int64 // content's length in bytes, known even when content is not loaded
-	keys        string
-	shardingKey string
-	properties  sql.NullString
-	retryCount  int
-	maxRetries  int
-	nextRetry   int64
-	nextNull    bool // next_retry_time is NULL (read as 0: due now)
+// Tracker hears of every statement a Store sends and of how it ended: the relay's stall
+// clock (relay/progress.go).
+type Tracker interface {
+	// Begin records that a statement is sent.
+	Begin()
+	// End records how it ended: err nil or the server's answer, or no answer.
+	End(err error)
 }
 
-// cursor is the keyset position within one status: pages resume after (next, id), or, while
+// NowSQL is the database's clock in epoch ms, as the write-backs write it.
+const NowSQL = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
+
+// Row is one due outbox row as read by a page.
+type Row struct {
+	ID          int64
+	MsgID       string
+	Topic, Tag  string
+	Content     []byte
+	ContentLen  int64 // content's length in bytes, known even when content is not loaded
+	Keys        string
+	ShardingKey string
+	Properties  sql.NullString
+	RetryCount  int
+	MaxRetries  int
+	NextRetry   int64
+	NextNull    bool // next_retry_time is NULL (read as 0: due now)
+}
+
+// Cursor is the keyset position within one status: pages resume after (next, id), or, while
 // null holds, after id among the rows whose next_retry_time is NULL (due now; they come
 // first in the index).
-type cursor struct {
-	null bool
-	next int64
-	id   int64
+type Cursor struct {
+	Null bool
+	Next int64
+	ID   int64
 }
 
-// pageQuery returns the page statement and arguments (the benchmarks EXPLAIN it). Bodies
+// PageQuery returns the page statement and arguments (the benchmarks EXPLAIN it). Bodies
 // longer than maxBody are not sent over the wire: their length is enough to mark them dead.
 //
 // The order is that of the (status, next_retry_time) index, whose entries carry the primary
@@ -94,54 +106,54 @@ type cursor struct {
 //
 // A partition's relay adds "relay_partition = ? AND" in front: its index is
 // (relay_partition, status, next_retry_time), the same range one level down.
-func (s *store) pageQuery(status int, nowMs int64, c cursor, limit, maxBody int) (string, []any) {
+func (s *Store) PageQuery(status int, nowMs int64, c Cursor, limit, maxBody int) (string, []any) {
 	where, args := s.partitionWhere([]any{maxBody})
 	due := `next_retry_time <= ? AND ((next_retry_time = ? AND id > ?) OR next_retry_time > ?)`
 	args = append(args, status)
-	if c.null {
+	if c.Null {
 		due = `((next_retry_time IS NULL AND id > ?) OR next_retry_time <= ?)`
-		args = append(args, c.id, nowMs)
+		args = append(args, c.ID, nowMs)
 	} else {
-		args = append(args, nowMs, c.next, c.id, c.next)
+		args = append(args, nowMs, c.Next, c.ID, c.Next)
 	}
 	// NULLs of an adopted table's nullable columns read as the contract's defaults, so that
 	// no row fails its page; a NULL msg_id or topic then makes the row dead with a reason.
 	return `SELECT id, COALESCE(msg_id, ''), COALESCE(topic, ''), COALESCE(tag, ''), IF(LENGTH(content) <= ?, content, NULL), COALESCE(LENGTH(content), 0),
 			COALESCE(msg_keys, ''), COALESCE(sharding_key, ''), properties, ` + schema.RetryCountSQL + `, ` + schema.MaxRetrySQL + `,
 			next_retry_time IS NULL, ` + schema.NextRetrySQL + `
-		FROM ` + s.table + s.scanHint + `
+		FROM ` + s.Table + s.scanHint + `
 		WHERE ` + where + `status = ? AND ` + due + ` AND ` + schema.NotDeletedSQL + `
 		ORDER BY next_retry_time, id LIMIT ?`, append(args, limit)
 }
 
 // partitionWhere returns the partition condition ("" for an unpartitioned table) and args
 // followed by its argument.
-func (s *store) partitionWhere(args []any) (string, []any) {
-	if s.partitions <= 1 {
+func (s *Store) partitionWhere(args []any) (string, []any) {
+	if s.Partitions <= 1 {
 		return "", args
 	}
-	return schema.QuoteIdent(schema.PartitionColumn) + " = ? AND ", append(args, s.partition)
+	return schema.QuoteIdent(schema.PartitionColumn) + " = ? AND ", append(args, s.Partition)
 }
 
-// anyDue reports whether a row may be due by the database's clock: one statement of two
+// AnyDue reports whether a row may be due by the database's clock: one statement of two
 // index range seeks that the idle relay runs instead of a pass (soft-deleted rows may make it
 // say yes; the pass then finds nothing, as it would have anyway).
-func (s *store) anyDue(ctx context.Context) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+func (s *Store) AnyDue(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
 	var n int
 	// Two ranges of the (status, next_retry_time) index, or of the partition's index one
 	// level down (key_len 12: every part used).
 	where, args := s.partitionWhere(nil)
-	err := s.queryRow(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM `+s.table+`
-		WHERE `+where+`status IN (0, 1) AND (next_retry_time <= `+dbNowSQL+` OR next_retry_time IS NULL) LIMIT 1) due`, args...).Scan(&n)
+	err := s.QueryRow(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM `+s.Table+`
+		WHERE `+where+`status IN (0, 1) AND (next_retry_time <= `+NowSQL+` OR next_retry_time IS NULL) LIMIT 1) due`, args...).Scan(&n)
 	if err != nil {
-		return false, fmt.Errorf("probe due rows of %s: %w", s.name, err)
+		return false, fmt.Errorf("probe due rows of %s: %w", s.Name, err)
 	}
 	return n > 0, nil
 }
 
-// scanIndex finds the table's (status, next_retry_time) index once and makes the page query
+// ScanIndex finds the table's (status, next_retry_time) index once and makes the page query
 // force it. Unforced, MariaDB 10.11 plans the keyset query as a ref on status alone as soon
 // as the table's statistics are current (InnoDB refreshes them once a tenth of the table
 // changed): every page then walks the status's entries from the first, rows already read
@@ -149,16 +161,16 @@ func (s *store) anyDue(ctx context.Context) (bool, error) {
 // cost more and more as a large backlog drains. Forced, it is the bounded range the keyset
 // is written for (key_len 17). The index is found by its columns, as schema.Check checks
 // it, since an adopted table may name it otherwise; without one the query goes unforced.
-func (s *store) scanIndex(ctx context.Context) error {
+func (s *Store) ScanIndex(ctx context.Context) error {
 	s.scanMu.Lock()
 	defer s.scanMu.Unlock()
 	if s.scanDone {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
 	cols := "status,next_retry_time"
-	if s.partitions > 1 {
+	if s.Partitions > 1 {
 		cols = schema.PartitionColumn + "," + cols
 	}
 	var err error
@@ -168,10 +180,10 @@ func (s *store) scanIndex(ctx context.Context) error {
 	if err = s.lookCheckIndex(ctx); err != nil {
 		return err
 	}
-	if s.reasonChars, err = schema.FailReasonWidth(ctx, s.db, s.name); err != nil {
+	if s.reasonChars, err = schema.FailReasonWidth(ctx, s.DB, s.Name); err != nil {
 		return err
 	}
-	if s.positions, err = schema.HasAuditColumns(ctx, s.db, s.name); err != nil {
+	if s.positions, err = schema.HasAuditColumns(ctx, s.DB, s.Name); err != nil {
 		return err
 	}
 	s.scanDone = true
@@ -180,94 +192,94 @@ func (s *store) scanIndex(ctx context.Context) error {
 
 // indexHint returns a FORCE INDEX clause for the table's index of exactly cols (lower-case,
 // comma-separated), or "" when it has none.
-func (s *store) indexHint(ctx context.Context, cols string) (string, error) {
+func (s *Store) indexHint(ctx context.Context, cols string) (string, error) {
 	var name string
-	err := s.queryRow(ctx, schema.IndexByColumnsSQL, s.name, cols).Scan(&name)
+	err := s.QueryRow(ctx, schema.IndexByColumnsSQL, s.Name, cols).Scan(&name)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return "", nil
 	case err != nil:
-		return "", fmt.Errorf("find the (%s) index of %s: %w", cols, s.name, err)
+		return "", fmt.Errorf("find the (%s) index of %s: %w", cols, s.Name, err)
 	}
 	return " FORCE INDEX (`" + strings.ReplaceAll(name, "`", "``") + "`)", nil
 }
 
-// orderKey identifies one ordered stream: a sharding key within a topic.
-type orderKey struct{ topic, key string }
+// OrderKey identifies one ordered stream: a sharding key within a topic.
+type OrderKey struct{ Topic, Key string }
 
-// park makes the pending rows ids, held behind the unsent row head of their key that is not
+// Park makes the pending rows ids, held behind the unsent row head of their key that is not
 // due before untilMs, due at untilMs, their reason naming head (parkedReason): the scan stops
 // reading them until their head may go. Only pending rows due earlier are moved; the status
 // is not touched.
-func (s *store) park(ctx context.Context, ids []int64, untilMs, head int64) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+func (s *Store) Park(ctx context.Context, ids []int64, untilMs, head int64) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
 	var total int64
-	for start := 0; start < len(ids); start += maxIDsPerStatement {
-		chunk := ids[start:min(start+maxIDsPerStatement, len(ids))]
+	for start := 0; start < len(ids); start += MaxIDsPerStatement {
+		chunk := ids[start:min(start+MaxIDsPerStatement, len(ids))]
 		args := make([]any, 0, len(chunk)+3)
-		args = append(args, untilMs, parkedReason(head))
+		args = append(args, untilMs, ParkedReason(head))
 		for _, id := range chunk {
 			args = append(args, id)
 		}
 		args = append(args, untilMs)
-		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET next_retry_time = ?, fail_reason = ?
+		n, err := s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET next_retry_time = ?, fail_reason = ?
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status = 0 AND `+schema.NextRetrySQL+` < ? AND `+schema.NotDeletedSQL, args...)
 		if err != nil {
-			return total, fmt.Errorf("park held rows of %s: %w", s.name, err)
+			return total, fmt.Errorf("park held rows of %s: %w", s.Name, err)
 		}
 		total += n
 	}
 	return total, nil
 }
 
-// unpark makes the pending rows of the ordered stream k after id, parked at untilMs behind
+// Unpark makes the pending rows of the ordered stream k after id, parked at untilMs behind
 // it (park), due at nowMs: their head was sent or went dead before its time. Like every
 // change, the rows are found by a read without locks and changed by primary key, guarded.
-func (s *store) unpark(ctx context.Context, k orderKey, id, untilMs, nowMs int64) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+func (s *Store) Unpark(ctx context.Context, k OrderKey, id, untilMs, nowMs int64) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
-	rows, err := s.query(ctx, `SELECT id FROM `+s.table+`
+	rows, err := s.Query(ctx, `SELECT id FROM `+s.Table+`
 		WHERE sharding_key = ? AND topic = ? AND status = 0 AND id > ? AND next_retry_time = ? AND `+schema.NotDeletedSQL,
-		k.key, k.topic, id, untilMs)
+		k.Key, k.Topic, id, untilMs)
 	if err != nil {
-		return 0, fmt.Errorf("find parked rows of %s: %w", s.name, err)
+		return 0, fmt.Errorf("find parked rows of %s: %w", s.Name, err)
 	}
 	var ids []int64
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
 			rows.Close()
-			return 0, fmt.Errorf("find parked rows of %s: %w", s.name, err)
+			return 0, fmt.Errorf("find parked rows of %s: %w", s.Name, err)
 		}
 		ids = append(ids, id)
 	}
 	err = rows.Err()
 	rows.Close()
 	if err != nil {
-		return 0, fmt.Errorf("find parked rows of %s: %w", s.name, err)
+		return 0, fmt.Errorf("find parked rows of %s: %w", s.Name, err)
 	}
 	var total int64
-	for start := 0; start < len(ids); start += maxIDsPerStatement {
-		chunk := ids[start:min(start+maxIDsPerStatement, len(ids))]
+	for start := 0; start < len(ids); start += MaxIDsPerStatement {
+		chunk := ids[start:min(start+MaxIDsPerStatement, len(ids))]
 		args := make([]any, 0, len(chunk)+2)
 		args = append(args, nowMs)
 		for _, id := range chunk {
 			args = append(args, id)
 		}
 		args = append(args, untilMs)
-		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET next_retry_time = ?
+		n, err := s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET next_retry_time = ?
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status = 0 AND next_retry_time = ? AND `+schema.NotDeletedSQL, args...)
 		if err != nil {
-			return total, fmt.Errorf("unpark rows of %s: %w", s.name, err)
+			return total, fmt.Errorf("unpark rows of %s: %w", s.Name, err)
 		}
 		total += n
 	}
 	return total, nil
 }
 
-// maxIDsPerStatement bounds an IN list.
-const maxIDsPerStatement = 1000
+// MaxIDsPerStatement bounds an IN list.
+const MaxIDsPerStatement = 1000
 
 // maxReasonChars is the width of the contract's fail_reason.
 const maxReasonChars = 1000
@@ -283,8 +295,8 @@ const maxReasonChars = 1000
 // operator.
 
 // exec runs one status change and returns the rows it changed.
-func (s *store) exec(ctx context.Context, q string, args ...any) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+func (s *Store) exec(ctx context.Context, q string, args ...any) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
 	res, err := s.execStmt(ctx, q, args...)
 	if err != nil {
@@ -294,22 +306,22 @@ func (s *store) exec(ctx context.Context, q string, args ...any) (int64, error) 
 	return n, nil
 }
 
-// markSent sets the acknowledged rows, which had retryCount failures when they were read,
+// MarkSent sets the acknowledged rows, which had retryCount failures when they were read,
 // sent, at nowMs: sent_time and next_retry_time both (a settled row's next_retry_time is
 // when it was settled, so that the purge and the dashboard find old and recent sent rows on
 // the (status, next_retry_time) index the row moves in anyway; see schema.obsoleteIndexes). Rows changed meanwhile (by another relay, or an operator) are left alone: the guard
 // on retry_count keeps a newer failure or requeue. The number changed is returned.
-func (s *store) markSent(ctx context.Context, retryCount int, ids []int64, nowMs int64) (int64, error) {
+func (s *Store) MarkSent(ctx context.Context, retryCount int, ids []int64, nowMs int64) (int64, error) {
 	var total int64
-	for start := 0; start < len(ids); start += maxIDsPerStatement {
-		chunk := ids[start:min(start+maxIDsPerStatement, len(ids))]
+	for start := 0; start < len(ids); start += MaxIDsPerStatement {
+		chunk := ids[start:min(start+MaxIDsPerStatement, len(ids))]
 		args := append([]any{nowMs, nowMs}, int64Args(chunk)...)
 		args = append(args, retryCount)
-		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET status = 2, sent_time = ?, next_retry_time = ?
+		n, err := s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET status = 2, sent_time = ?, next_retry_time = ?
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND `+schema.RetryCountSQL+` = ?`, args...)
 		total += n
 		if err != nil {
-			return total, fmt.Errorf("mark %d rows of %s sent: %w", len(chunk), s.name, err)
+			return total, fmt.Errorf("mark %d rows of %s sent: %w", len(chunk), s.Name, err)
 		}
 	}
 	return total, nil
@@ -331,90 +343,90 @@ func boundedCount(count int) int { return max(0, min(count, maxStoredCount)) }
 // boundedTime is ms as it may be written to next_retry_time.
 func boundedTime(ms int64) int64 { return min(ms, maxStoredTime) }
 
-// failure is one failed row of a write-back.
-type failure struct {
-	id     int64
-	reason string
+// Failure is one failed row of a write-back.
+type Failure struct {
+	ID     int64
+	Reason string
 }
 
-// markRetry records a failed attempt of rows that had retryCount failures before: the count
+// MarkRetry records a failed attempt of rows that had retryCount failures before: the count
 // goes up by one, and the row goes dead when it exceeds max_retry_count, else waits until
 // nextMs. The guard on retry_count makes a second relay's concurrent write a no-op.
-func (s *store) markRetry(ctx context.Context, retryCount int, fails []failure, nextMs int64) (int64, error) {
+func (s *Store) MarkRetry(ctx context.Context, retryCount int, fails []Failure, nextMs int64) (int64, error) {
 	var total int64
-	for start := 0; start < len(fails); start += maxIDsPerStatement {
-		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
+	for start := 0; start < len(fails); start += MaxIDsPerStatement {
+		chunk := fails[start:min(start+MaxIDsPerStatement, len(fails))]
 		reasonSQL, reasonArgs := s.reasonCase(chunk)
 		args := []any{boundedCount(retryCount + 1), retryCount + 1, retryCount + 1, boundedTime(nextMs)}
 		args = append(args, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
 		args = append(args, retryCount)
-		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET retry_count = ?,
+		n, err := s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET retry_count = ?,
 			status = CASE WHEN ? > `+schema.MaxRetrySQL+` THEN 3 ELSE 1 END,
 			next_retry_time = CASE WHEN ? > `+schema.MaxRetrySQL+` THEN `+settledNowSQL+` ELSE ? END, fail_reason = `+reasonSQL+`
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND `+schema.RetryCountSQL+` = ?`, args...)
 		total += n
 		if err != nil {
-			return total, fmt.Errorf("record %d failed attempts in %s: %w", len(chunk), s.name, err)
+			return total, fmt.Errorf("record %d failed attempts in %s: %w", len(chunk), s.Name, err)
 		}
 	}
 	return total, nil
 }
 
-// markTransientRetry records a transient failure that singled its rows out: the count goes
+// MarkTransientRetry records a transient failure that singled its rows out: the count goes
 // up by one but never past max_retry_count, and the rows stay failed: a timeout or a
 // dropped connection never makes a message dead.
-func (s *store) markTransientRetry(ctx context.Context, retryCount int, fails []failure, nextMs int64) (int64, error) {
+func (s *Store) MarkTransientRetry(ctx context.Context, retryCount int, fails []Failure, nextMs int64) (int64, error) {
 	var total int64
-	for start := 0; start < len(fails); start += maxIDsPerStatement {
-		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
+	for start := 0; start < len(fails); start += MaxIDsPerStatement {
+		chunk := fails[start:min(start+MaxIDsPerStatement, len(fails))]
 		reasonSQL, reasonArgs := s.reasonCase(chunk)
 		args := []any{boundedCount(retryCount + 1), boundedTime(nextMs)}
 		args = append(args, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
 		args = append(args, retryCount)
-		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET retry_count = LEAST(?, `+schema.MaxRetrySQL+`),
+		n, err := s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET retry_count = LEAST(?, `+schema.MaxRetrySQL+`),
 			status = 1, next_retry_time = ?, fail_reason = `+reasonSQL+`
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND `+schema.RetryCountSQL+` = ?`, args...)
 		total += n
 		if err != nil {
-			return total, fmt.Errorf("record %d failed attempts in %s: %w", len(chunk), s.name, err)
+			return total, fmt.Errorf("record %d failed attempts in %s: %w", len(chunk), s.Name, err)
 		}
 	}
 	return total, nil
 }
 
-// markDeferred records an attempt that failed in a broker incident: the rows, which had
+// MarkDeferred records an attempt that failed in a broker incident: the rows, which had
 // retryCount failures, wait until nextMs with their retry counts untouched, and say why in
 // fail_reason. The guard on retry_count keeps a newer failure another relay recorded.
-func (s *store) markDeferred(ctx context.Context, retryCount int, fails []failure, nextMs int64) (int64, error) {
+func (s *Store) MarkDeferred(ctx context.Context, retryCount int, fails []Failure, nextMs int64) (int64, error) {
 	var total int64
-	for start := 0; start < len(fails); start += maxIDsPerStatement {
-		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
+	for start := 0; start < len(fails); start += MaxIDsPerStatement {
+		chunk := fails[start:min(start+MaxIDsPerStatement, len(fails))]
 		reasonSQL, reasonArgs := s.reasonCase(chunk)
 		args := append([]any{boundedTime(nextMs)}, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
 		args = append(args, retryCount)
-		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET status = 1, next_retry_time = ?, fail_reason = `+reasonSQL+`
+		n, err := s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET status = 1, next_retry_time = ?, fail_reason = `+reasonSQL+`
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND `+schema.RetryCountSQL+` = ?`, args...)
 		total += n
 		if err != nil {
-			return total, fmt.Errorf("defer %d rows of %s: %w", len(chunk), s.name, err)
+			return total, fmt.Errorf("defer %d rows of %s: %w", len(chunk), s.Name, err)
 		}
 	}
 	return total, nil
 }
 
-// markSentPerRow is markSent with one autocommitted UPDATE per row, the way seed 002's relay
+// MarkSentPerRow is markSent with one autocommitted UPDATE per row, the way seed 002's relay
 // wrote back. For the benchmark only (Config.perRowWriteBack): it is the baseline that
 // the set-based markSent is measured against.
-func (s *store) markSentPerRow(ctx context.Context, _ int, ids []int64, nowMs int64) (int64, error) {
+func (s *Store) MarkSentPerRow(ctx context.Context, _ int, ids []int64, nowMs int64) (int64, error) {
 	var total int64
 	for _, id := range ids {
-		res, err := s.execStmt(ctx, `UPDATE `+s.table+` SET status = 2, sent_time = ?
+		res, err := s.execStmt(ctx, `UPDATE `+s.Table+` SET status = 2, sent_time = ?
 			WHERE id = ? AND status IN (0, 1)`, nowMs, id)
 		if err != nil {
-			return total, fmt.Errorf("mark row %d of %s sent: %w", id, s.name, err)
+			return total, fmt.Errorf("mark row %d of %s sent: %w", id, s.Name, err)
 		}
 		n, _ := res.RowsAffected()
 		total += n
@@ -422,17 +434,17 @@ func (s *store) markSentPerRow(ctx context.Context, _ int, ids []int64, nowMs in
 	return total, nil
 }
 
-// markRetryPerRow is markRetry with one autocommitted UPDATE per row. For the benchmark only
+// MarkRetryPerRow is markRetry with one autocommitted UPDATE per row. For the benchmark only
 // (Config.perRowWriteBack).
-func (s *store) markRetryPerRow(ctx context.Context, retryCount int, fails []failure, nextMs int64) (int64, error) {
+func (s *Store) MarkRetryPerRow(ctx context.Context, retryCount int, fails []Failure, nextMs int64) (int64, error) {
 	var total int64
 	for _, f := range fails {
-		res, err := s.execStmt(ctx, `UPDATE `+s.table+` SET retry_count = ?,
+		res, err := s.execStmt(ctx, `UPDATE `+s.Table+` SET retry_count = ?,
 			status = CASE WHEN ? > `+schema.MaxRetrySQL+` THEN 3 ELSE 1 END, next_retry_time = ?, fail_reason = ?
 			WHERE id = ? AND status IN (0, 1) AND `+schema.RetryCountSQL+` = ?`,
-			retryCount+1, retryCount+1, nextMs, s.truncateReason(f.reason), f.id, retryCount)
+			retryCount+1, retryCount+1, nextMs, s.truncateReason(f.Reason), f.ID, retryCount)
 		if err != nil {
-			return total, fmt.Errorf("record failed attempt of row %d in %s: %w", f.id, s.name, err)
+			return total, fmt.Errorf("record failed attempt of row %d in %s: %w", f.ID, s.Name, err)
 		}
 		n, _ := res.RowsAffected()
 		total += n
@@ -441,60 +453,60 @@ func (s *store) markRetryPerRow(ctx context.Context, retryCount int, fails []fai
 }
 
 // settledNowSQL is the database's clock in epoch ms: the next_retry_time of a row going dead
-// (a settled row's next_retry_time is when it was settled; see markSent).
-const settledNowSQL = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
+// (a settled row's next_retry_time is when it was settled; see MarkSent).
+const settledNowSQL = NowSQL
 
-// markDead parks rows that can never be sent, with their reasons.
-func (s *store) markDead(ctx context.Context, fails []failure) (int64, error) {
+// MarkDead parks rows that can never be sent, with their reasons.
+func (s *Store) MarkDead(ctx context.Context, fails []Failure) (int64, error) {
 	var total int64
-	for start := 0; start < len(fails); start += maxIDsPerStatement {
-		chunk := fails[start:min(start+maxIDsPerStatement, len(fails))]
+	for start := 0; start < len(fails); start += MaxIDsPerStatement {
+		chunk := fails[start:min(start+MaxIDsPerStatement, len(fails))]
 		reasonSQL, args := s.reasonCase(chunk)
 		args = append(args, failureIDs(chunk)...)
-		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET status = 3, next_retry_time = `+settledNowSQL+`, fail_reason = `+reasonSQL+`
+		n, err := s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET status = 3, next_retry_time = `+settledNowSQL+`, fail_reason = `+reasonSQL+`
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1)`, args...)
 		total += n
 		if err != nil {
-			return total, fmt.Errorf("mark %d rows of %s dead: %w", len(chunk), s.name, err)
+			return total, fmt.Errorf("mark %d rows of %s dead: %w", len(chunk), s.Name, err)
 		}
 	}
 	return total, nil
 }
 
-// backlog returns the unsent rows (pending or failed; rows marked is_deleted = 1 are never
+// Backlog returns the unsent rows (pending or failed; rows marked is_deleted = 1 are never
 // sent and left out, at the cost of reading the backlog's rows, not only the index: 0.4 s
 // instead of 0.2 s for 500k rows) and how long the oldest due row has been due
 // (ops.OldestDue, as the status command reports it).
-func (s *store) backlog(ctx context.Context, now time.Time) (pending int64, oldestDue time.Duration, err error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+func (s *Store) Backlog(ctx context.Context, now time.Time) (pending int64, oldestDue time.Duration, err error) {
+	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
-	err = s.queryRow(ctx, `SELECT COUNT(*) FROM `+s.table+` WHERE status IN (0, 1) AND `+schema.NotDeletedSQL).Scan(&pending)
+	err = s.QueryRow(ctx, `SELECT COUNT(*) FROM `+s.Table+` WHERE status IN (0, 1) AND `+schema.NotDeletedSQL).Scan(&pending)
 	if err != nil {
-		return 0, 0, fmt.Errorf("count backlog of %s: %w", s.name, err)
+		return 0, 0, fmt.Errorf("count backlog of %s: %w", s.Name, err)
 	}
-	oldestDue, err = ops.OldestDue(ctx, s.db, s.name, now)
+	oldestDue, err = ops.OldestDue(ctx, s.DB, s.Name, now)
 	return pending, oldestDue, err
 }
 
 // reasonCase returns the SQL expression and arguments that set each row's own reason: a
 // single placeholder when all reasons agree, as they do when the broker is down.
-func (s *store) reasonCase(fails []failure) (string, []any) {
+func (s *Store) reasonCase(fails []Failure) (string, []any) {
 	same := true
 	for _, f := range fails[1:] {
-		if f.reason != fails[0].reason {
+		if f.Reason != fails[0].Reason {
 			same = false
 			break
 		}
 	}
 	if same {
-		return "?", []any{s.truncateReason(fails[0].reason)}
+		return "?", []any{s.truncateReason(fails[0].Reason)}
 	}
 	var b strings.Builder
 	args := make([]any, 0, 2*len(fails))
 	b.WriteString("CASE id")
 	for _, f := range fails {
 		b.WriteString(" WHEN ? THEN ?")
-		args = append(args, f.id, s.truncateReason(f.reason))
+		args = append(args, f.ID, s.truncateReason(f.Reason))
 	}
 	b.WriteString(" END")
 	return b.String(), args
@@ -503,7 +515,7 @@ func (s *store) reasonCase(fails []failure) (string, []any) {
 // truncateReason keeps a reason within fail_reason's 1,000 characters, or the column's
 // own width when an adopted table's is narrower (scanIndex reads it): a longer reason would
 // fail every write-back of its page under strict sql_mode (error 1406).
-func (s *store) truncateReason(reason string) string {
+func (s *Store) truncateReason(reason string) string {
 	width := maxReasonChars
 	s.scanMu.Lock()
 	if s.reasonChars > 0 {
@@ -530,81 +542,93 @@ func int64Args(ids []int64) []any {
 	return out
 }
 
-func failureIDs(fails []failure) []any {
+func failureIDs(fails []Failure) []any {
 	out := make([]any, len(fails))
 	for i, f := range fails {
-		out[i] = f.id
+		out[i] = f.ID
 	}
 	return out
 }
 
-// query, queryRow and execStmt run one statement and tell the stall clock when it was sent
+// Query, QueryRow and execStmt run one statement and tell the stall clock when it was sent
 // and whether the database answered it (progress).
-func (s *store) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	s.pg.begin()
-	rows, err := s.db.QueryContext(ctx, q, args...)
-	s.pg.end(err)
+func (s *Store) Query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	s.begin()
+	rows, err := s.DB.QueryContext(ctx, q, args...)
+	s.end(err)
 	return rows, err
 }
 
-func (s *store) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
-	s.pg.begin()
-	row := s.db.QueryRowContext(ctx, q, args...)
-	s.pg.end(row.Err())
+func (s *Store) QueryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	s.begin()
+	row := s.DB.QueryRowContext(ctx, q, args...)
+	s.end(row.Err())
 	return row
 }
 
-func (s *store) execStmt(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	s.pg.begin()
-	res, err := s.db.ExecContext(ctx, q, args...)
-	s.pg.end(err)
+func (s *Store) execStmt(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	s.begin()
+	res, err := s.DB.ExecContext(ctx, q, args...)
+	s.end(err)
 	return res, err
+}
+
+func (s *Store) begin() {
+	if s.Tracker != nil {
+		s.Tracker.Begin()
+	}
+}
+
+func (s *Store) end(err error) {
+	if s.Tracker != nil {
+		s.Tracker.End(err)
+	}
 }
 
 // hastenDeferredMax bounds the rows one recovery brings forward: a larger outage's other
 // rows wait out their deferral (30 s at most).
 const hastenDeferredMax = 100000
 
-// hastenDeferred makes the failed rows whose reason ends with mark and whose next attempt is
+// HastenDeferred makes the failed rows whose reason ends with mark and whose next attempt is
 // after nowMs due now, and returns how many it changed. The rows are found on the page
 // query's index (status, next_retry_time), read without locks, and changed by primary key,
 // guarded by their state as read, like every status change.
-func (s *store) hastenDeferred(ctx context.Context, nowMs int64, mark string) (int64, error) {
-	if err := s.scanIndex(ctx); err != nil {
+func (s *Store) HastenDeferred(ctx context.Context, nowMs int64, mark string) (int64, error) {
+	if err := s.ScanIndex(ctx); err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
 	where, args := s.partitionWhere(nil)
-	rows, err := s.query(ctx, `SELECT id FROM `+s.table+s.scanHint+`
+	rows, err := s.Query(ctx, `SELECT id FROM `+s.Table+s.scanHint+`
 		WHERE `+where+`status = 1 AND next_retry_time > ? AND fail_reason LIKE ? ORDER BY next_retry_time LIMIT ?`,
 		append(args, nowMs, "%"+likeEscape(mark), hastenDeferredMax)...)
 	if err != nil {
-		return 0, fmt.Errorf("find deferred rows of %s: %w", s.name, err)
+		return 0, fmt.Errorf("find deferred rows of %s: %w", s.Name, err)
 	}
 	var ids []int64
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
 			rows.Close()
-			return 0, fmt.Errorf("find deferred rows of %s: %w", s.name, err)
+			return 0, fmt.Errorf("find deferred rows of %s: %w", s.Name, err)
 		}
 		ids = append(ids, id)
 	}
 	err = rows.Err()
 	rows.Close()
 	if err != nil {
-		return 0, fmt.Errorf("find deferred rows of %s: %w", s.name, err)
+		return 0, fmt.Errorf("find deferred rows of %s: %w", s.Name, err)
 	}
 	var total int64
-	for start := 0; start < len(ids); start += maxIDsPerStatement {
-		chunk := ids[start:min(start+maxIDsPerStatement, len(ids))]
-		n, err := s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET next_retry_time = ?
+	for start := 0; start < len(ids); start += MaxIDsPerStatement {
+		chunk := ids[start:min(start+MaxIDsPerStatement, len(ids))]
+		n, err := s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET next_retry_time = ?
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status = 1 AND next_retry_time > ?`,
 			append(append([]any{nowMs}, int64Args(chunk)...), nowMs)...)
 		total += n
 		if err != nil {
-			return total, fmt.Errorf("bring %d deferred rows of %s forward: %w", len(chunk), s.name, err)
+			return total, fmt.Errorf("bring %d deferred rows of %s forward: %w", len(chunk), s.Name, err)
 		}
 	}
 	return total, nil

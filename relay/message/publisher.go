@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package message
 
 import (
 	"context"
@@ -57,7 +57,7 @@ type Publisher interface {
 // KeyBatcher is implemented by a Publisher that can send the messages of several sharding
 // keys in one batch request when their keys go to the same queue: a batch is stored in one
 // queue in its order, so each key keeps its queue and, on an ordered route, its order.
-// RocketMQPublisher implements it.
+// The RocketMQ adapter (package relay/rocketmq) implements it.
 type KeyBatcher interface {
 	// QueueOf names the queue that messages of topic with shardingKey go to, or returns
 	// false when it cannot tell (the topic's route not yet known), or will not (its broker
@@ -103,6 +103,15 @@ const (
 )
 
 var sendErrorKindNames = [...]string{"transient", "unreachable", "refused", "permanent", "topic_missing", "misconfigured", "unreplicated"}
+
+// SendErrorKinds returns every kind, in the order of their values.
+func SendErrorKinds() []SendErrorKind {
+	kinds := make([]SendErrorKind, len(sendErrorKindNames))
+	for i := range kinds {
+		kinds[i] = SendErrorKind(i)
+	}
+	return kinds
+}
 
 // String returns the kind's name as metrics and logs show it.
 func (k SendErrorKind) String() string {

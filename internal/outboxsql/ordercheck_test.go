@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package outboxsql
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -37,8 +38,8 @@ type checkFixture struct {
 
 // The ordered check decides each of these streams by the nearest older row of the stream
 // (docs/decisions.md, "Ordered routes, stated exactly"), on every index layout: an unsent
-// row holds the page's rows, a sent one frees them, whatever lies below it (a late-committed
-// row goes on its own). The first cases fail on a read of the one nearest older row of any
+// Row holds the page's rows, a sent one frees them, whatever lies below it (a late-committed
+// Row goes on its own). The first cases fail on a read of the one nearest older row of any
 // route or key spelling alone; the late-row cases on a read of the key's unsent rows.
 var checkCases = []checkCase{
 	{name: "an unordered sent row above an unsent ordered one",
@@ -142,30 +143,27 @@ func TestOrderedCheckReadsTheNearestDecidingRow(t *testing.T) {
 					}
 				}
 			}
-			r, err := New(db.DB, nil, nopPublisher{}, Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := testStore(db.DB)
 			ordered := func(topic, tag string) bool { return tag != "close-check" }
-			streams := map[orderKey][]int64{}
+			streams := map[OrderKey][]int64{}
 			for n, c := range checkCases {
 				var ids []int64
 				for _, id := range c.page {
 					ids = append(ids, int64(n)*1000+id*2)
 				}
-				streams[orderKey{"orders", fmt.Sprintf("order-%d", n)}] = ids
+				streams[OrderKey{"orders", fmt.Sprintf("order-%d", n)}] = ids
 			}
-			heads, err := r.store.orderedHeads(ctx, streams, ordered) // all cases in one page
+			heads, err := s.OrderedHeads(ctx, streams, ordered) // all cases in one page
 			if err != nil {
 				t.Fatal(err)
 			}
 			for n, c := range checkCases {
 				want := c.head
 				var got int64
-				if h, ok := heads[orderKey{"orders", fmt.Sprintf("order-%d", n)}]; ok {
-					got = (h.id - int64(n)*1000) / 2
-					if c.rows[0].parked && h.dueMs != far {
-						t.Errorf("%s: held behind row %d due at %d, want the parked time", c.name, got, h.dueMs)
+				if h, ok := heads[OrderKey{"orders", fmt.Sprintf("order-%d", n)}]; ok {
+					got = (h.ID - int64(n)*1000) / 2
+					if c.rows[0].parked && h.DueMs != far {
+						t.Errorf("%s: held behind row %d due at %d, want the parked time", c.name, got, h.DueMs)
 					}
 				}
 				if got != want {
@@ -193,21 +191,18 @@ func TestOrderedCheckFollowsTheTablesIndex(t *testing.T) {
 		(1, 'a', 'orders', 'x', 1, 'order-1'), (2, 'b', 'orders', 'x', 0, 'order-1')`); err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(db.DB, nil, nopPublisher{}, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := orderKey{"orders", "order-1"}
+	s := testStore(db.DB)
+	k := OrderKey{"orders", "order-1"}
 	check := func(step string, wantHint bool) {
 		t.Helper()
-		heads, err := r.store.orderedHeads(ctx, map[orderKey][]int64{k: {2}}, func(string, string) bool { return true })
+		heads, err := s.OrderedHeads(ctx, map[OrderKey][]int64{k: {2}}, func(string, string) bool { return true })
 		if err != nil {
 			t.Fatalf("%s: %v", step, err)
 		}
-		if h := heads[k]; h.id != 1 {
-			t.Fatalf("%s: row 2 held behind %d, want 1", step, h.id)
+		if h := heads[k]; h.ID != 1 {
+			t.Fatalf("%s: row 2 held behind %d, want 1", step, h.ID)
 		}
-		if got := r.store.checkHint != ""; got != wantHint {
+		if got := s.checkHint != ""; got != wantHint {
 			t.Fatalf("%s: reading on (sharding_key, id) %v, want %v", step, got, wantHint)
 		}
 	}
@@ -216,13 +211,18 @@ func TestOrderedCheckFollowsTheTablesIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("migrated: the previous index swapped for the new one", true)
-	r.store.checkLooked = r.store.checkLooked.Add(-2 * time.Minute)
+	s.checkLooked = s.checkLooked.Add(-2 * time.Minute)
 	check("migrated, a minute later", true)
 	if _, err := db.Exec("ALTER TABLE local_message DROP INDEX idx_sharding_id"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.store.orderedHeads(ctx, map[orderKey][]int64{k: {2}}, func(string, string) bool { return true }); err == nil {
+	if _, err := s.OrderedHeads(ctx, map[OrderKey][]int64{k: {2}}, func(string, string) bool { return true }); err == nil {
 		t.Fatal("the check on a dropped index succeeded")
 	}
 	check("index dropped", false)
+}
+
+// testStore returns the Store a relay of the table local_message would use.
+func testStore(db *sql.DB) *Store {
+	return &Store{DB: db, Table: schema.QuoteIdent("local_message"), Name: "local_message", Timeout: 10 * time.Second}
 }

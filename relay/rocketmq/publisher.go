@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package rocketmq
 
 import (
 	"context"
@@ -20,10 +20,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/rowmsg"
+	"github.com/outbox-relay/outbox-relay/relay/message"
+	"github.com/outbox-relay/outbox-relay/relay/metrics"
 )
 
-// RocketMQConfig configures a RocketMQPublisher.
-type RocketMQConfig struct {
+// Config configures a Publisher.
+type Config struct {
 	// NameServers are the name server addresses (host:port). Required.
 	NameServers []string
 	// Group is the default producer group. Defaults to "outbox-relay".
@@ -43,7 +45,7 @@ type RocketMQConfig struct {
 	// Connections is the number of connections to each broker, spread over as many
 	// clients per producer group; sends go round robin. A broker that drops a connection
 	// fails only the sends in flight on it, which are sent again at once on a new one
-	// (rocketmq_connwatch.go), while the others go on. Defaults to 4.
+	// (connwatch.go), while the others go on. Defaults to 4.
 	Connections int
 	// RequireReplication treats a message the broker stored but did not replicate or flush
 	// as asked (SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT, FLUSH_DISK_TIMEOUT) as a failed
@@ -51,13 +53,13 @@ type RocketMQConfig struct {
 	// each such send is counted in outbox_relay_sent_unreplicated_total and logged.
 	RequireReplication bool
 	// Metrics counts sends stored without replication. Defaults to none.
-	Metrics *Metrics
+	Metrics *metrics.Metrics
 	// Log receives the lines on brokers going down and coming back, on ordered queues
 	// waiting for their broker and on sends stored without replication. Defaults to none.
 	Log zerolog.Logger
 }
 
-// RocketMQPublisher publishes with rocketmq-client-go, one producer per group, started on
+// Publisher publishes with rocketmq-client-go, one producer per group, started on
 // first use. Messages with a sharding key go to the queue chosen by its hash over every
 // queue the topic was seen with (the same queue for the same key, even while a broker is
 // out of the route); others round robin over the queues of brokers that are not down. A
@@ -67,8 +69,8 @@ type RocketMQConfig struct {
 // the broker, so that the relay defers it without counting a retry. The client's own
 // retries are off: the relay retries on its backoff schedule and records every failure in
 // the row.
-type RocketMQPublisher struct {
-	cfg      RocketMQConfig
+type Publisher struct {
+	cfg      Config
 	instance string
 	queues   *queueChooser
 
@@ -90,11 +92,11 @@ type RocketMQPublisher struct {
 	now            func() time.Time // the clock of keyed batches' pauses
 }
 
-// NewRocketMQPublisher checks cfg and returns a publisher; no connection is made until the
+// NewPublisher checks cfg and returns a publisher; no connection is made until the
 // first Send.
-func NewRocketMQPublisher(cfg RocketMQConfig) (*RocketMQPublisher, error) {
+func NewPublisher(cfg Config) (*Publisher, error) {
 	if len(cfg.NameServers) == 0 {
-		return nil, fmt.Errorf("relay: RocketMQConfig.NameServers is empty")
+		return nil, fmt.Errorf("relay: Config.NameServers is empty")
 	}
 	if cfg.Group == "" {
 		cfg.Group = "outbox-relay"
@@ -109,7 +111,7 @@ func NewRocketMQPublisher(cfg RocketMQConfig) (*RocketMQPublisher, error) {
 	if cfg.Connections <= 0 {
 		cfg.Connections = 4
 	}
-	return &RocketMQPublisher{
+	return &Publisher{
 		cfg: cfg,
 		// A distinct instance name per publisher lets several publishers of the same group
 		// live in one process (the client registers groups per instance).
@@ -128,7 +130,7 @@ type client struct {
 }
 
 // producer returns the next of group's producers, starting them on first use.
-func (p *RocketMQPublisher) producer(group string) (client, error) {
+func (p *Publisher) producer(group string) (client, error) {
 	if group == "" {
 		group = p.cfg.Group
 	}
@@ -158,7 +160,7 @@ func (p *RocketMQPublisher) producer(group string) (client, error) {
 // newProducer starts the producer of group for connection c: each has an instance name, and
 // so a client and connections, of its own. watched reports whether its sends are watched for
 // dropped connections.
-func (p *RocketMQPublisher) newProducer(group string, c int) (prod rocketmq.Producer, watched bool, err error) {
+func (p *Publisher) newProducer(group string, c int) (prod rocketmq.Producer, watched bool, err error) {
 	opts := []producer.Option{
 		producer.WithNsResolver(primitive.NewPassthroughResolver(p.cfg.NameServers)),
 		producer.WithGroupName(group),
@@ -190,7 +192,7 @@ func (p *RocketMQPublisher) newProducer(group string, c int) (prod rocketmq.Prod
 
 // reportWatch logs whether the sends of group's producers prods are watched for dropped
 // connections, and sets outbox_relay_rocketmq_connection_watch to say so.
-func (p *RocketMQPublisher) reportWatch(group string, prods []client) {
+func (p *Publisher) reportWatch(group string, prods []client) {
 	watched := 0
 	for _, c := range prods {
 		if c.watched {
@@ -208,8 +210,8 @@ func (p *RocketMQPublisher) reportWatch(group string, prods []client) {
 }
 
 // Send publishes msgs in one request (a batch when there are several). See
-// RocketMQPublisher for the choice of queue and what happens while a broker is down.
-func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Message) error {
+// Publisher for the choice of queue and what happens while a broker is down.
+func (p *Publisher) Send(ctx context.Context, route message.Route, msgs ...*message.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -229,17 +231,17 @@ func (p *RocketMQPublisher) Send(ctx context.Context, route Route, msgs ...*Mess
 		key = msgs[0].ShardingKey
 	}
 	if keyedBatch && !p.oneQueue(topic, msgs) {
-		return &SendError{Kind: SendRefused, Code: -1, Err: errKeysOnSeveralQueues}
+		return &message.SendError{Kind: message.SendRefused, Code: -1, Err: errKeysOnSeveralQueues}
 	}
 	mq, wait := p.queues.pick(topic, key, route.Ordered && key != "")
 	if wait != nil {
-		return AtBroker(wait.addr, fmt.Errorf("%w: %w", ErrBrokerUnreachable, wait))
+		return message.AtBroker(wait.addr, fmt.Errorf("%w: %w", message.ErrBrokerUnreachable, wait))
 	}
 	err = p.sendTo(ctx, prod, route, msgs, out, mq)
 	if keyedBatch {
 		p.keyedBatchAnswered(topic, err)
 	}
-	for resend := 0; resend < maxResends && errors.Is(err, errConnectionLost) && ctx.Err() == nil; resend++ {
+	for resend := 0; resend < maxResends && (errors.Is(err, errConnectionLost) || errors.Is(err, errRouteUnsettled)) && ctx.Err() == nil; resend++ {
 		// The connection of this send was lost, not the broker: send again at once, on the
 		// next connection (the client opens a new one in place of the lost). Whether the
 		// first was stored is unknown; a copy is what a lost ack costs anyway.
@@ -283,7 +285,7 @@ var errKeysOnSeveralQueues = errors.New("the batch's sharding keys go to differe
 // QueueOf implements KeyBatcher: the queue that messages of topic with shardingKey go to
 // (the stable hash queue, ordered route or not), once a send to topic made its queues known,
 // and unless its broker refused a batch of keyed messages within the pause that followed.
-func (p *RocketMQPublisher) QueueOf(topic, shardingKey string) (string, bool) {
+func (p *Publisher) QueueOf(topic, shardingKey string) (string, bool) {
 	topic = p.qualified(topic)
 	if v, off := p.noKeyedBatches.Load(topic); off && p.now().Before(v.(keyedPause).until) {
 		return "", false
@@ -296,7 +298,7 @@ func (p *RocketMQPublisher) QueueOf(topic, shardingKey string) (string, bool) {
 }
 
 // oneQueue reports whether the keyed messages msgs of topic all go to one queue.
-func (p *RocketMQPublisher) oneQueue(topic string, msgs []*Message) bool {
+func (p *Publisher) oneQueue(topic string, msgs []*message.Message) bool {
 	keys := make([]string, len(msgs))
 	for i, m := range msgs {
 		keys[i] = m.ShardingKey
@@ -325,15 +327,15 @@ type keyedPause struct {
 // keyedBatchAnswered records the answer to a batch of keyed messages to topic: a refusal
 // (refused, misconfigured or permanent) pauses the topic's keyed batches (keyedPauseMin,
 // doubled by each refusal after a pause), a success ends the pause and its doubling.
-func (p *RocketMQPublisher) keyedBatchAnswered(topic string, err error) {
+func (p *Publisher) keyedBatchAnswered(topic string, err error) {
 	if err == nil {
 		if _, was := p.noKeyedBatches.LoadAndDelete(topic); was {
 			p.cfg.Log.Info().Str("topic", topic).Msg("the broker took a batch of keyed messages again: this topic's keyed messages go in batches")
 		}
 		return
 	}
-	switch KindOf(err) {
-	case SendRefused, SendMisconfigured, SendPermanent:
+	switch message.KindOf(err) {
+	case message.SendRefused, message.SendMisconfigured, message.SendPermanent:
 	default:
 		return
 	}
@@ -364,27 +366,27 @@ const maxResends = 4
 // brokerFailed tells the queue chooser about a send that failed for its broker's reason and
 // returns the broker's name ("" when unknown) and the error, marked ErrBrokerUnreachable
 // when the broker was known to be down.
-func (p *RocketMQPublisher) brokerFailed(err error) (string, error) {
-	addr := BrokerOf(err)
-	var se *SendError
+func (p *Publisher) brokerFailed(err error) (string, error) {
+	addr := message.BrokerOf(err)
+	var se *message.SendError
 	if errors.As(err, &se) && se.Code >= 0 {
 		// The broker answered (busy, flow control, an error): not down, but an unordered
 		// message is better sent elsewhere now.
 		return p.queues.nameOf(addr), err
 	}
-	broker, wasDown := p.queues.failed(addr, err, errors.Is(err, ErrBrokerUnreachable))
-	if wasDown && !errors.Is(err, ErrBrokerUnreachable) {
+	broker, wasDown := p.queues.failed(addr, err, errors.Is(err, message.ErrBrokerUnreachable))
+	if wasDown && !errors.Is(err, message.ErrBrokerUnreachable) {
 		// A probe of a broker known to be down (a timeout, say): the broker's outage, not
 		// this message's failure.
-		err = &SendError{Kind: SendUnreachable, Broker: addr, Code: -1,
-			Err: fmt.Errorf("%w: broker %s still failing: %w", ErrBrokerUnreachable, broker, err)}
+		err = &message.SendError{Kind: message.SendUnreachable, Broker: addr, Code: -1,
+			Err: fmt.Errorf("%w: broker %s still failing: %w", message.ErrBrokerUnreachable, broker, err)}
 	}
 	return broker, err
 }
 
 // sendTo makes one send of out (msgs as the client sends them) to mq (nil: the queue
 // selector chooses), within the route's send timeout; on success each of msgs has Stored set.
-func (p *RocketMQPublisher) sendTo(ctx context.Context, prod client, route Route, msgs []*Message, out []*primitive.Message, mq *primitive.MessageQueue) error {
+func (p *Publisher) sendTo(ctx context.Context, prod client, route message.Route, msgs []*message.Message, out []*primitive.Message, mq *primitive.MessageQueue) error {
 	timeout := route.SendTimeout
 	if timeout <= 0 {
 		timeout = p.cfg.SendTimeout
@@ -402,12 +404,12 @@ func (p *RocketMQPublisher) sendTo(ctx context.Context, prod client, route Route
 	res, err := prod.SendSync(ctx, out...)
 	if err != nil {
 		err = p.classify(ctx, err, out[0].Topic, len(out) > 1)
-		p.health.failed(BrokerOf(err), err)
-		var se *SendError
+		p.health.failed(message.BrokerOf(err), err)
+		var se *message.SendError
 		if errors.Is(context.Cause(ctx), errConnectionDropped) && errors.As(err, &se) && !errors.Is(err, errConnectionLost) {
 			// The broker closed the connection the send waited on: whether it stored the
 			// message is unknown, and Send sends it again at once on the new connection.
-			se.Kind, se.Err = SendTransient, fmt.Errorf("%w: %w: %w", errConnectionLost, errConnectionDropped, se.Err)
+			se.Kind, se.Err = message.SendTransient, fmt.Errorf("%w: %w: %w", errConnectionLost, errConnectionDropped, se.Err)
 		}
 		return err
 	}
@@ -423,14 +425,14 @@ func (p *RocketMQPublisher) sendTo(ctx context.Context, prod client, route Route
 // brokerFault reports whether a failed send is the broker's fault (unreachable, timed out,
 // busy, read-only), not the message's or the topic's.
 func brokerFault(err error) bool {
-	k := KindOf(err)
-	return BrokerOf(err) != "" && (k == SendTransient || k == SendUnreachable)
+	k := message.KindOf(err)
+	return message.BrokerOf(err) != "" && (k == message.SendTransient || k == message.SendUnreachable)
 }
 
 // attributeBroker is a producer interceptor that attributes a failed send to the broker
 // address the client chose, so that the relay judges incidents per broker, and tells the
 // queue chooser which broker answered.
-func (p *RocketMQPublisher) attributeBroker(ctx context.Context, req, reply any, next primitive.Invoker) error {
+func (p *Publisher) attributeBroker(ctx context.Context, req, reply any, next primitive.Invoker) error {
 	start := time.Now()
 	err := next(ctx, req, reply)
 	pc, ok := primitive.GetProducerCtx(ctx)
@@ -439,20 +441,20 @@ func (p *RocketMQPublisher) attributeBroker(ctx context.Context, req, reply any,
 	}
 	if err != nil {
 		p.queues.attempted(pc.MQ.BrokerName, pc.BrokerAddr)
-		return AtBroker(pc.BrokerAddr, err)
+		return message.AtBroker(pc.BrokerAddr, err)
 	}
 	p.queues.sent(pc.MQ.BrokerName, pc.BrokerAddr)
 	p.health.acked(pc.MQ.BrokerName, pc.BrokerAddr, time.Since(start))
 	return nil
 }
 
-func toPrimitive(m *Message, route Route) *primitive.Message {
+func toPrimitive(m *message.Message, route message.Route) *primitive.Message {
 	return rowmsg.Build(rowmsg.Fields{MsgID: m.MsgID, Topic: m.Topic, Tag: m.Tag, Body: m.Body, Keys: m.Keys,
 		ShardingKey: m.ShardingKey, MessageGroup: route.Ordered, DelayLevel: route.DelayLevel, Properties: m.Properties})
 }
 
 // Close shuts every producer down.
-func (p *RocketMQPublisher) Close() error {
+func (p *Publisher) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package rocketmq
 
 import (
 	"context"
@@ -13,18 +13,20 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/message"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
-// requestCounter counts the send requests (a batch is one) made through a RocketMQPublisher.
+// requestCounter counts the send requests (a batch is one) made through a Publisher.
 type requestCounter struct {
-	*RocketMQPublisher
+	*Publisher
 	requests atomic.Int64
 }
 
-func (c *requestCounter) Send(ctx context.Context, route Route, msgs ...*Message) error {
+func (c *requestCounter) Send(ctx context.Context, route message.Route, msgs ...*message.Message) error {
 	c.requests.Add(1)
-	return c.RocketMQPublisher.Send(ctx, route, msgs...)
+	return c.Publisher.Send(ctx, route, msgs...)
 }
 
 // TestKeyedBatchingComesBackAfterARefusal: the broker refuses one batch of keyed messages
@@ -52,7 +54,7 @@ func TestKeyedBatchingComesBackAfterARefusal(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(broker.Close)
-			rmq, err := NewRocketMQPublisher(RocketMQConfig{NameServers: []string{broker.NameServerAddr()}, SendTimeout: 5 * time.Second})
+			rmq, err := NewPublisher(Config{NameServers: []string{broker.NameServerAddr()}, SendTimeout: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -62,7 +64,7 @@ func TestKeyedBatchingComesBackAfterARefusal(t *testing.T) {
 			rmq.now = func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
 			ctx := context.Background()
 			// One send learns the topic's queues; then one batch of two keys of a queue is refused.
-			if err := rmq.Send(ctx, Route{}, &Message{MsgID: "warm", Topic: "keyed", ShardingKey: "k0", Body: []byte("w")}); err != nil {
+			if err := rmq.Send(ctx, message.Route{}, &message.Message{MsgID: "warm", Topic: "keyed", ShardingKey: "k0", Body: []byte("w")}); err != nil {
 				t.Fatal(err)
 			}
 			q0, _ := rmq.QueueOf("keyed", "k0")
@@ -73,9 +75,9 @@ func TestKeyedBatchingComesBackAfterARefusal(t *testing.T) {
 				}
 			}
 			broker.SetTopicFaults("keyed", refusal.faults)
-			err = rmq.Send(ctx, Route{}, &Message{MsgID: "r0", Topic: "keyed", ShardingKey: "k0", Body: []byte("r")},
-				&Message{MsgID: "r1", Topic: "keyed", ShardingKey: other, Body: []byte("r")})
-			if k := KindOf(err); err == nil || (k != SendRefused && k != SendMisconfigured) {
+			err = rmq.Send(ctx, message.Route{}, &message.Message{MsgID: "r0", Topic: "keyed", ShardingKey: "k0", Body: []byte("r")},
+				&message.Message{MsgID: "r1", Topic: "keyed", ShardingKey: other, Body: []byte("r")})
+			if k := message.KindOf(err); err == nil || (k != message.SendRefused && k != message.SendMisconfigured) {
 				t.Fatalf("the keyed batch: %v (kind %v), want a refusal", err, k)
 			}
 			broker.ClearFaults() // the grant lands
@@ -86,8 +88,8 @@ func TestKeyedBatchingComesBackAfterARefusal(t *testing.T) {
 			now = now.Add(keyedPauseMax)
 			clockMu.Unlock()
 
-			pub := &requestCounter{RocketMQPublisher: rmq}
-			r, err := New(db.DB, nil, pub, Config{})
+			pub := &requestCounter{Publisher: rmq}
+			r, err := relay.New(db.DB, nil, pub, relay.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}

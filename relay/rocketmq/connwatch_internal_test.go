@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package rocketmq
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
+	"github.com/outbox-relay/outbox-relay/relay/message"
+	"github.com/outbox-relay/outbox-relay/relay/metrics"
 )
 
 // withAndWithoutCredentials runs fn without ACL credentials and with them: the client's
@@ -29,7 +31,7 @@ func withAndWithoutCredentials(t *testing.T, fn func(t *testing.T, accessKey, se
 // interceptor, turns the watcher off: this test fails instead, with and without credentials.
 func TestConnWatchHooksTheClient(t *testing.T) {
 	withAndWithoutCredentials(t, func(t *testing.T, ak, sk string) {
-		p, err := NewRocketMQPublisher(RocketMQConfig{NameServers: []string{"127.0.0.1:1"}, Connections: 1, AccessKey: ak, SecretKey: sk})
+		p, err := NewPublisher(Config{NameServers: []string{"127.0.0.1:1"}, Connections: 1, AccessKey: ak, SecretKey: sk})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,7 +41,7 @@ func TestConnWatchHooksTheClient(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !c.watched {
-			t.Fatal("the producer's sends are not watched for dropped connections: rocketmq-client-go's layout changed (see rocketmq_connwatch.go)")
+			t.Fatal("the producer's sends are not watched for dropped connections: rocketmq-client-go's layout changed (see connwatch.go)")
 		}
 	})
 }
@@ -62,19 +64,21 @@ func TestConnWatchWithACLCredentials(t *testing.T) {
 		defer broker.Close()
 		var logs testenv.SyncBuffer
 		reg := prometheus.NewRegistry()
-		p, err := NewRocketMQPublisher(RocketMQConfig{NameServers: []string{broker.NameServerAddr()}, Connections: 1,
-			SendTimeout: 5 * time.Second, AccessKey: ak, SecretKey: sk, Log: zerolog.New(&logs), Metrics: NewMetrics(reg)})
+		p, err := NewPublisher(Config{NameServers: []string{broker.NameServerAddr()}, Connections: 1,
+			SendTimeout: 5 * time.Second, AccessKey: ak, SecretKey: sk, Log: zerolog.New(&logs), Metrics: metrics.NewMetrics(reg)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer p.Close()
 		ctx := context.Background()
-		msg := func(topic string) *Message { return &Message{MsgID: "m-" + topic, Topic: topic, Body: []byte("x")} }
-		if err := p.Send(ctx, Route{}, msg("signed")); err != nil {
+		msg := func(topic string) *message.Message {
+			return &message.Message{MsgID: "m-" + topic, Topic: topic, Body: []byte("x")}
+		}
+		if err := p.Send(ctx, message.Route{}, msg("signed")); err != nil {
 			t.Fatalf("send: %v (ACL refusals: %d)", err, broker.ACLRefusals())
 		}
 		broker.SetTopicFaults("dropped", rmqtest.Faults{DropBeforeStore: 1})
-		err = p.Send(ctx, Route{}, msg("dropped"))
+		err = p.Send(ctx, message.Route{}, msg("dropped"))
 		if !errors.Is(err, errConnectionDropped) {
 			t.Fatalf("a send whose connection the broker closed failed with %v, want it given up as dropped (the watcher is off)", err)
 		}
@@ -90,13 +94,13 @@ func TestConnWatchWithACLCredentials(t *testing.T) {
 		if ak == "" {
 			return
 		}
-		wrong, err := NewRocketMQPublisher(RocketMQConfig{NameServers: []string{broker.NameServerAddr()}, Connections: 1,
+		wrong, err := NewPublisher(Config{NameServers: []string{broker.NameServerAddr()}, Connections: 1,
 			SendTimeout: 5 * time.Second, AccessKey: ak, SecretKey: "not-" + sk})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer wrong.Close()
-		if err := wrong.Send(ctx, Route{}, msg("signed")); err == nil || broker.ACLRefusals() == 0 {
+		if err := wrong.Send(ctx, message.Route{}, msg("signed")); err == nil || broker.ACLRefusals() == 0 {
 			t.Fatalf("a send signed with the wrong secret: %v, %d refusals; want it refused", err, broker.ACLRefusals())
 		}
 	})

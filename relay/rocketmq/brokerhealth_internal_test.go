@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package rocketmq
 
 import (
 	"errors"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/relay/message"
 )
 
 // TestBrokerHealthStates: a broker is slow after a send that took SlowSend or went
@@ -33,7 +35,7 @@ func TestBrokerHealthStates(t *testing.T) {
 	step(time.Second)
 	h.acked("broker-a", addr, time.Millisecond)
 	step(time.Second)
-	h.failed(addr, &SendError{Kind: SendTransient, Code: -1, Err: errors.New("request timeout")})
+	h.failed(addr, &message.SendError{Kind: message.SendTransient, Code: -1, Err: errors.New("request timeout")})
 	slowSince := now
 	if s := state(); s.State != StateSlow || !s.Since.Equal(slowSince) || s.LastError != "request timeout" {
 		t.Fatalf("after a timeout: %+v", s)
@@ -48,11 +50,11 @@ func TestBrokerHealthStates(t *testing.T) {
 	if s := state(); s.State != StateHealthy {
 		t.Fatalf("an ack a minute after a timeout: %+v", s)
 	}
-	h.failed(addr, &SendError{Kind: SendTransient, Code: 2, Err: errors.New("SYSTEM_BUSY")})
+	h.failed(addr, &message.SendError{Kind: message.SendTransient, Code: 2, Err: errors.New("SYSTEM_BUSY")})
 	if s := state(); s.State != StateFailing {
 		t.Fatalf("after a busy answer: %+v", s)
 	}
-	h.failed(addr, &SendError{Kind: SendMisconfigured, Code: 16, Err: errors.New("no permission (access key ak)")})
+	h.failed(addr, &message.SendError{Kind: message.SendMisconfigured, Code: 16, Err: errors.New("no permission (access key ak)")})
 	if s := state(); s.State != StateRefusing {
 		t.Fatalf("after an ACL refusal: %+v", s)
 	}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package outboxsql
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
+	"github.com/outbox-relay/outbox-relay/relay/message"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -31,18 +32,18 @@ func TestSentAtWriteBackPlan(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := &store{db: db.DB, table: "`local_message`", name: "local_message", timeout: 10 * time.Second}
+	s := testStore(db.DB)
 	var first int64
 	if err := db.QueryRow("SELECT MIN(id) FROM local_message WHERE status = 0").Scan(&first); err != nil {
 		t.Fatal(err)
 	}
 	ids := make([]int64, 1000)
-	at := make([]*Stored, 1000)
+	at := make([]*message.Stored, 1000)
 	for i := range ids {
 		ids[i] = first + int64(i)
-		at[i] = &Stored{Broker: "broker-" + strconv.Itoa(i%2), QueueID: i % 8, Offset: int64(i), OffsetMsgID: "7F00000100002A9F" + strconv.Itoa(1e15+i)}
+		at[i] = &message.Stored{Broker: "broker-" + strconv.Itoa(i%2), QueueID: i % 8, Offset: int64(i), OffsetMsgID: "7F00000100002A9F" + strconv.Itoa(1e15+i)}
 	}
-	q, args := s.sentAtQuery(0, ids, at, time.Now().UnixMilli())
+	q, args := s.SentAtQuery(0, ids, at, time.Now().UnixMilli())
 	for _, p := range testenv.Plan(t, db.DB, "ANALYZE", q, args...) {
 		if p["key"] != "PRIMARY" || p["type"] != "range" || p["r_rows"] != "1000.00" {
 			t.Errorf("write-back with positions: plan %v; want a range of the primary key reading the 1,000 rows", p)
@@ -51,9 +52,9 @@ func TestSentAtWriteBackPlan(t *testing.T) {
 	if _, err := db.Exec("UPDATE local_message SET status = 0 WHERE msg_id LIKE 'due-%'"); err != nil { // ANALYZE ran it
 		t.Fatal(err)
 	}
-	n, err := s.markSentAt(ctx, 0, ids, at, time.Now().UnixMilli())
+	n, err := s.MarkSentAt(ctx, 0, ids, at, time.Now().UnixMilli())
 	if err != nil || n != 1000 {
-		t.Fatalf("markSentAt changed %d rows: %v; want 1000", n, err)
+		t.Fatalf("MarkSentAt changed %d rows: %v; want 1000", n, err)
 	}
 	var bad int
 	if err := db.QueryRow(`SELECT COUNT(*) FROM local_message WHERE msg_id LIKE 'due-%' AND NOT (status = 2 AND broker_name = CONCAT('broker-', (id - ?) % 2)
