@@ -72,7 +72,7 @@ func rowsDigest(t *testing.T, db *sql.DB) string {
 	t.Helper()
 	var n int
 	var d string
-	err := db.QueryRow("SELECT COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(',', id, status, retry_count, sent_time, next_retry_time, update_time))), 0) FROM " + table).Scan(&n, &d)
+	err := db.QueryRow("SELECT COUNT(*), COALESCE(SUM(CRC32(CONCAT_WS(',', id, status, retry_count, sent_time, next_retry_time, update_time))), 0) FROM "+table).Scan(&n, &d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,9 +86,9 @@ func rowsDigest(t *testing.T, db *sql.DB) string {
 // changed.
 func TestReplayDryRunCountIsWhatIsSentAtTheRateLimit(t *testing.T) {
 	b := setup(t)
-	_, err := b.db.Exec("INSERT INTO "+table+" (msg_id, topic, tag, content, status, msg_keys, sharding_key, sent_time, properties)"+
-		" SELECT CONCAT('m-', seq), 'orders', IF(seq % 2 = 0, 'paid', 'created'), CONCAT('{\"n\":', seq, '}'), IF(seq % 10 = 9, 0, 2),"+
-		" IF(seq % 3 = 0, '', CONCAT('SN-', seq)), IF(seq % 4 = 0, '', CONCAT('cust-', seq % 13)), 1764000000000 + seq,"+
+	_, err := b.db.Exec("INSERT INTO " + table + " (msg_id, topic, tag, content, status, msg_keys, sharding_key, sent_time, properties)" +
+		" SELECT CONCAT('m-', seq), 'orders', IF(seq % 2 = 0, 'paid', 'created'), CONCAT('{\"n\":', seq, '}'), IF(seq % 10 = 9, 0, 2)," +
+		" IF(seq % 3 = 0, '', CONCAT('SN-', seq)), IF(seq % 4 = 0, '', CONCAT('cust-', seq % 13)), 1764000000000 + seq," +
 		" IF(seq % 5 = 0, '{\"tenant\":\"t1\"}', NULL) FROM seq_1_to_2222")
 	if err != nil {
 		t.Fatal(err)
