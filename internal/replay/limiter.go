@@ -5,6 +5,7 @@ package replay
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -36,6 +37,7 @@ func (SystemClock) Sleep(ctx context.Context, d time.Duration) error {
 // Limiter is a token bucket: Rate tokens a second, at most Burst held. Over any interval of
 // length T from the start it hands out at most Burst + Rate*T tokens.
 type Limiter struct {
+	mu     sync.Mutex // one Wait at a time: waiters are served in turn
 	rate   float64
 	burst  float64
 	tokens float64
@@ -56,6 +58,8 @@ func NewLimiter(rate float64, burst int, clock Clock) (*Limiter, error) {
 
 // Wait takes n tokens (n at most the burst), waiting on the clock until they are there.
 func (l *Limiter) Wait(ctx context.Context, n int) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	need := float64(n)
 	if need > l.burst {
 		return fmt.Errorf("rate limiter: %d tokens asked at once, over the burst of %g", n, l.burst)

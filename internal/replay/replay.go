@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/ops"
@@ -29,6 +31,8 @@ const (
 	DefaultPageSize = 500
 	DefaultBatch    = 32
 	DefaultAttempts = 3
+	// DefaultConcurrency is the requests in flight at once.
+	DefaultConcurrency = 4
 )
 
 // Config is one replay of one table.
@@ -56,6 +60,9 @@ type Config struct {
 	Batch int
 	// PageSize is the rows read at once (DefaultPageSize when 0).
 	PageSize int
+	// Concurrency is how many requests are in flight at once (DefaultConcurrency when 0);
+	// requests of one queue or key are never in flight together.
+	Concurrency int
 	// Attempts is how many times a failed request is tried before the run stops (DefaultAttempts).
 	Attempts int
 	// Clock measures the rate; SystemClock when nil.
@@ -108,6 +115,7 @@ type run struct {
 	mark   string
 	routes map[[2]string]routed
 	res    Result
+	sent   atomic.Int64 // the copies acknowledged, counted by the senders
 }
 
 // Run replays the selected rows in id order and returns what it did. On an error (the
@@ -125,23 +133,34 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	start := cfg.Clock.Now()
 	r := &run{cfg: cfg, lim: lim, mark: cfg.RunID + " " + start.UTC().Format(time.RFC3339),
 		routes: map[[2]string]routed{}, res: Result{RunID: cfg.RunID, LastID: rd.After()}}
-	defer func() { r.res.Elapsed = cfg.Clock.Now().Sub(start) }()
+	err = r.loop(ctx, rd)
+	r.res.Elapsed = cfg.Clock.Now().Sub(start)
+	outcome := "done"
+	if err != nil {
+		outcome = "failed"
+	}
+	cfg.Metrics.run(cfg.Source, outcome)
+	return r.res, err
+}
+
+// loop sends page after page until the reader is done.
+func (r *run) loop(ctx context.Context, rd *ops.ReplayReader) error {
 	for {
-		rows, err := rd.Next(ctx, cfg.PageSize)
+		rows, err := rd.Next(ctx, r.cfg.PageSize)
 		if err != nil {
-			return r.res, err
+			return err
 		}
 		if len(rows) == 0 {
-			cfg.Metrics.run(cfg.Source, "done")
-			return r.res, nil
+			return nil
 		}
-		if err := r.page(ctx, rows); err != nil {
-			cfg.Metrics.run(cfg.Source, "failed")
-			return r.res, fmt.Errorf("replay run %s stopped after id %d: %w", cfg.RunID, r.res.LastID, err)
+		err = r.page(ctx, rows)
+		r.res.Sent = r.sent.Load()
+		if err != nil {
+			return fmt.Errorf("replay run %s stopped after id %d: %w", r.cfg.RunID, r.res.LastID, err)
 		}
 		r.res.LastID = rows[len(rows)-1].ID
-		if cfg.Progress != nil {
-			fmt.Fprintf(cfg.Progress, "replay %s: sent %d, skipped %d, last id %d\n", cfg.RunID, r.res.Sent, r.res.Skipped, r.res.LastID)
+		if r.cfg.Progress != nil {
+			fmt.Fprintf(r.cfg.Progress, "replay %s: sent %d, skipped %d, last id %d\n", r.cfg.RunID, r.res.Sent, r.res.Skipped, r.res.LastID)
 		}
 	}
 }
@@ -159,6 +178,9 @@ func withDefaults(cfg Config) Config {
 	cfg.Batch = min(cfg.Batch, cfg.Burst)
 	if cfg.PageSize <= 0 {
 		cfg.PageSize = DefaultPageSize
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = DefaultConcurrency
 	}
 	if cfg.Attempts <= 0 {
 		cfg.Attempts = DefaultAttempts
@@ -201,16 +223,36 @@ func (r *run) page(ctx context.Context, rows []ops.ReplayRow) error {
 		}
 		g.msgs = append(g.msgs, m)
 	}
+	return r.sendGroups(ctx, groups)
+}
+
+// sendGroups sends the groups of a page, cfg.Concurrency at a time, each group's requests
+// one after the other; the first error stops the rest.
+func (r *run) sendGroups(ctx context.Context, groups []*group) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, r.cfg.Concurrency)
+	errs := make(chan error, len(groups))
+	var wg sync.WaitGroup
 	for _, g := range groups {
-		for len(g.msgs) > 0 {
-			n := min(len(g.msgs), r.cfg.Batch)
-			if err := r.send(ctx, g.route, g.msgs[:n]); err != nil {
-				return err
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			for len(g.msgs) > 0 && ctx.Err() == nil {
+				n := min(len(g.msgs), r.cfg.Batch)
+				if err := r.send(ctx, g.route, g.msgs[:n]); err != nil {
+					errs <- err
+					cancel()
+					return
+				}
+				g.msgs = g.msgs[n:]
 			}
-			g.msgs = g.msgs[n:]
-		}
+		}()
 	}
-	return nil
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
 
 // groupKey is what the messages of one request share.
@@ -249,7 +291,7 @@ func (r *run) send(ctx context.Context, route relay.Route, msgs []*relay.Message
 	var err error
 	for attempt := 1; attempt <= r.cfg.Attempts; attempt++ {
 		if err = r.cfg.Publisher.Send(ctx, route, msgs...); err == nil {
-			r.res.Sent += int64(len(msgs))
+			r.sent.Add(int64(len(msgs)))
 			r.cfg.Metrics.sent(r.cfg.Source, len(msgs))
 			return nil
 		}
@@ -278,7 +320,7 @@ func (r *run) sendEach(ctx context.Context, route relay.Route, msgs []*relay.Mes
 		if err != nil {
 			return fmt.Errorf("send message id %d of topic %s: %w", m.ID, m.Topic, err)
 		}
-		r.res.Sent++
+		r.sent.Add(1)
 		r.cfg.Metrics.sent(r.cfg.Source, 1)
 	}
 	return nil

@@ -152,19 +152,25 @@ type consumerGroup struct {
 
 func startGroup(t *testing.T, b *bundle, name string) *consumerGroup {
 	t.Helper()
+	return startGroupOn(t, b.db, b.broker.NameServerAddr(), name, "orders", "*")
+}
+
+// startGroupOn starts group name on the name server nameSrv, subscribed to topic's tags tagExpr.
+func startGroupOn(t testing.TB, db *testenv.DB, nameSrv, name, topic, tagExpr string) *consumerGroup {
+	t.Helper()
 	g := &consumerGroup{name: name}
 	ctx := context.Background()
-	if _, err := b.db.Exec("CREATE TABLE IF NOT EXISTS applied_" + name + " (order_sn varchar(32) PRIMARY KEY, n int NOT NULL)"); err != nil {
+	if _, err := db.Exec("CREATE TABLE IF NOT EXISTS applied_" + name + " (order_sn varchar(32) PRIMARY KEY, n int NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
 	guard, err := idempotency.NewSQLGuard(idempotency.SQLConfig{Group: name})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := guard.CreateTable(ctx, b.db.DB); err != nil {
+	if err := guard.CreateTable(ctx, db.DB); err != nil {
 		t.Fatal(err)
 	}
-	mw, err := rocketmqmw.NewTx(guard, b.db.DB, rocketmqmw.Config{}, func(ctx context.Context, tx *sql.Tx, msg *primitive.MessageExt) error {
+	mw, err := rocketmqmw.NewTx(guard, db.DB, rocketmqmw.Config{}, func(ctx context.Context, tx *sql.Tx, msg *primitive.MessageExt) error {
 		_, err := tx.ExecContext(ctx, "INSERT INTO applied_"+name+" VALUES (?, 1) ON DUPLICATE KEY UPDATE n = n + 1", msg.GetKeys())
 		return err
 	})
@@ -173,12 +179,12 @@ func startGroup(t *testing.T, b *bundle, name string) *consumerGroup {
 	}
 	t.Cleanup(mw.Close)
 	c, err := rocketmq.NewPushConsumer(consumer.WithGroupName(name),
-		consumer.WithNsResolver(primitive.NewPassthroughResolver([]string{b.broker.NameServerAddr()})),
+		consumer.WithNsResolver(primitive.NewPassthroughResolver([]string{nameSrv})),
 		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset), consumer.WithInstance(name+"-"+testenv.RandomSuffix(6)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = c.Subscribe("orders", consumer.MessageSelector{}, func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+	err = c.Subscribe(topic, consumer.MessageSelector{Type: consumer.TAG, Expression: tagExpr}, func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
 		res, err := mw.Consume(ctx, msgs...)
 		if res == consumer.ConsumeSuccess {
 			g.handled.Add(int64(len(msgs)))
@@ -202,7 +208,7 @@ func startGroup(t *testing.T, b *bundle, name string) *consumerGroup {
 
 // applied returns the orders a group applied, the effects in all, and the orders applied more
 // than once.
-func (g *consumerGroup) applied(t *testing.T, db *sql.DB) (orders, effects, twice int) {
+func (g *consumerGroup) applied(t testing.TB, db *sql.DB) (orders, effects, twice int) {
 	t.Helper()
 	if err := db.QueryRow("SELECT COUNT(*), COALESCE(SUM(n), 0), COALESCE(SUM(n > 1), 0) FROM applied_"+g.name).Scan(&orders, &effects, &twice); err != nil {
 		t.Fatal(err)
