@@ -29,6 +29,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/httpserve"
 	"github.com/outbox-relay/outbox-relay/internal/ops"
 	"github.com/outbox-relay/outbox-relay/internal/redisconn"
+	"github.com/outbox-relay/outbox-relay/internal/replay"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -117,7 +118,9 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	ui, err := dashboard.New(rconn.LockReader(), dashboard.Config{Databases: sources, AdminToken: cfg.HTTP.AdminToken,
 		ReadToken: cfg.HTTP.ReadToken, OpenReads: cfg.HTTP.Loopback(), Hosts: cfg.HTTP.Hosts, Logger: &log,
 		Brokers: brokerPanel(pub, dbs, cfg.RocketMQ.AccessKey),
-		Secrets: []string{cfg.RocketMQ.SecretKey, cfg.HTTP.AdminToken, cfg.HTTP.ReadToken}})
+		Secrets: []string{cfg.RocketMQ.SecretKey, cfg.HTTP.AdminToken, cfg.HTTP.ReadToken},
+		Replay: &dashboard.ReplayConfig{Publisher: pub, Router: router, UnroutedDead: cfg.Relay.Unrouted == config.UnroutedDead,
+			MaxBodyBytes: cfg.Relay.MaxBodyBytes, Metrics: replay.NewMetrics(reg)}})
 	if err != nil {
 		return err
 	}
