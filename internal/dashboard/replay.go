@@ -119,13 +119,7 @@ func (d *Dashboard) handleReplay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req ReplayRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "bad request body: "+err.Error())
-		return
-	}
-	src, table, ok := d.table(w, req.Database, req.Table)
+	src, table, ok := d.decodeTableRequest(w, r, &req, func() (string, string) { return req.Database, req.Table })
 	if !ok {
 		return
 	}
@@ -154,6 +148,20 @@ func (d *Dashboard) handleReplay(w http.ResponseWriter, r *http.Request) {
 		Int64("count", n).Bool("by_filter", req.Filter != nil).Str("remote", r.RemoteAddr).Msg("dashboard: replay started")
 	go d.runReplay(cfg, run)
 	writeJSON(w, http.StatusAccepted, *run)
+}
+
+// decodeTableRequest reads a state change's JSON body (at most 1 MiB, no unknown field) into
+// req and finds the table it names (named reads it once decoded); it answers a refusal and
+// returns false otherwise.
+func (d *Dashboard) decodeTableRequest(w http.ResponseWriter, r *http.Request, req any, named func() (string, string)) (*source, string, bool) {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(req); err != nil {
+		writeError(w, http.StatusBadRequest, "bad request body: "+err.Error())
+		return nil, "", false
+	}
+	database, table := named()
+	return d.table(w, database, table)
 }
 
 // filter reads the request's selection.
