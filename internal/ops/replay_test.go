@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
 )
 
 // replayFixture writes 3000 rows whose ids have gaps (3, 6, ..., 4500, then 200001, ...):
@@ -153,6 +155,12 @@ func walk(t *testing.T, b bundle, rd *ReplayReader) []string {
 	}
 }
 
+// testenvExplain is the first row of the statement's EXPLAIN.
+func testenvExplain(t *testing.T, b bundle, q string, args ...any) map[string]string {
+	t.Helper()
+	return testenv.Explain(t, b.db, q, args...)[0]
+}
+
 func head(s []string) []string { return s[:min(len(s), 12)] }
 
 // TestReplayBadFiltersAreRefusedClearly: a filter that cannot select what the operator
@@ -181,5 +189,38 @@ func TestReplayBadFiltersAreRefusedClearly(t *testing.T) {
 	}
 	if err := (ReplayFilter{Topic: "orders", Key: "SN-1", FromID: 1, ToID: 1}).Check(); err != nil {
 		t.Errorf("a good filter refused: %v", err)
+	}
+}
+
+// TestReplayReadsAreBoundedRangesOfThePrimaryKey: the count and the page read a range of the
+// primary key bounded by the window, whatever the filter (no index covers sent_time or
+// msg_keys), and a msg_id list is looked up in uk_msg_id: no statement scans the table.
+func TestReplayReadsAreBoundedRangesOfThePrimaryKey(t *testing.T) {
+	b := setup(t)
+	replayFixture(t, b, time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC).UnixMilli())
+	if _, err := b.db.ExecContext(b.ctx, "ANALYZE TABLE "+table); err != nil {
+		t.Fatal(err)
+	}
+	f := ReplayFilter{Topic: "orders", Key: "cust-3", SentFrom: time.UnixMilli(1)}
+	for _, c := range []struct {
+		stmt, key string
+		args      []any
+	}{
+		{sqlReplayCount, "PRIMARY", []any{0, 700}},
+		{sqlReplayPage, "PRIMARY", []any{0, 700}},
+		{strings.Replace(sqlReplayByMsgID, "{IDS}", "?, ?", 1), "uk_msg_id", []any{"r-1", "r-2", 0, 300000}},
+	} {
+		q, args, err := replayQuery(c.stmt, table, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := append(append([]any{}, c.args...), args...)
+		if c.stmt == sqlReplayPage {
+			all = append(all, 100)
+		}
+		plan := testenvExplain(t, b, q, all...)
+		if plan["key"] != c.key || plan["type"] != "range" {
+			t.Errorf("%s: plan %v, want a range of %s", q, plan, c.key)
+		}
 	}
 }
