@@ -143,26 +143,47 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	return r.res, err
 }
 
-// loop sends page after page until the reader is done.
+// loop sends page after page until the reader is done. The next page is read while one is
+// sent, so that reading costs the rate nothing (two pages in memory at most).
 func (r *run) loop(ctx context.Context, rd *ops.ReplayReader) error {
-	for {
-		rows, err := rd.Next(ctx, r.cfg.PageSize)
-		if err != nil {
-			return err
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pages := make(chan readPage, 1)
+	go func() {
+		defer close(pages)
+		for {
+			rows, err := rd.Next(ctx, r.cfg.PageSize)
+			select {
+			case pages <- readPage{rows, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil || len(rows) == 0 {
+				return
+			}
 		}
-		if len(rows) == 0 {
-			return nil
+	}()
+	for p := range pages {
+		if p.err != nil || len(p.rows) == 0 {
+			return p.err
 		}
-		err = r.page(ctx, rows)
+		err := r.page(ctx, p.rows)
 		r.res.Sent = r.sent.Load()
 		if err != nil {
 			return fmt.Errorf("replay run %s stopped after id %d: %w", r.cfg.RunID, r.res.LastID, err)
 		}
-		r.res.LastID = rows[len(rows)-1].ID
+		r.res.LastID = p.rows[len(p.rows)-1].ID
 		if r.cfg.Progress != nil {
 			fmt.Fprintf(r.cfg.Progress, "replay %s: sent %d, skipped %d, last id %d\n", r.cfg.RunID, r.res.Sent, r.res.Skipped, r.res.LastID)
 		}
 	}
+	return ctx.Err()
+}
+
+// readPage is a page read ahead, or the error that ended the reading.
+type readPage struct {
+	rows []ops.ReplayRow
+	err  error
 }
 
 func withDefaults(cfg Config) Config {
