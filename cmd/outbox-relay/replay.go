@@ -175,10 +175,11 @@ func (a *app) runReplay(ctx context.Context, out io.Writer, rf *replayFlags, arg
 	defer db.Close()
 	rc := replay.Config{DB: db, Table: table, Filter: f, After: rf.after, Rate: rf.rate, Burst: rf.burst, Batch: rf.batch,
 		MaxBodyBytes: a.cfg.Relay.MaxBodyBytes, UnroutedDead: a.cfg.Relay.Unrouted == config.UnroutedDead, RunID: replay.NewRunID()}
-	n, err := replay.Count(ctx, rc)
+	n, through, err := replay.Count(ctx, rc)
 	if err != nil {
 		return err
 	}
+	rc.Filter.ToID = through // the run sends what was counted, not rows sent since
 	where := table + " on " + d.Label()
 	if !rf.execute && !rf.yes {
 		fmt.Fprintf(out, "dry run: would replay %d sent row(s) of %s at %g/s; nothing sent (add --execute to send)\n", n, where, rc.Rate)

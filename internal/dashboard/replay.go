@@ -129,11 +129,12 @@ func (d *Dashboard) handleReplay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cfg := d.replayConfig(src, table, f, req.Rate)
-	n, err := replay.Count(r.Context(), cfg)
+	n, through, err := replay.Count(r.Context(), cfg)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	cfg.Filter.ToID = through // the run sends what was counted, not rows sent since
 	if n == 0 || req.Confirm == nil || *req.Confirm != n {
 		writeJSON(w, http.StatusConflict, ConfirmNeeded{Error: "confirm the number of sent messages to replay (dry run)", Count: n})
 		return

@@ -258,6 +258,9 @@ func queryIDs(ctx context.Context, db *sql.DB, q string, args ...any) ([]int64, 
 // with it.
 func (r *ReplayReader) After() int64 { return r.after }
 
+// End is the highest id of the walk, fixed when the reader was made.
+func (r *ReplayReader) End() int64 { return r.end }
+
 // Count counts the rows the reader has still to read, without moving it: the dry run.
 func (r *ReplayReader) Count(ctx context.Context) (int64, error) {
 	if r.listed {

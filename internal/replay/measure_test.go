@@ -43,11 +43,12 @@ func BenchmarkReplayOnRocketMQ(b *testing.B) {
 		for run, wantApplied := range []int{rows, rows} {
 			cfg := replay.Config{DB: tb.db.DB, Table: table, Publisher: tb.pub, Rate: float64(rate)}
 			cfg.Filter.Topic = tb.topic
-			counted, err := replay.Count(context.Background(), cfg)
+			counted, through, err := replay.Count(context.Background(), cfg)
 			if err != nil {
 				b.Fatal(err)
 			}
 			start := time.Now()
+			cfg.Filter.ToID = through
 			res, err := replay.Run(context.Background(), cfg)
 			took := time.Since(start)
 			if err != nil || res.Sent != counted || counted != int64(rows) {

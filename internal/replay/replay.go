@@ -12,7 +12,6 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -99,13 +98,16 @@ func NewRunID() string {
 	return "r" + hex.EncodeToString(b)
 }
 
-// Count is the dry run: how many rows the run would replay.
-func Count(ctx context.Context, cfg Config) (int64, error) {
+// Count is the dry run: how many rows the run would replay, and the highest id of its walk.
+// Give that id to the run (Filter.ToID) so that it sends what was counted, not rows sent
+// since.
+func Count(ctx context.Context, cfg Config) (n, through int64, err error) {
 	r, err := ops.NewReplayReader(ctx, cfg.DB, cfg.Table, cfg.Filter, cfg.After)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return r.Count(ctx)
+	n, err = r.Count(ctx)
+	return n, r.End(), err
 }
 
 // run is one replay in progress.
@@ -406,6 +408,3 @@ func (r *run) routeOf(topic, tag string) routed {
 	r.routes[k] = rt
 	return rt
 }
-
-// ErrNothingSelected is returned by callers that refuse an empty replay.
-var ErrNothingSelected = errors.New("the filter selects no sent row")

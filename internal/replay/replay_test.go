@@ -83,7 +83,7 @@ func rowsDigest(t *testing.T, db *sql.DB) string {
 // among unsent ones: the dry run's count equals the copies the broker stored, each copy carries
 // its row's identity (OUTBOX_MSG_ID, keys, tag, sharding key) and the run's OUTBOX_REPLAY
 // mark, the rate on the injected clock is the limit (never above, and reached), and no row
-// changed.
+// changed by the replay; rows sent after the dry run are left out.
 func TestReplayDryRunCountIsWhatIsSentAtTheRateLimit(t *testing.T) {
 	b := setup(t)
 	_, err := b.db.Exec("INSERT INTO " + table + " (msg_id, topic, tag, content, status, msg_keys, sharding_key, sent_time, properties)" +
@@ -93,16 +93,21 @@ func TestReplayDryRunCountIsWhatIsSentAtTheRateLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := rowsDigest(t, b.db.DB)
 	clock := &fakeClock{now: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)}
 	cfg := replay.Config{DB: b.db.DB, Table: table, Publisher: b.pub, Rate: 400, Burst: 32, Batch: 32, PageSize: 300, Clock: clock, RunID: "rtest1"}
-	want, err := replay.Count(context.Background(), cfg)
+	want, through, err := replay.Count(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want != 2000 {
 		t.Fatalf("dry run counted %d, want the 2000 sent rows", want)
 	}
+	// Rows sent after the dry run are not chased: the run sends what was counted.
+	if _, err := b.db.Exec("INSERT INTO " + table + " (msg_id, topic, content, status, sent_time) SELECT CONCAT('late-', seq), 'orders', '{}', 2, 1764000000000 FROM seq_1_to_50"); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Filter.ToID = through
+	before := rowsDigest(t, b.db.DB)
 	start := clock.Now()
 	res, err := replay.Run(context.Background(), cfg)
 	if err != nil {
@@ -266,10 +271,11 @@ func TestReplayAppliedNoneAgainWithDedupeStateEachOnceWithout(t *testing.T) {
 		}
 	}
 	cfg := replay.Config{DB: b.db.DB, Table: table, Publisher: b.pub, Rate: 5000, Filter: ops.ReplayFilter{Topic: "orders"}}
-	n, err := replay.Count(context.Background(), cfg)
+	n, through, err := replay.Count(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.Filter.ToID = through
 	res, err := replay.Run(context.Background(), cfg)
 	if err != nil || n != orders || res.Sent != n {
 		t.Fatalf("dry run %d, replay sent %d (%v), want %d", n, res.Sent, err, orders)
