@@ -39,7 +39,7 @@ var reservedPrefixes = []string{"__RMQ.TRANSIENT.", "TIMER_"}
 // reservedProperties holds every name of brokerProperties and clientProperties and the
 // relay's own properties, the one list the writer and the relay check.
 var reservedProperties = func() map[string]bool {
-	m := map[string]bool{MsgIDProperty: true, TableProperty: true, WriterProperty: true, SignatureProperty: true}
+	m := map[string]bool{MsgIDProperty: true, TableProperty: true, WriterProperty: true, SignatureProperty: true, ReplayProperty: true}
 	for _, list := range [][]string{brokerProperties, clientProperties} {
 		for _, n := range list {
 			m[n] = true

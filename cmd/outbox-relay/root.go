@@ -150,7 +150,8 @@ OUTBOX_CONFIG), OUTBOX_* environment variables and flags, each overriding the on
 	run := a.newRunCmd()
 	root.RunE = run.RunE
 	root.AddCommand(run, a.newMigrateCmd(), a.newVersionCmd(), a.newConfigCmd(), a.newStatusCmd(),
-		a.newDeadCmd(), a.newRequeueCmd(), a.newPurgeCmd(), a.newHealthcheckCmd(), a.newBenchCmd(), a.newCheckCmd())
+		a.newDeadCmd(), a.newRequeueCmd(), a.newPurgeCmd(), a.newHealthcheckCmd(), a.newBenchCmd(), a.newCheckCmd(),
+		a.newReplayCmd())
 	root.AddCommand(a.newAuditCmd())
 	return root
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/httpserve"
 	"github.com/outbox-relay/outbox-relay/internal/ops"
 	"github.com/outbox-relay/outbox-relay/internal/redisconn"
+	"github.com/outbox-relay/outbox-relay/internal/replay"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
@@ -122,6 +123,8 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 
 	uiCfg := dashboardConfig(cfg, sources, &log)
 	uiCfg.Brokers = brokerPanel(pub, dbs, cfg.RocketMQ.AccessKey)
+	uiCfg.Replay = &dashboard.ReplayConfig{Publisher: pub, Router: router, UnroutedDead: cfg.Relay.Unrouted == config.UnroutedDead,
+		MaxBodyBytes: cfg.Relay.MaxBodyBytes, Metrics: replay.NewMetrics(reg)}
 	ui, err := dashboard.New(rconn.LockReader(), uiCfg)
 	if err != nil {
 		return err

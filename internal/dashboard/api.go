@@ -238,13 +238,7 @@ func (d *Dashboard) handleRequeue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req RequeueRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "bad request body: "+err.Error())
-		return
-	}
-	src, table, ok := d.table(w, req.Database, req.Table)
+	src, table, ok := d.decodeTableRequest(w, r, &req, func() (string, string) { return req.Database, req.Table })
 	if !ok {
 		return
 	}

@@ -22,9 +22,9 @@ func (d *Dashboard) authorize(w http.ResponseWriter, r *http.Request) bool {
 	switch {
 	case r.Method != http.MethodPost:
 		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, "requeue takes a POST")
+		writeError(w, http.StatusMethodNotAllowed, "a change takes a POST")
 	case d.cfg.AdminToken == "":
-		writeError(w, http.StatusForbidden, "read-only dashboard: set http.admin_token to allow requeue")
+		writeError(w, http.StatusForbidden, "read-only dashboard: set http.admin_token to allow requeue and replay")
 	case crossSite(r):
 		writeError(w, http.StatusForbidden, "cross-site request refused")
 	case !d.tokenOK(r.Header.Get("Authorization")):

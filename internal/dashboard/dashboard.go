@@ -82,6 +82,9 @@ type Config struct {
 	// Secrets are removed from every text of the broker panel (rocketmq.secret_key, say).
 	// Defaults to none.
 	Secrets []string
+	// Replay lets the admin token replay sent messages (replay.go). Defaults to none: the
+	// dashboard refuses replays.
+	Replay *ReplayConfig
 }
 
 func (c *Config) setDefaults() {
@@ -148,6 +151,7 @@ type Dashboard struct {
 
 	cache   overviewCache
 	brokers brokerCache
+	replays replayLog
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -185,6 +189,7 @@ func New(rdb redis.Cmdable, cfg Config) (*Dashboard, error) {
 	d.mux.HandleFunc("POST /ui/api/requeue", d.handleRequeue)
 	d.mux.HandleFunc("GET /ui/api/requeue", d.handleRequeue) // answers 405, not the file server's 404
 	d.routeExplorer()
+	d.routeReplay()
 	return d, nil
 }
 
@@ -232,8 +237,9 @@ func (d *Dashboard) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the sampling and waits for it; it is safe to call twice, or without Start.
+// Stop ends the sampling (and a running replay) and waits for the sampling; it is safe to call twice, or without Start.
 func (d *Dashboard) Stop() {
+	d.replays.stop()
 	d.mu.Lock()
 	cancel, done := d.cancel, d.done
 	d.mu.Unlock()

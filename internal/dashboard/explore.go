@@ -160,7 +160,7 @@ func (d *Dashboard) handleRow(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err.Error())
 	default:
 		writeJSON(w, http.StatusOK, RowAnswer{Database: src.Name, Table: table, MessageDetail: m,
-			StatusName: outbox.Status(m.Status).String(), Timeline: Timeline(m.Found)})
+			StatusName: outbox.Status(m.Status).String(), Timeline: append(Timeline(m.Found), d.replayEvents(src.Name, table, m.Found)...)})
 	}
 }
 

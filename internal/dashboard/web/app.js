@@ -77,7 +77,7 @@ function renderOverview(o) {
   mode.className = 'badge' + (o.admin ? ' admin' : '');
   $('token-form').hidden = !o.admin && !o.read_locked;
   renderTokenState();
-  for (const b of [$('requeue-selected'), $('requeue-filter'), $('requeue-one')]) b.hidden = !o.admin;
+  for (const b of [$('requeue-selected'), $('requeue-filter'), $('requeue-one'), $('x-replay')]) b.hidden = !o.admin;
   $('updated').textContent = 'updated ' + new Date(o.now).toLocaleTimeString();
   $('tables').replaceChildren(...o.tables.map(tableCard));
   // The table selector's values are DATABASE/TABLE (neither holds a "/").

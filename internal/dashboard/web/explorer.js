@@ -129,6 +129,8 @@ async function openRow(database, table, id) {
     $('r-msgid').textContent = m.msg_id;
     $('r-status').textContent = m.status_name;
     $('r-status').className = 'badge state ' + m.status_name;
+    $('r-replay').hidden = !state.admin || m.status !== 2;
+    explorer.open = { database: m.database, table: m.table, id: m.id, msgId: m.msg_id };
     $('r-timeline').replaceChildren(...m.timeline.map((e) => el('li', { class: e.kind, data: { step: e.step } },
       e.at ? el('time', { textContent: fmtTime(e.at) }) : '', el('b', { textContent: e.step }), ' ' + e.detail)));
     const fields = [['table', (state.multi ? m.database + ' / ' : '') + m.table], ['id', m.id], ['topic', m.topic], ['tag', m.tag],
@@ -146,7 +148,79 @@ async function openRow(database, table, id) {
   }
 }
 
+// ---- replay (admin token): the dry run's count is confirmed before anything is sent ----
+
+function xnotice(text, kind) {
+  $('x-notice').textContent = text;
+  $('x-notice').className = kind || '';
+}
+
+async function postReplay(body) {
+  const headers = { 'Content-Type': 'application/json' };
+  if (token()) headers.Authorization = 'Bearer ' + token();
+  const r = await fetch('api/replay', { method: 'POST', headers, body: JSON.stringify(body), credentials: 'omit' });
+  return { status: r.status, body: await r.json().catch(() => ({})) };
+}
+
+// replayFilter is the explorer form's selection as a replay request, or an error text.
+function replayFilter() {
+  const t = $('x-table').value;
+  if (!t) return 'choose a table to replay from';
+  const i = t.indexOf('/');
+  const body = { database: t.slice(0, i), table: t.slice(i + 1) };
+  const by = $('x-by').value;
+  const v = $('x-value').value.trim();
+  if (by === 'msg_id' && v) return { ...body, msg_ids: [v] };
+  const f = { topic: $('x-topic').value.trim(), tag: $('x-tag').value.trim() };
+  if (by === 'key' && v) f.key = v;
+  if (by === 'sharding_key' && v) f.sharding_key = v;
+  const epoch = (id) => ($(id).value ? Math.floor(new Date($(id).value).getTime() / 1000) : 0);
+  f.since = epoch('x-from');
+  f.until = epoch('x-to');
+  return { ...body, filter: f };
+}
+
+async function replay(body, what) {
+  let r = await postReplay(body);
+  if (r.status === 409 && typeof r.body.count === 'number') {
+    if (r.body.count === 0) { xnotice('No sent message matches: nothing to replay.', ''); return; }
+    const n = fmtNum(r.body.count);
+    if (!(await confirmDialog('Replay ' + n + ' sent message' + (r.body.count === 1 ? '' : 's') + ' of ' + body.table + ' ' + what +
+      '? Dry run: ' + n + ' counted. Each copy keeps its msg_id and keys: consumers that kept their dedupe state skip it.'))) return;
+    r = await postReplay({ ...body, confirm: r.body.count });
+  }
+  if (r.status !== 202) { xnotice('Replay refused (' + r.status + '): ' + (r.body.error || 'error'), 'error'); return; }
+  xnotice('Replay ' + r.body.run_id + ' started: ' + fmtNum(r.body.counted) + ' message(s), sent at the rate limit.', '');
+  await watchReplay(r.body.run_id);
+}
+
+// watchReplay polls the run until it ends, then says what it sent and refreshes the open message.
+async function watchReplay(runID) {
+  for (;;) {
+    const runs = await getJSON('api/replay');
+    const run = runs.find((x) => x.run_id === runID);
+    if (!run) return;
+    if (run.state !== 'running') {
+      xnotice('Replay ' + runID + ' ' + run.state + ': sent ' + fmtNum(run.sent) + ' of ' + fmtNum(run.counted) + ' counted' +
+        (run.skipped ? ', skipped ' + fmtNum(run.skipped) : '') + (run.error ? ': ' + run.error : '') + '.', run.state === 'done' ? 'ok' : 'error');
+      if (explorer.open && !$('row').hidden) await openRow(explorer.open.database, explorer.open.table, explorer.open.id);
+      return;
+    }
+    xnotice('Replay ' + runID + ' running: sent ' + fmtNum(run.sent) + ' of ' + fmtNum(run.counted) + '.', '');
+    await new Promise((res) => setTimeout(res, 500));
+  }
+}
+
 document.addEventListener('DOMContentLoaded', () => {
+  $('r-replay').addEventListener('click', () => {
+    const o = explorer.open;
+    replay({ database: o.database, table: o.table, msg_ids: [o.msgId] }, 'with msg_id ' + o.msgId);
+  });
+  $('x-replay').addEventListener('click', () => {
+    const body = replayFilter();
+    if (typeof body === 'string') { xnotice('Cannot replay: ' + body, 'error'); return; }
+    replay(body, body.msg_ids ? 'with msg_id ' + body.msg_ids[0] : 'matching the search (sent in the time window)');
+  });
   $('find').addEventListener('submit', (ev) => { ev.preventDefault(); $('row').hidden = true; find(false); });
   $('x-more').addEventListener('click', () => find(true));
 });
