@@ -60,8 +60,9 @@
 //     the lock's validity ran out or the pass was cancelled (a detached unit's too), and
 //     leader.go lets the sends in flight, detached ones included, finish when the lock is lost.
 //   - No two owners of a table or partition at once with sends in flight: leader.go extends
-//     the lock (internal/lease/lease.go) past the end of a term that ends by shutdown or handover (group.go), until
-//     the last send in flight is written back, and releases it only then.
+//     the lock (internal/lease/lease.go) past the end of a term that ends by shutdown or
+//     handover (group.go), until the last send in flight is written back, and releases it
+//     only then.
 //   - Failure accounting (what a failed send costs its row): incidents.go alone turns the
 //     kind of a SendError into a counted retry, a deferral or a dead row (the table of
 //     docs/decisions.md, "Failure accounting"). rocketmq/classify.go alone reads the client's
