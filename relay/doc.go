@@ -18,7 +18,8 @@
 // One row's path, file by file, from scan to write-back (the packages: relay/message, the
 // types shared with publishers; relay/rocketmq, the RocketMQ adapter; internal/outboxsql,
 // every statement against the table):
-//  1. leader.go (Run, lead): while the lock is held, each pass calls drain (relay.go).
+//  1. leader.go (Run, lead): while the lock is held (internal/lease: Take, Extend, Valid,
+//     Release), each pass calls drain (relay.go).
 //  2. scan.go (scan, readPage): reads the due rows a page at a time with the page query of
 //     internal/outboxsql/store.go (Store.PageQuery), each an outboxsql.Row, within the
 //     memory budget (budget.go).
@@ -59,8 +60,9 @@
 //     the lock's validity ran out or the pass was cancelled (a detached unit's too), and
 //     leader.go lets the sends in flight, detached ones included, finish when the lock is lost.
 //   - No two owners of a table or partition at once with sends in flight: leader.go extends
-//     the lock past the end of a term that ends by shutdown or handover (group.go), until
-//     the last send in flight is written back, and releases it only then.
+//     the lock (internal/lease/lease.go) past the end of a term that ends by shutdown or
+//     handover (group.go), until the last send in flight is written back, and releases it
+//     only then.
 //   - Failure accounting (what a failed send costs its row): incidents.go alone turns the
 //     kind of a SendError into a counted retry, a deferral or a dead row (the table of
 //     docs/decisions.md, "Failure accounting"). rocketmq/classify.go alone reads the client's
@@ -70,7 +72,7 @@
 //   - No status is overwritten by an older one: every UPDATE of internal/outboxsql/store.go is guarded by the
 //     row's status and retry count as read.
 //   - A database stall is a statement left unanswered (progress.go), never a slow broker.
-//   - One layout of partitions at a time: layout.go.
+//   - One layout of partitions at a time: internal/lease/layout.go.
 //   - What the dashboard shows, read without a query: the per-minute sent/failed/dead counts
 //     (metrics/activity.go, fed with the Prometheus counters), each broker's state and circuit and the
 //     name servers' probes (rocketmq/brokerhealth.go), and each relay's open incidents

@@ -4,20 +4,14 @@ package relay
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"fmt"
-	"os"
 	"time"
 
-	"github.com/go-redsync/redsync/v4"
-	redsyncredis "github.com/go-redsync/redsync/v4/redis"
-	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/outbox-relay/outbox-relay/internal/ops"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay/internal/lease"
 )
 
 var (
@@ -25,10 +19,6 @@ var (
 	errStalled  = errors.New("no answer from the database")
 	errShutdown = errors.New("shutdown timeout: abandoning sends in flight")
 )
-
-// lockDrift is taken off the lock's TTL when computing how long it is certainly ours:
-// clock drift between us and Redis, and the time an extension's answer took to arrive.
-func lockDrift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
 // Run relays the table until ctx ends: it waits for the table's lock, then drains due rows
 // whenever a writer nudges or the adaptive poll comes round, extending the lock every
@@ -43,7 +33,6 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.rdb == nil {
 		return errors.New("relay: Run needs a Redis client for the lock")
 	}
-	mutex := r.newMutex(r.cfg.LockKey)
 	nudges := r.listen(ctx)
 	if r.gate == nil {
 		go r.sampleBacklogEvery(ctx, 5*time.Second) // a group samples its table once
@@ -70,35 +59,27 @@ func (r *Relay) Run(ctx context.Context) error {
 			nextWaitLog = 3 * r.cfg.LockTTL
 			continue
 		}
-		start := time.Now()
-		other, err := r.claimLayout(ctx)
+		other, err := r.lease.Take(ctx)
+		fenceErr := errors.Is(err, lease.ErrFence) // the lock was not tried
 		if err == nil && other != 0 {
 			if !waitingForLayout {
 				r.log.Warn().Int("partitions", r.cfg.Partitions).Int("other_partitions", other).
 					Msg("relays of this table with another relay.partitions still hold their locks: waiting until the last of them stops")
 			}
 			waitingForLayout = true
-		} else if err == nil {
+		} else if !fenceErr {
 			if waitingForLayout {
 				r.log.Info().Int("partitions", r.cfg.Partitions).Msg("the table's layout of partitions is ours now")
 			}
 			waitingForLayout = false
-			actx, cancel := context.WithTimeout(ctx, r.cfg.LockTTL/2)
-			err = mutex.TryLockContext(actx)
-			cancel()
-			if err == nil {
-				// Set the fence again after the lock, so that it outlives the lock's validity.
-				_, _ = r.claimLayout(ctx)
-			}
 		}
 		var freed <-chan time.Time // when the holder's lock expires, if before the next tick
 		if waitingForLayout {
 			r.exportLockWait(r.Health().LockWait)
 		} else if err == nil {
-			r.setValidity(start)
 			r.waitingSince.Store(0)
 			r.exportLockWait(0)
-			cause := r.lead(ctx, mutex, nudges)
+			cause := r.lead(ctx, nudges)
 			r.startWaiting()
 			nextWaitLog = 3 * r.cfg.LockTTL
 			if errors.Is(cause, errStalled) {
@@ -109,8 +90,7 @@ func (r *Relay) Run(ctx context.Context) error {
 				}
 			}
 		} else if ctx.Err() == nil {
-			var taken *redsync.ErrTaken
-			if !errors.As(err, &taken) && !errors.Is(err, redsync.ErrFailed) {
+			if !lease.Busy(err) {
 				r.log.Warn().Err(err).Msg("lock: cannot reach Redis")
 			}
 			if w := r.Health().LockWait; w >= nextWaitLog {
@@ -153,60 +133,12 @@ func (r *Relay) lockExpiry(ctx context.Context) <-chan time.Time {
 	return time.After(ttl + time.Millisecond)
 }
 
-// newMutex returns the lock of key: on the Redis client the relay was built with, or, when
-// LockClients lists several independent masters, a Redlock quorum over them.
-func (r *Relay) newMutex(key string) *redsync.Mutex {
-	var pools []redsyncredis.Pool
-	if len(r.cfg.LockClients) > 0 {
-		for _, c := range r.cfg.LockClients {
-			pools = append(pools, goredis.NewPool(c))
-		}
-	} else {
-		pools = append(pools, goredis.NewPool(r.rdb))
-	}
-	return redsync.New(pools...).NewMutex(key,
-		redsync.WithExpiry(r.cfg.LockTTL),
-		redsync.WithTries(1),
-		redsync.WithSetNXOnExtend(), // an expired lock may be re-taken by its owner if free
-		redsync.WithGenValueFunc(lockValue),
-	)
-}
-
 func (r *Relay) startWaiting() {
 	r.waitingSince.Store(max(1, int64(time.Since(r.progress.start))))
 }
 
-// lockValue is the value stored in the table's lock: who holds it and since when, for
-// operators (redis-cli GET, the dashboard), and a random token that keeps it unique, since
-// redsync extends and releases a lock only while it still holds the value it set. Format:
-// "host=<hostname> pid=<pid> since=<epoch ms> token=<32 hex digits>".
-func lockValue() (string, error) {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown"
-	}
-	b := make([]byte, 16)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("host=%s pid=%d since=%d token=%s", host, os.Getpid(), time.Now().UnixMilli(), hex.EncodeToString(b)), nil
-}
-
-// setValidity records that the lock is ours until TTL after start, the moment the
-// acquisition or extension that succeeded was sent.
-func (r *Relay) setValidity(start time.Time) {
-	until := start.Add(r.cfg.LockTTL - lockDrift(r.cfg.LockTTL))
-	r.validUntil.Store(int64(until.Sub(r.progress.start)))
-}
-
-// lockValid reports whether the lock is still certainly ours. The clock is monotonic, so a
-// process frozen past the TTL finds it false as soon as it runs again.
-func (r *Relay) lockValid() bool {
-	return int64(time.Since(r.progress.start)) < r.validUntil.Load()
-}
-
 // lead publishes while the lock is held and returns why it stopped.
-func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan struct{}) error {
+func (r *Relay) lead(ctx context.Context, nudges <-chan struct{}) error {
 	r.log.Info().Str("lock", r.cfg.LockKey).Msg("leader: publishing")
 	r.leading.Store(true)
 	r.setOwned(true)
@@ -255,7 +187,7 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 	// The lease outlives the term: it is extended until the last send in flight is written
 	// back and the lock released (or lost), on a shutdown and on a handover alike, so that
 	// no next owner reads rows whose sends are still in flight here.
-	stopKeeping := r.goKeepLock(ctx, mutex, stopLeading, cancel)
+	stopKeeping := r.goKeepLock(ctx, stopLeading, cancel)
 	defer stopKeeping()
 	// The database's clock, and whether it accepts writes: read once the lock is being kept,
 	// so that a slow answer never lets the lock lapse before its first extension.
@@ -275,10 +207,10 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 			var due bool
 			due, err = r.store.AnyDue(stopLead)
 			if err == nil && due {
-				st, err = r.drain(stopLead, abort, r.lockValid, true)
+				st, err = r.drain(stopLead, abort, r.lease.Valid, true)
 			}
 		} else {
-			st, err = r.drain(stopLead, abort, r.lockValid, true)
+			st, err = r.drain(stopLead, abort, r.lease.Valid, true)
 		}
 		var wait time.Duration
 		switch {
@@ -354,7 +286,7 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 	stopKeeping() // no extension may follow the release: made with SET NX, it would retake the lock
 	uctx, ucancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer ucancel()
-	if ok, err := mutex.UnlockContext(uctx); !ok || err != nil {
+	if err := r.lease.Release(uctx); err != nil {
 		r.log.Warn().Err(err).Msg("lock release failed; it expires after lock.ttl")
 	} else {
 		r.log.Info().Msg("lock released")
@@ -364,12 +296,12 @@ func (r *Relay) lead(ctx context.Context, mutex *redsync.Mutex, nudges <-chan st
 
 // goKeepLock runs keepLock until the returned func is called, which returns once keepLock
 // has (it may be called again).
-func (r *Relay) goKeepLock(ctx context.Context, mutex *redsync.Mutex, end, abandon context.CancelCauseFunc) (stop func()) {
+func (r *Relay) goKeepLock(ctx context.Context, end, abandon context.CancelCauseFunc) (stop func()) {
 	keep, stopKeeping := context.WithCancel(context.WithoutCancel(ctx))
 	kept := make(chan struct{})
 	go func() {
 		defer close(kept)
-		r.keepLock(keep, mutex, end, abandon)
+		r.keepLock(keep, end, abandon)
 	}()
 	return func() { stopKeeping(); <-kept }
 }
@@ -380,7 +312,7 @@ func (r *Relay) goKeepLock(ctx context.Context, mutex *redsync.Mutex, end, aband
 // out; one that finds the lock taken, or validity run out, ends the term with errLockLost.
 // A leader whose database has left a statement unanswered for StallTimeout ends it with
 // errStalled and abandons the sends in flight (abandon): nothing could be written back.
-func (r *Relay) keepLock(keep context.Context, mutex *redsync.Mutex, end, abandon context.CancelCauseFunc) {
+func (r *Relay) keepLock(keep context.Context, end, abandon context.CancelCauseFunc) {
 	t := time.NewTicker(r.cfg.LockTTL / 4)
 	defer t.Stop()
 	lost := func(msg string, err error) {
@@ -394,7 +326,7 @@ func (r *Relay) keepLock(keep context.Context, mutex *redsync.Mutex, end, abando
 			return
 		case <-t.C:
 		}
-		if !r.lockValid() {
+		if !r.lease.Valid() {
 			// Frozen past the lock's validity (SIGSTOP, a VM pause): another relay may lead.
 			lost("lock validity ran out before an extension succeeded (was the process frozen?)", nil)
 			return
@@ -405,17 +337,13 @@ func (r *Relay) keepLock(keep context.Context, mutex *redsync.Mutex, end, abando
 			abandon(errStalled)
 			return
 		}
-		start := time.Now()
-		ctx, c := context.WithTimeout(keep, r.cfg.LockTTL/4)
-		ok, err := mutex.ExtendContext(ctx)
-		c()
+		other, err := r.lease.Extend(keep)
 		if keep.Err() != nil {
 			return
 		}
 		switch {
-		case ok && err == nil:
-			r.setValidity(start)
-			if other, ferr := r.claimLayout(keep); ferr == nil && other != 0 {
+		case err == nil:
+			if other != 0 {
 				// The layout key expired under us (it is set with the lock's TTL) and relays
 				// with another relay.partitions claimed the table: stop.
 				r.metrics.LockLost()
@@ -423,23 +351,16 @@ func (r *Relay) keepLock(keep context.Context, mutex *redsync.Mutex, end, abando
 				end(errLockLost)
 				return
 			}
-		case !r.lockValid():
+		case !r.lease.Valid():
 			lost("lock validity ran out before an extension succeeded", err)
 			return
-		case isLockTaken(err):
+		case lease.Lost(err):
 			lost("lock extension refused: another relay holds the lock", err)
 			return
 		default:
 			r.log.Debug().Err(err).Msg("lock extension failed; trying again while the lock is valid")
 		}
 	}
-}
-
-// isLockTaken reports whether an extension failed because the lock is no longer ours, as
-// opposed to Redis not answering.
-func isLockTaken(err error) bool {
-	var taken *redsync.ErrTaken
-	return errors.Is(err, redsync.ErrExtendFailed) || errors.Is(err, redsync.ErrLockAlreadyExpired) || errors.As(err, &taken)
 }
 
 // setOwned records in the metrics whether this process leads the table or partition.

@@ -153,7 +153,7 @@ type Health struct {
 // Health reports the relay's state. It is safe to call from any goroutine.
 func (r *Relay) Health() Health {
 	h := Health{
-		Leader:              r.leading.Load() && r.lockValid(),
+		Leader:              r.leading.Load() && r.lease.Valid(),
 		SinceProgress:       r.progress.since(),
 		FailingBrokers:      r.incidents.failingBrokers(),
 		MisconfiguredTopics: r.incidents.misconfiguredTopics(),

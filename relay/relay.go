@@ -20,6 +20,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/msgtrace"
 	"github.com/outbox-relay/outbox-relay/internal/outboxsql"
 	"github.com/outbox-relay/outbox-relay/outbox"
+	"github.com/outbox-relay/outbox-relay/relay/internal/lease"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -260,7 +261,7 @@ type Relay struct {
 	lastCheck atomic.Int64 // when the last began, nanoseconds after progress.start
 
 	leading      atomic.Bool
-	validUntil   atomic.Int64 // the lock's validity, nanoseconds after progress.start
+	lease        *lease.Lease // nil without a Redis client
 	waitingSince atomic.Int64 // when a standby began to wait, nanoseconds after progress.start; 0 when not waiting
 
 	metrics *TableMetrics // nil without cfg.Metrics
@@ -329,6 +330,10 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Rel
 		lateDone:  make(chan struct{}, 1),
 	}
 	r.batcher, _ = pub.(KeyBatcher)
+	if rdb != nil {
+		r.lease = lease.New(lease.Config{Client: rdb, Clients: cfg.LockClients, Key: cfg.LockKey,
+			LayoutKey: cfg.layoutKey, Partitions: cfg.Partitions, TTL: cfg.LockTTL})
+	}
 	r.progress.mark()
 	r.store.Tracker = &r.progress
 	return r, nil

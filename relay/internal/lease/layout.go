@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package lease
 
 import (
 	"context"
@@ -32,11 +32,11 @@ return ARGV[1]
 // claimLayout claims the table's layout for this relay's number of partitions. It returns
 // the number of partitions of the relays holding the layout when it is not ours (0 when it
 // is ours), or the error of Redis.
-func (r *Relay) claimLayout(ctx context.Context) (int, error) {
-	ours := strconv.Itoa(r.cfg.Partitions)
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.LockTTL/4)
+func (l *Lease) claimLayout(ctx context.Context) (int, error) {
+	ours := strconv.Itoa(l.cfg.Partitions)
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.TTL/4)
 	defer cancel()
-	got, err := fenceLayout.Run(ctx, r.rdb, []string{r.cfg.layoutKey}, ours, r.cfg.LockTTL.Milliseconds()).Text()
+	got, err := fenceLayout.Run(ctx, l.cfg.Client, []string{l.cfg.LayoutKey}, ours, l.cfg.TTL.Milliseconds()).Text()
 	if err != nil {
 		return 0, err
 	}
