@@ -112,6 +112,18 @@ func (in *incidents) judge(items []item, results []result) (recovered bool) {
 	defer in.mu.Unlock()
 
 	// Record first, so that failures arriving together in one page see each other.
+	pageFailures := in.record(results, now)
+	for i := range results {
+		if results[i].kind == failed {
+			in.decide(&results[i], items[i].msg.Topic, now)
+		}
+	}
+	return in.endRounds(results, pageFailures, now)
+}
+
+// record notes the page's transient and unreachable failures per broker, forgets those
+// older than incidentWindow, and returns the page's count per broker. Caller holds mu.
+func (in *incidents) record(results []result, now time.Time) map[string]int {
 	pageFailures := map[string]int{}
 	for i := range results {
 		if results[i].kind != failed {
@@ -135,64 +147,73 @@ func (in *incidents) judge(items []item, results []result) (recovered bool) {
 			in.recent[k] = ts[cut:]
 		}
 	}
+	return pageFailures
+}
 
-	for i := range results {
-		res := &results[i]
-		if res.kind != failed {
-			continue
+// decide turns one failed result of topic into a counted retry or a deferral by its
+// error's kind. Caller holds mu.
+func (in *incidents) decide(res *result, topic string, now time.Time) {
+	err := res.err
+	k := brokerKey(err)
+	switch KindOf(err) {
+	case SendRefused, SendUnreplicated:
+		res.kind = retry // the broker read this message and refused it, or did not replicate it
+	case SendTopicMissing:
+		in.decideTopicMissing(res, topic, k, now)
+	case SendMisconfigured:
+		res.kind = deferred
+		res.delay = in.misconfiguredDelay(topic, err, now)
+		res.reason += misconfiguredMark
+	case SendUnreachable:
+		in.deferForBroker(res, k, now)
+	default:
+		if len(in.recent[k]) >= 2 {
+			in.deferForBroker(res, k, now) // an incident of the broker: not this message's fault
+			return
 		}
-		err := res.err
-		k := brokerKey(err)
-		topic := items[i].msg.Topic
-		switch KindOf(err) {
-		case SendRefused, SendUnreplicated:
-			res.kind = retry // the broker read this message and refused it, or did not replicate it
-		case SendTopicMissing:
-			since, seen := in.missing[topic]
-			if !seen {
-				since = now
-				in.missing[topic] = now
-				in.log.Warn().Str("topic", topic).Err(err).
-					Msg("topic has no route on the name servers: its rows end dead after their retries unless it appears (create it where autoCreateTopicEnable=false)")
-			}
-			_, delivered := in.goodTopics[topic]
-			switch {
-			case !delivered && now.Sub(since) >= topicMissingGrace:
-				res.kind = retry // the topic's own problem: counted, dead after its retries
-			case delivered:
-				// Delivered before by this process: its brokers left the name servers, an outage.
-				res.kind = deferred
-				res.delay = in.deferDelay(k, err, now)
-				res.reason += deferredMark
-			default:
-				res.kind = deferred
-				res.delay = time.Duration(float64(time.Second) * (0.75 + 0.5*rand.Float64()))
-				res.reason += " (no route yet: attempt not counted)"
-			}
-		case SendMisconfigured:
-			res.kind = deferred
-			res.delay = in.misconfiguredDelay(topic, err, now)
-			res.reason += misconfiguredMark
-		case SendUnreachable:
-			res.kind = deferred
-			res.delay = in.deferDelay(k, err, now)
-			res.reason += deferredMark
-		default:
-			if len(in.recent[k]) >= 2 {
-				res.kind = deferred // an incident of the broker: not this message's fault
-				res.delay = in.deferDelay(k, err, now)
-				res.reason += deferredMark
-				break
-			}
-			// The only failure of a broker that is otherwise fine: counted, so its backoff
-			// grows, but a transient failure never makes a message dead.
-			res.kind = retry
-			res.capped = true
-		}
+		// The only failure of a broker that is otherwise fine: counted, so its backoff
+		// grows, but a transient failure never makes a message dead.
+		res.kind = retry
+		res.capped = true
 	}
-	// A broker that fails everything backs off further with each page; one that still
-	// acknowledges some sends (a share of busy answers) keeps the shortest deferral. A page
-	// with acknowledged sends and no failure of a failing broker ends its incident.
+}
+
+// deferForBroker defers res by broker k's backoff, costing the row no attempt.
+func (in *incidents) deferForBroker(res *result, k string, now time.Time) {
+	res.kind = deferred
+	res.delay = in.deferDelay(k, res.err, now)
+	res.reason += deferredMark
+}
+
+// decideTopicMissing judges a send whose topic has no route: not counted for the first
+// topicMissingGrace the topic is seen so, nor ever for a topic this process delivered
+// before (its brokers left: an outage); counted otherwise. Caller holds mu.
+func (in *incidents) decideTopicMissing(res *result, topic, k string, now time.Time) {
+	since, seen := in.missing[topic]
+	if !seen {
+		since = now
+		in.missing[topic] = now
+		in.log.Warn().Str("topic", topic).Err(res.err).
+			Msg("topic has no route on the name servers: its rows end dead after their retries unless it appears (create it where autoCreateTopicEnable=false)")
+	}
+	_, delivered := in.goodTopics[topic]
+	switch {
+	case !delivered && now.Sub(since) >= topicMissingGrace:
+		res.kind = retry // the topic's own problem: counted, dead after its retries
+	case delivered:
+		in.deferForBroker(res, k, now)
+	default:
+		res.kind = deferred
+		res.delay = time.Duration(float64(time.Second) * (0.75 + 0.5*rand.Float64()))
+		res.reason += " (no route yet: attempt not counted)"
+	}
+}
+
+// endRounds updates the failing brokers after a page: one that fails everything backs off
+// further with each page; one that still acknowledges some sends (a share of busy answers)
+// keeps the shortest deferral. A page with acknowledged sends and no failure of a failing
+// broker ends its incident; it reports whether one ended. Caller holds mu.
+func (in *incidents) endRounds(results []result, pageFailures map[string]int, now time.Time) (recovered bool) {
 	pageSent := 0
 	for i := range results {
 		if results[i].kind == sent {
