@@ -201,104 +201,140 @@ func (r *Relay) writeBack(ctx context.Context, rows []outboxsql.Row, results []r
 	if err != nil {
 		return st, rows, results, err
 	}
-	stale := func() bool { return fence != nil && !fence() }
-	var deadIdx []int
-	sentIdx := map[int][]int{} // by retry count as read
-	type retryKey struct {
-		count  int
-		capped bool
+	g := groupResults(rows, results, nowMs)
+	st.Held += g.held
+	if st.Read == 0 {
+		st.Read = len(rows)
 	}
-	retries := map[retryKey][]int{}
-	type deferKey struct {
-		next  int64
-		count int
+	w := &writeBatch{r: r, rows: rows, results: results, st: &st, stale: func() bool { return fence != nil && !fence() }}
+	w.write(ctx, g, nowMs)
+	if len(w.errs) == 0 {
+		return st, nil, nil, nil
 	}
-	defers := map[deferKey][]int{}
-	for i, res := range results {
+	leftRows := make([]outboxsql.Row, len(w.failedIdx))
+	leftRes := make([]result, len(w.failedIdx))
+	for n, i := range w.failedIdx {
+		leftRows[n], leftRes[n] = rows[i], results[i]
+	}
+	return st, leftRows, leftRes, errors.Join(w.errs...)
+}
 
+// writeGroups are a page's results grouped by the statement that writes them back: rows
+// that share their retry count as read (the guard) and their new values share one UPDATE.
+type writeGroups struct {
+	dead    []int
+	sent    map[int][]int // by retry count as read
+	retries map[retryKey][]int
+	defers  map[deferKey][]int
+	held    int // results that write nothing
+}
+
+type retryKey struct {
+	count  int
+	capped bool
+}
+
+type deferKey struct {
+	next  int64
+	count int
+}
+
+// groupResults groups results (of rows) by their write-back statement; nowMs is the
+// database's time, from which deferred rows' next attempts count.
+func groupResults(rows []outboxsql.Row, results []result, nowMs int64) writeGroups {
+	g := writeGroups{sent: map[int][]int{}, retries: map[retryKey][]int{}, defers: map[deferKey][]int{}}
+	for i, res := range results {
 		switch res.kind {
 		case sent:
-			sentIdx[rows[i].RetryCount] = append(sentIdx[rows[i].RetryCount], i)
+			g.sent[rows[i].RetryCount] = append(g.sent[rows[i].RetryCount], i)
 		case dead:
-			deadIdx = append(deadIdx, i)
+			g.dead = append(g.dead, i)
 		case retry:
 			k := retryKey{rows[i].RetryCount, res.capped}
-			retries[k] = append(retries[k], i)
+			g.retries[k] = append(g.retries[k], i)
 		case deferred:
 			next := nowMs + res.delay.Milliseconds()
 			next -= next % 100 // rows deferred together share a statement
 			k := deferKey{next, rows[i].RetryCount}
-			defers[k] = append(defers[k], i)
+			g.defers[k] = append(g.defers[k], i)
 		default:
-			st.Held++
+			g.held++
 		}
 	}
-	if st.Read == 0 {
-		st.Read = len(rows)
-	}
-	var failedIdx []int
-	var errs []error
-	do := func(idx []int, f func() (int64, error), count *int, what string) {
-		if len(idx) == 0 {
-			return
-		}
-		if what != "sent" && stale() {
-			// The lock's validity ran out (a leader frozen past its TTL, replaced meanwhile):
-			// the rows are the new leader's now, and a stale result written over what it did
-			// since would be wrong. At worst the message is sent again (consumers dedupe).
-			st.Held += len(idx)
-			return
-		}
-		n, err := f()
-		if err != nil {
-			errs = append(errs, err)
-			failedIdx = append(failedIdx, idx...)
-			return
-		}
-		*count += int(n)
-		r.warnRaced(what, len(idx), n)
-		r.countResults(rows, results, idx)
-	}
+	return g
+}
+
+// writeBatch runs one page's write-back statements and collects the rows of those that
+// failed, to be retried.
+type writeBatch struct {
+	r         *Relay
+	rows      []outboxsql.Row
+	results   []result
+	st        *Stats
+	stale     func() bool // the lock's validity ran out
+	failedIdx []int
+	errs      []error
+}
+
+// write runs the statements of g: the sent rows first.
+func (w *writeBatch) write(ctx context.Context, g writeGroups, nowMs int64) {
+	r, rows, results := w.r, w.rows, w.results
 	markSent, markRetry := r.store.MarkSent, r.store.MarkRetry
 	if r.cfg.perRowWriteBack {
 		markSent, markRetry = r.store.MarkSentPerRow, r.store.MarkRetryPerRow
 	}
-	for rc, idx := range sentIdx {
-		do(idx, func() (int64, error) { return r.markSentRows(ctx, markSent, rc, rows, results, idx, nowMs) }, &st.Sent, "sent")
+	for rc, idx := range g.sent {
+		w.do(idx, func() (int64, error) { return r.markSentRows(ctx, markSent, rc, rows, results, idx, nowMs) }, &w.st.Sent, "sent")
 	}
-	for k, idx := range retries {
+	for k, idx := range g.retries {
 		next := nowMs + r.cfg.Backoff.Delay(k.count, r.cfg.Rand).Milliseconds()
+		mark := markRetry
 		if k.capped {
-			do(idx, func() (int64, error) {
-				return r.store.MarkTransientRetry(ctx, k.count, failures(rows, results, idx), next)
-			}, &st.Retried, "retry")
-			continue
+			mark = r.store.MarkTransientRetry
 		}
-		do(idx, func() (int64, error) { return markRetry(ctx, k.count, failures(rows, results, idx), next) }, &st.Retried, "retry")
+		w.do(idx, func() (int64, error) { return mark(ctx, k.count, failures(rows, results, idx), next) }, &w.st.Retried, "retry")
 	}
-	for k, idx := range defers {
-		do(idx, func() (int64, error) { return r.store.MarkDeferred(ctx, k.count, failures(rows, results, idx), k.next) }, &st.Deferred, "deferred")
+	for k, idx := range g.defers {
+		w.do(idx, func() (int64, error) { return r.store.MarkDeferred(ctx, k.count, failures(rows, results, idx), k.next) }, &w.st.Deferred, "deferred")
 	}
-	do(deadIdx, func() (int64, error) {
-		n, err := r.store.MarkDead(ctx, failures(rows, results, deadIdx))
-		if err == nil {
-			for _, i := range deadIdx {
-				rw := &rows[i]
-				r.log.Warn().Int64("id", rw.ID).Str("msg_id", rw.MsgID).Str("topic", rw.Topic).Str("tag", rw.Tag).
-					Str("reason", results[i].reason).Msg("message dead")
-			}
+	w.do(g.dead, func() (int64, error) { return r.markDeadRows(ctx, rows, results, g.dead) }, &w.st.Dead, "dead")
+}
+
+// do runs f, the statement writing back the rows idx as what, adding what it changed to
+// count; a failed statement's rows are kept to be retried.
+func (w *writeBatch) do(idx []int, f func() (int64, error), count *int, what string) {
+	if len(idx) == 0 {
+		return
+	}
+	if what != "sent" && w.stale() {
+		// The lock's validity ran out (a leader frozen past its TTL, replaced meanwhile):
+		// the rows are the new leader's now, and a stale result written over what it did
+		// since would be wrong. At worst the message is sent again (consumers dedupe).
+		w.st.Held += len(idx)
+		return
+	}
+	n, err := f()
+	if err != nil {
+		w.errs = append(w.errs, err)
+		w.failedIdx = append(w.failedIdx, idx...)
+		return
+	}
+	*count += int(n)
+	w.r.warnRaced(what, len(idx), n)
+	w.r.countResults(w.rows, w.results, idx)
+}
+
+// markDeadRows marks the rows idx dead with their results' reasons and logs each.
+func (r *Relay) markDeadRows(ctx context.Context, rows []outboxsql.Row, results []result, idx []int) (int64, error) {
+	n, err := r.store.MarkDead(ctx, failures(rows, results, idx))
+	if err == nil {
+		for _, i := range idx {
+			rw := &rows[i]
+			r.log.Warn().Int64("id", rw.ID).Str("msg_id", rw.MsgID).Str("topic", rw.Topic).Str("tag", rw.Tag).
+				Str("reason", results[i].reason).Msg("message dead")
 		}
-		return n, err
-	}, &st.Dead, "dead")
-	if len(errs) == 0 {
-		return st, nil, nil, nil
 	}
-	leftRows := make([]outboxsql.Row, len(failedIdx))
-	leftRes := make([]result, len(failedIdx))
-	for n, i := range failedIdx {
-		leftRows[n], leftRes[n] = rows[i], results[i]
-	}
-	return st, leftRows, leftRes, errors.Join(errs...)
+	return n, err
 }
 
 // isolate writes rows back one at a time after a set-based write-back was refused for the
