@@ -164,8 +164,27 @@ func (r *Relay) lead(ctx context.Context, nudges <-chan struct{}) error {
 	// that a new leader does not publish them again.
 	abort, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancel(nil)
+	defer r.goAbortAfter(stopLead, cancel)()
+	// The lease outlives the term: it is extended until the last send in flight is written
+	// back and the lock released (or lost), on a shutdown and on a handover alike, so that
+	// no next owner reads rows whose sends are still in flight here.
+	stopKeeping := r.goKeepLock(ctx, stopLeading, cancel)
+	defer stopKeeping()
+	// The database's clock, and whether it accepts writes: read once the lock is being kept,
+	// so that a slow answer never lets the lock lapse before its first extension.
+	r.checkDatabase(stopLead)
+
+	r.publishWhileLeading(stopLead, abort, nudges)
+	// The late units (sends a page did not wait for) end or are abandoned with the sends in
+	// flight (abort): their acknowledgements are written back before the lock is released.
+	r.late.Wait()
+	return r.endTerm(stopLead, cancel, stopKeeping)
+}
+
+// goAbortAfter abandons the sends in flight (cancel) once stopLead is done: at once when
+// the database stalled, else ShutdownTimeout later. The returned func ends the watch.
+func (r *Relay) goAbortAfter(stopLead context.Context, cancel context.CancelCauseFunc) (stop func()) {
 	done := make(chan struct{})
-	defer close(done)
 	go func() {
 		select {
 		case <-done:
@@ -184,15 +203,12 @@ func (r *Relay) lead(ctx context.Context, nudges <-chan struct{}) error {
 			cancel(errShutdown)
 		}
 	}()
-	// The lease outlives the term: it is extended until the last send in flight is written
-	// back and the lock released (or lost), on a shutdown and on a handover alike, so that
-	// no next owner reads rows whose sends are still in flight here.
-	stopKeeping := r.goKeepLock(ctx, stopLeading, cancel)
-	defer stopKeeping()
-	// The database's clock, and whether it accepts writes: read once the lock is being kept,
-	// so that a slow answer never lets the lock lapse before its first extension.
-	r.checkDatabase(stopLead)
+	return func() { close(done) }
+}
 
+// publishWhileLeading drains the table pass after pass until stopLead is done, waiting
+// between passes for a nudge, a late unit's end or the poll.
+func (r *Relay) publishWhileLeading(stopLead, abort context.Context, nudges <-chan struct{}) {
 	empty, failures := 0, 0
 	// lastPolled is when a pass the poll started (not a nudge) last changed a row: rows
 	// are coming from writers that do not nudge.
@@ -262,10 +278,12 @@ func (r *Relay) lead(ctx context.Context, nudges <-chan struct{}) error {
 		}
 		timer.Stop()
 	}
-	// The late units (sends a page did not wait for) end or are abandoned with the sends in
-	// flight (abort): their acknowledgements are written back before the lock is released.
-	r.late.Wait()
+}
 
+// endTerm ends a term whose stopLead is done: it says why, and, unless the lock was lost,
+// abandons what is still in flight, stops the lock's extensions and releases it. It
+// returns the term's cause (nil for a shutdown or a handover).
+func (r *Relay) endTerm(stopLead context.Context, cancel context.CancelCauseFunc, stopKeeping func()) error {
 	cause := context.Cause(stopLead)
 	if errors.Is(cause, context.Canceled) {
 		cause = nil // Run's context: a shutdown, or a partition handed over
