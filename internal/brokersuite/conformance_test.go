@@ -26,6 +26,7 @@ import (
 // its ordered keys go to FIFO topics). The items that need injected faults run on rmqtest
 // only (relay/publishertest's own tests).
 func TestPublisherConformance(t *testing.T) {
+	t.Parallel() // its own topics: it overlaps the suite's other broker tests
 	t.Run("rocketmq", func(t *testing.T) {
 		b := &target{name: "rocketmq", nameServer: testenv.RocketMQ(t), brokerAddr: testenv.RocketMQBroker()}
 		tg := conformanceTarget(b, b.nameServer)
