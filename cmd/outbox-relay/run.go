@@ -122,7 +122,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	}
 
 	uiCfg := dashboardConfig(cfg, sources, &log)
-	uiCfg.Brokers = brokerPanel(pub, dbs, cfg.RocketMQ.AccessKey)
+	uiCfg.Brokers = brokerPanel(pub, dbs, cfg.RocketMQ.AccessKey, link.upstream)
 	audits := &auditPanel{}
 	uiCfg.Audit = audits.tables
 	uiCfg.Replay = &dashboard.ReplayConfig{Publisher: pub, Router: router, UnroutedDead: cfg.Relay.Unrouted == config.UnroutedDead,
