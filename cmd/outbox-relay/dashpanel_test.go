@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/testcerts"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
@@ -23,12 +21,7 @@ import (
 func TestBrokerPanelShowsTheServersBehindTheTLSBridge(t *testing.T) {
 	dir := t.TempDir()
 	ca := testcerts.NewCA(t, "right")
-	srv, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {},
-		TLS: &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, "rocketmq.test")}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := tlsBroker(t, ca)
 	mq := config.RocketMQ{NameServers: []string{srv.NameServerAddr()},
 		TLS: config.RocketMQTLS{Enable: true, CAFile: ca.WriteCA(t, dir), ServerName: "rocketmq.test"}}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
