@@ -7,7 +7,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/outboxsql"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay/internal/lease"
+	"github.com/outbox-relay/outbox-relay/relay/message"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -729,23 +729,14 @@ func (r *Relay) prepare(rw *outboxsql.Row, routes map[routeKey]routed) (*Message
 	if rt.invalid != nil {
 		return nil, Route{}, rt.invalid
 	}
-	if rw.ContentLen > int64(r.cfg.MaxBodyBytes) {
-		return nil, Route{}, fmt.Errorf("body is %d bytes, over the limit of %d (relay.max_body_bytes)", rw.ContentLen, r.cfg.MaxBodyBytes)
-	}
-	props, err := outbox.ParseProperties(rw.Properties.String)
+	m, err := message.FromRow(message.Row{ID: rw.ID, MsgID: rw.MsgID, Topic: rw.Topic, Tag: rw.Tag, Keys: rw.Keys,
+		ShardingKey: rw.ShardingKey, Props: rw.Properties.String, Body: rw.Content, BodyLen: rw.ContentLen}, r.cfg.MaxBodyBytes)
 	if err != nil {
-		return nil, Route{}, fmt.Errorf("malformed properties: %w", err)
-	}
-	keys := strings.Fields(rw.Keys)
-	if err := outbox.ValidateFields(outbox.Fields{MsgID: rw.MsgID, Tag: rw.Tag, Keys: keys, ShardingKey: rw.ShardingKey, Properties: props}); err != nil {
-		return nil, Route{}, err // a plain-SQL writer's field would forge a property: never sent
+		return nil, Route{}, err
 	}
 	if rt.noRoute != nil {
 		return nil, Route{}, rt.noRoute
 	}
-	return &Message{
-		ID: rw.ID, MsgID: rw.MsgID, Topic: rw.Topic, Tag: rw.Tag,
-		Keys: keys, ShardingKey: rw.ShardingKey, Body: rw.Content,
-		Properties: props, RetryCount: rw.RetryCount, MaxRetries: rw.MaxRetries,
-	}, rt.route, nil
+	m.RetryCount, m.MaxRetries = rw.RetryCount, rw.MaxRetries
+	return m, rt.route, nil
 }

@@ -50,10 +50,16 @@ func orderedBy(router relay.Router) func(topic, tag string) bool {
 // startAuditors runs the broker audit of every table of dbs, on the process holding the
 // table's partition 0 (the whole table's lock with one partition), until ctx ends; the
 // returned function waits for them. With audit.enabled off it logs so and runs nothing.
-func startAuditors(ctx context.Context, cfg config.Config, dbs []*runDatabase, router relay.Router, reg prometheus.Registerer, log zerolog.Logger) (wait func()) {
+// Each table's auditor, or why it has none, goes to panel (the dashboard's).
+func startAuditors(ctx context.Context, cfg config.Config, dbs []*runDatabase, router relay.Router, reg prometheus.Registerer, log zerolog.Logger, panel *auditPanel) (wait func()) {
 	var wg sync.WaitGroup
 	if !cfg.Audit.Enabled {
 		log.Warn().Msg("broker audit OFF (audit.enabled=false): acknowledged messages the broker loses are not found")
+		for _, d := range dbs {
+			for _, table := range d.Tables {
+				panel.add(auditEntry{database: d.Name, table: table, off: "disabled: audit.enabled=false"})
+			}
+		}
 		return wg.Wait
 	}
 	m := auditor.NewMetrics(reg)
@@ -64,8 +70,10 @@ func startAuditors(ctx context.Context, cfg config.Config, dbs []*runDatabase, r
 			a, err := newAuditor(cfg, d, table, router, m, owner, log)
 			if err != nil {
 				log.Error().Err(err).Str("table", table).Msg("broker audit OFF")
+				panel.add(auditEntry{database: d.Name, table: table, off: err.Error()})
 				continue
 			}
+			panel.add(auditEntry{database: d.Name, table: table, a: a})
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

@@ -15,11 +15,13 @@ import (
 
 // rocketMQLink is how this process reaches RocketMQ: the name servers to give
 // rocketmq-client-go (the configured ones, or the verifying bridge's), whether the client
-// uses its own unverified TLS, and close, which stops the bridge.
+// uses its own unverified TLS, and close, which stops the bridge. upstream, set with the
+// bridge, turns one of its loopback addresses into the server's address it forwards to.
 type rocketMQLink struct {
 	nameServers []string
 	clientTLS   bool
 	close       func()
+	upstream    func(local string) (string, bool)
 }
 
 // openRocketMQ starts the verifying bridge when rocketmq.tls verifies the server
@@ -50,5 +52,5 @@ func openRocketMQ(ctx context.Context, mq config.RocketMQ, log zerolog.Logger) (
 	}
 	log.Info().Strs("nameservers", mq.NameServers).Str("server_name", tc.ServerName).
 		Msg("TLS to RocketMQ verifies the servers' certificates (through the relay's loopback bridge)")
-	return rocketMQLink{nameServers: b.NameServers(), close: b.Close}, nil
+	return rocketMQLink{nameServers: b.NameServers(), close: b.Close, upstream: b.Upstream}, nil
 }

@@ -21,12 +21,7 @@ import (
 func TestOpenRocketMQVerifiesAtStart(t *testing.T) {
 	dir := t.TempDir()
 	ca, other := testcerts.NewCA(t, "right"), testcerts.NewCA(t, "other")
-	srv, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {},
-		TLS: &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, "rocketmq.test")}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := tlsBroker(t, ca)
 	mq := config.RocketMQ{NameServers: []string{srv.NameServerAddr()},
 		TLS: config.RocketMQTLS{Enable: true, CAFile: other.WriteCA(t, dir), ServerName: "rocketmq.test"}}
 	ctx := context.Background()
@@ -50,4 +45,17 @@ func TestOpenRocketMQVerifiesAtStart(t *testing.T) {
 	if link, err := openRocketMQ(ctx, insecure, zerolog.Nop()); err != nil || !link.clientTLS || link.nameServers[0] != srv.NameServerAddr() {
 		t.Fatalf("insecure: %+v, %v", link, err)
 	}
+}
+
+// tlsBroker starts an rmqtest broker whose name server and broker serve TLS with a
+// certificate of ca for rocketmq.test, stopped when the test ends.
+func tlsBroker(t *testing.T, ca *testcerts.CA) *rmqtest.Server {
+	t.Helper()
+	srv, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {},
+		TLS: &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, "rocketmq.test")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	return srv
 }

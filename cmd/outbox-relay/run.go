@@ -122,7 +122,9 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	}
 
 	uiCfg := dashboardConfig(cfg, sources, &log)
-	uiCfg.Brokers = brokerPanel(pub, dbs, cfg.RocketMQ.AccessKey)
+	uiCfg.Brokers = brokerPanel(pub, dbs, cfg.RocketMQ.AccessKey, link.upstream)
+	audits := &auditPanel{}
+	uiCfg.Audit = audits.tables
 	uiCfg.Replay = &dashboard.ReplayConfig{Publisher: pub, Router: router, UnroutedDead: cfg.Relay.Unrouted == config.UnroutedDead,
 		MaxBodyBytes: cfg.Relay.MaxBodyBytes, Metrics: replay.NewMetrics(reg)}
 	ui, err := dashboard.New(rconn.LockReader(), uiCfg)
@@ -138,7 +140,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 		return err
 	}
 	defer stopChecks()
-	defer startAuditors(ctx, cfg, dbs, router, reg, log)()
+	defer startAuditors(ctx, cfg, dbs, router, reg, log, audits)()
 	srv, err := serveHTTP(cfg.HTTP, reg, dbs, rdb, ui, log)
 	if err != nil {
 		return err

@@ -89,6 +89,7 @@ type Auditor struct {
 	st     *store
 	mu     sync.Mutex
 	status error // why the audit does not run; guarded by mu
+	state  State // guarded by mu
 }
 
 // New returns the auditor of cfg.Table, whose positions lookup checks.

@@ -194,6 +194,11 @@ func TestLostAfterAcknowledgementSentAgain(t *testing.T) {
 	if lostNow := float64(total - len(held)); lostNow != 0 || repaired < float64(after) || repaired != missing {
 		t.Errorf("repaired %v, missing %v, still lost %v; want every lost row (at least %d) repaired", repaired, missing, lostNow, after)
 	}
+	// The in-memory state the dashboard shows counts what the series count.
+	if s := a.State(); !s.Ready || !s.Owner || float64(s.Repaired) != repaired || float64(s.Missing) != missing ||
+		float64(s.Checked) != counter(t, reg, "outbox_relay_audit_checked_total", "") || float64(s.RepairedOrdered) != counter(t, reg, "outbox_relay_audit_repaired_total", "true") {
+		t.Errorf("state %+v; series: repaired %v, missing %v", s, repaired, missing)
+	}
 	if counter(t, reg, "outbox_relay_audit_repaired_total", "true") == 0 {
 		t.Errorf("no ordered row counted as repaired; logs: %s", logs.String())
 	}

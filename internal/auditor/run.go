@@ -37,7 +37,9 @@ func (a *Auditor) Run(ctx context.Context) error {
 		Msg("broker audit on: sent rows are checked against the broker")
 	var cur cursor
 	for ctx.Err() == nil {
-		if a.cfg.Owner != nil && !a.cfg.Owner() {
+		owner := a.cfg.Owner == nil || a.cfg.Owner()
+		a.setOwner(owner)
+		if !owner {
 			a.cfg.Metrics.SetLag(a.cfg.Database, a.cfg.Table, 0)
 			cur = cursor{}
 			a.cfg.Sleep(ctx, time.Second)
@@ -67,6 +69,7 @@ func (a *Auditor) round(ctx context.Context, cur cursor) (cursor, bool) {
 	}
 	rep, next, done, err := a.step(ctx, w, cur, true)
 	a.cfg.Metrics.Add(a.cfg.Database, a.cfg.Table, rep)
+	a.count(rep)
 	a.logFindings(rep)
 	if err != nil {
 		a.failed(ctx, err)
@@ -77,6 +80,7 @@ func (a *Auditor) round(ctx context.Context, cur cursor) (cursor, bool) {
 		lag = float64(nowMs-next.settled) / 1000
 	}
 	a.cfg.Metrics.SetLag(a.cfg.Database, a.cfg.Table, lag)
+	a.setLag(lag)
 	return next, done
 }
 
@@ -115,5 +119,6 @@ func (a *Auditor) Status() error {
 func (a *Auditor) setStatus(err error) {
 	a.mu.Lock()
 	a.status = err
+	a.state.Ready = err == nil
 	a.mu.Unlock()
 }

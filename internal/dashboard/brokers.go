@@ -136,4 +136,5 @@ func (d *Dashboard) routeExplorer() {
 	d.mux.HandleFunc("GET /ui/api/row", d.handleRow)
 	d.mux.HandleFunc("GET /ui/api/brokers", d.handleBrokers)
 	d.mux.HandleFunc("GET /ui/api/counters", d.handleCounters)
+	d.mux.HandleFunc("GET /ui/api/audit", d.handleAudit)
 }

@@ -82,6 +82,9 @@ type Config struct {
 	// Secrets are removed from every text of the broker panel (rocketmq.secret_key, say).
 	// Defaults to none.
 	Secrets []string
+	// Audit returns each table's broker audit as this process runs it (audit.go). Defaults
+	// to none: the page says the process does not know.
+	Audit func() []TableAudit
 	// Replay lets the admin token replay sent messages (replay.go). Defaults to none: the
 	// dashboard refuses replays.
 	Replay *ReplayConfig

@@ -144,6 +144,8 @@ type RowAnswer struct {
 	ops.MessageDetail
 	StatusName string  `json:"status_name"`
 	Timeline   []Event `json:"timeline"`
+	// StoredAt is where the broker stored the message, from the table's audit columns.
+	StoredAt ops.StoredAt `json:"stored_at"`
 }
 
 // handleRow returns one row of any status: database (optional with one database), table, id.
@@ -153,14 +155,18 @@ func (d *Dashboard) handleRow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m, err := ops.MessageBody(r.Context(), src.DB, table, id, maxBodyChars)
+	var pos ops.StoredAt
+	if err == nil {
+		pos, err = ops.MessageStoredAt(r.Context(), src.DB, table, id)
+	}
 	switch {
 	case errors.Is(err, ops.ErrNoMessage):
 		writeError(w, http.StatusNotFound, "no message with this id (purged?)")
 	case err != nil:
 		writeError(w, http.StatusInternalServerError, err.Error())
 	default:
-		writeJSON(w, http.StatusOK, RowAnswer{Database: src.Name, Table: table, MessageDetail: m,
-			StatusName: outbox.Status(m.Status).String(), Timeline: append(Timeline(m.Found), d.replayEvents(src.Name, table, m.Found)...)})
+		writeJSON(w, http.StatusOK, RowAnswer{Database: src.Name, Table: table, MessageDetail: m, StoredAt: pos,
+			StatusName: outbox.Status(m.Status).String(), Timeline: append(TimelineStored(m.Found, pos), d.replayEvents(src.Name, table, m.Found)...)})
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 // The dashboard's message explorer: find any row, whatever its status, by msg_id, by key
@@ -78,8 +80,11 @@ type SearchPage struct {
 	FirstID     int64 `json:"first_id,omitempty"`
 }
 
-const foundCols = "id, msg_id, topic, tag, status, retry_count, max_retry_count, COALESCE(fail_reason, ''), msg_keys," +
-	" sharding_key, UNIX_TIMESTAMP(create_time), UNIX_TIMESTAMP(update_time), next_retry_time, sent_time, is_deleted"
+// foundCols reads an adopted table's nullable columns as the relay does (schema/nulls.go): a
+// NULL status as -1 (unknown), the counts and times as their defaults, texts as empty.
+const foundCols = "id, COALESCE(msg_id, ''), COALESCE(topic, ''), COALESCE(tag, ''), COALESCE(status, -1), " + schema.RetryCountSQL + ", " +
+	schema.MaxRetrySQL + ", COALESCE(fail_reason, ''), COALESCE(msg_keys, ''), COALESCE(sharding_key, ''), COALESCE(UNIX_TIMESTAMP(create_time), 0)," +
+	" COALESCE(UNIX_TIMESTAMP(update_time), 0), " + schema.NextRetrySQL + ", COALESCE(sent_time, 0), COALESCE(is_deleted, 0) <> 0"
 
 // The explorer's statements ({W}: the extra conditions).
 const (

@@ -14,7 +14,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/ops"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/message"
 )
 
 // Defaults of Config.
@@ -365,29 +365,22 @@ type routed struct {
 }
 
 // message turns a row into the message the relay sent for it, marked as a replay, and finds
-// its route: the relay's checks, in the relay's order (relay.go, prepare).
+// its route: the relay's own checks (message.FromRow) after the topic and tag's route.
 func (r *run) message(row *ops.ReplayRow) (*relay.Message, relay.Route, error) {
 	rt := r.routeOf(row.Topic, row.Tag)
 	if rt.err != nil {
 		return nil, relay.Route{}, rt.err
 	}
-	if len(row.Body) > r.cfg.MaxBodyBytes {
-		return nil, relay.Route{}, fmt.Errorf("body is %d bytes, over the limit of %d (relay.max_body_bytes)", len(row.Body), r.cfg.MaxBodyBytes)
-	}
-	props, err := outbox.ParseProperties(row.Properties)
+	m, err := message.FromRow(message.Row{ID: row.ID, MsgID: row.MsgID, Topic: row.Topic, Tag: row.Tag, Keys: row.Keys,
+		ShardingKey: row.ShardingKey, Props: row.Properties, Body: row.Body, BodyLen: int64(len(row.Body))}, r.cfg.MaxBodyBytes)
 	if err != nil {
-		return nil, relay.Route{}, fmt.Errorf("malformed properties: %w", err)
-	}
-	keys := strings.Fields(row.Keys)
-	if err := outbox.ValidateFields(outbox.Fields{MsgID: row.MsgID, Tag: row.Tag, Keys: keys, ShardingKey: row.ShardingKey, Properties: props}); err != nil {
 		return nil, relay.Route{}, err
 	}
-	if props == nil {
-		props = map[string]string{}
+	if m.Properties == nil {
+		m.Properties = map[string]string{}
 	}
-	props[outbox.ReplayProperty] = r.mark
-	return &relay.Message{ID: row.ID, MsgID: row.MsgID, Topic: row.Topic, Tag: row.Tag, Keys: keys,
-		ShardingKey: row.ShardingKey, Body: row.Body, Properties: props}, rt.route, nil
+	m.Properties[outbox.ReplayProperty] = r.mark
+	return m, rt.route, nil
 }
 
 func (r *run) routeOf(topic, tag string) routed {

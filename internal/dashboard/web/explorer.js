@@ -54,10 +54,47 @@ function renderBrokers(p) {
 }
 
 async function refreshBrokers() {
+  refreshAudit();
   try {
     renderBrokers(await getJSON('api/brokers'));
   } catch (e) {
     $('b-notes').replaceChildren(el('li', { class: 'bad', textContent: 'Cannot load the broker panel: ' + e.message }));
+  }
+}
+
+// ---- broker audit ----
+
+function auditRow(a, now) {
+  const repaired = fmtNum(a.repaired) + (a.repaired_ordered ? ' (' + fmtNum(a.repaired_ordered) + ' ordered)' : '');
+  return el('tr', { data: { audit: a.database + '/' + a.table, state: a.state } },
+    el('td', { textContent: (state.multi ? a.database + ' / ' : '') + a.table }), stateCell(a.state),
+    el('td', { textContent: fmtNum(a.checked) }), el('td', { class: a.missing ? 'bad' : '', textContent: fmtNum(a.missing) }),
+    el('td', { textContent: repaired }), el('td', { textContent: fmtNum(a.unknown) }),
+    el('td', { textContent: a.state === 'on' ? (a.lag_seconds > 0 ? fmtAge(a.lag_seconds) : 'caught up') : '–' }),
+    el('td', { textContent: a.last_round ? sinceText(a.last_round, now) : '–' }),
+    el('td', { class: 'reason', title: a.why || '', textContent: a.why || '' }));
+}
+
+function renderAudit(p) {
+  const now = new Date();
+  $('a-table').tBodies[0].replaceChildren(...p.tables.map((a) => auditRow(a, now)));
+  const notes = [];
+  if (!p.known) notes.push(el('li', {}, 'This process runs no relay: it knows nothing of the broker audit.'));
+  const off = p.tables.filter((a) => a.state === 'off').length;
+  const missing = p.tables.reduce((n, a) => n + a.missing, 0);
+  if (missing) notes.push(el('li', { class: 'bad' }, fmtNum(missing) + ' acknowledged message' + (missing > 1 ? 's' : '') +
+    ' the broker no longer held since this process started: made due again and sent again with their msg_id and keys.'));
+  $('a-notes').replaceChildren(...notes);
+  const sum = $('a-summary');
+  sum.textContent = !p.tables.length ? 'unknown' : off ? 'off for ' + off + ' table' + (off > 1 ? 's' : '') : missing ? 'found losses' : 'on';
+  sum.className = 'badge state ' + (off || missing ? 'failing' : p.tables.length ? 'healthy' : 'slow');
+}
+
+async function refreshAudit() {
+  try {
+    renderAudit(await getJSON('api/audit'));
+  } catch (e) {
+    $('a-notes').replaceChildren(el('li', { class: 'bad', textContent: 'Cannot load the broker audit: ' + e.message }));
   }
 }
 

@@ -29,6 +29,13 @@ async function explore(page) {
   await until('a healthy broker', async () => (await page.locator('#b-table tr[data-state="healthy"]').count()) === 2);
   assert.equal(await page.locator('#b-summary').textContent(), 'healthy');
 
+  step('the broker audit runs for both tables, from the relay\'s own counts');
+  for (const t of [seed.table, seed.other]) {
+    await until('the audit of ' + t, async () => (await page.locator(`#a-table tr[data-audit$="/${t}"][data-state="on"]`).count()) === 1);
+  }
+  assert.equal(await page.locator('#a-summary').textContent(), 'on');
+  assert.equal(await page.locator(`#a-table tr[data-audit$="/${seed.table}"] td`).nth(8).textContent(), '', 'an audit that runs says why it is off');
+
   step('handed rows are counted, and the chart counts what this relay sent');
   await until('the handed count', async () => (await card.locator('[data-count="handed"] b').textContent()) === String(seed.handed));
   assert.match(await card.locator('[data-activity]').textContent(), new RegExp('this relay, last 60 min:\\s*' + seed.sent + ' sent'));
@@ -60,6 +67,7 @@ async function explore(page) {
   const steps = await page.locator('#r-timeline li').evaluateAll((lis) => lis.map((li) => li.dataset.step));
   assert.deepEqual(steps, ['written', 'failed', 'sent', 'stored', 'audit']);
   assert.match(await page.locator('#r-timeline li[data-step="failed"]').textContent(), /no retry spent/);
+  assert.match(await page.locator('#r-timeline li[data-step="stored"]').textContent(), /stored at broker \S+, queue \d+, offset \d+ \(offset msg id [0-9A-F]+\), topic orders/);
   assert.match(await page.locator('#r-body').textContent(), /"event":"paid"/);
   assert.equal(await page.locator('#row img, #r-body *').count(), 0, 'data became elements');
   assert.equal(await page.evaluate(() => window.__pwned), undefined, 'a script from the data ran');
