@@ -16,7 +16,6 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/outbox-relay/outbox-relay/internal/ops"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
@@ -530,15 +529,13 @@ func (r *Relay) sampleBacklog(ctx context.Context) {
 		return
 	}
 	r.metrics.SetBacklog(pending, oldest.Seconds())
-	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-	defer cancel()
-	deadRows, err := ops.CountDead(qctx, r.db, r.cfg.Table, ops.Filter{})
+	deadRows, err := r.store.CountDead(ctx)
 	if err != nil {
 		r.log.Warn().Err(err).Msg("dead rows sample failed")
 		return
 	}
 	r.metrics.SetDeadRows(deadRows)
-	unknown, err := ops.CountUnknown(qctx, r.db, r.cfg.Table)
+	unknown, err := r.store.CountUnknown(ctx)
 	if err != nil {
 		r.log.Warn().Err(err).Msg("unknown status rows sample failed")
 		return
