@@ -359,11 +359,11 @@ func TestOrderedRoutePreservesPerKeyOrderUnderFailures(t *testing.T) {
 	}
 }
 
-// TestPublisherErrorsAreClassified checks that a Permanent error parks the row at once.
+// TestPermanentPublisherErrorGoesDead checks that a permanent SendError parks the row at once.
 func TestPermanentPublisherErrorGoesDead(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	pub := failingPublisher{err: relay.Permanent(errors.New("topic forbidden by ACL"))}
+	pub := failingPublisher{err: &relay.SendError{Kind: relay.SendPermanent, Code: -1, Err: errors.New("topic forbidden by ACL")}}
 	r, err := relay.New(b.db.DB, b.rdb, pub, b.config())
 	if err != nil {
 		t.Fatal(err)
