@@ -98,7 +98,7 @@ func TestAdoptedTableNullStateColumns(t *testing.T) {
 	}
 	r := b.newRelay(t, b.config())
 	for pass := 0; pass < 3; pass++ {
-		if _, err := r.DrainOnce(ctx, ctx); err != nil {
+		if _, err := r.DrainOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}

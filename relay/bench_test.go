@@ -158,7 +158,7 @@ func drainAll(b *testing.B, r *Relay, n int) time.Duration {
 	b.Helper()
 	ctx := context.Background()
 	start := time.Now()
-	st, err := r.DrainOnce(ctx, ctx)
+	st, err := r.DrainOnce(ctx)
 	took := time.Since(start)
 	if err != nil {
 		b.Fatalf("DrainOnce: %v (%+v)", err, st)

@@ -44,7 +44,7 @@ func keyedRelay(t *testing.T, b *bundle, pub relay.Publisher, ordered bool) *rel
 	}
 	b.insert(t, outbox.Message{MsgID: "first", Topic: "order-events", ShardingKey: "first", Body: []byte("0")})
 	ctx := context.Background()
-	if st, err := r.DrainOnce(ctx, ctx); err != nil || st.Sent != 1 {
+	if st, err := r.DrainOnce(ctx); err != nil || st.Sent != 1 {
 		t.Fatalf("first row: %+v, %v", st, err)
 	}
 	return r
@@ -104,7 +104,7 @@ func TestOrderedKeysOfAQueueShareBatchRequests(t *testing.T) {
 			b.insert(t, keyedRows(keys, per)...)
 			pub.requests.Store(0)
 			ctx := context.Background()
-			st, err := r.DrainOnce(ctx, ctx)
+			st, err := r.DrainOnce(ctx)
 			if err != nil || st.Sent != keys*per {
 				t.Fatalf("one pass: %+v, %v; want %d sent", st, err, keys*per)
 			}
@@ -129,7 +129,7 @@ func TestRefusedMessageInABatchOfOrderedKeys(t *testing.T) {
 	msgs[13].Body = []byte(strings.Repeat("x", 2000)) // key order-003, its second event
 	b.insert(t, msgs...)
 	ctx := context.Background()
-	st, err := r.DrainOnce(ctx, ctx)
+	st, err := r.DrainOnce(ctx)
 	if err != nil || st.Sent != 29 || st.Dead != 1 {
 		t.Fatalf("one pass: %+v, %v; want 29 sent and 1 dead", st, err)
 	}

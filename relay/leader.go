@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/outbox-relay/outbox-relay/internal/ops"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay/internal/lease"
 )
@@ -469,15 +468,13 @@ func (r *Relay) sampleBacklog(ctx context.Context) {
 		return
 	}
 	r.metrics.SetBacklog(pending, oldest.Seconds())
-	qctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
-	defer cancel()
-	deadRows, err := ops.CountDead(qctx, r.db, r.cfg.Table, ops.Filter{})
+	deadRows, err := r.store.CountDead(ctx)
 	if err != nil {
 		r.log.Warn().Err(err).Msg("dead rows sample failed")
 		return
 	}
 	r.metrics.SetDeadRows(deadRows)
-	unknown, err := ops.CountUnknown(qctx, r.db, r.cfg.Table)
+	unknown, err := r.store.CountUnknown(ctx)
 	if err != nil {
 		r.log.Warn().Err(err).Msg("unknown status rows sample failed")
 		return

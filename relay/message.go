@@ -43,8 +43,10 @@ const (
 // The marks of a Publisher's errors that predate SendError (message.ErrBrokerUnreachable,
 // message.ErrTopicNotFound).
 var (
+	// Deprecated: return a *SendError of kind SendUnreachable.
 	ErrBrokerUnreachable = message.ErrBrokerUnreachable
-	ErrTopicNotFound     = message.ErrTopicNotFound
+	// Deprecated: return a *SendError of kind SendTopicMissing.
+	ErrTopicNotFound = message.ErrTopicNotFound
 )
 
 // DefaultRouter is message.DefaultRouter: every message with the publisher's defaults.
@@ -59,4 +61,6 @@ func NewPatternRouter(rules ...PatternRule) (*PatternRouter, error) {
 func KindOf(err error) SendErrorKind { return message.KindOf(err) }
 
 // Permanent is message.Permanent: err marked as never curable by a retry.
+//
+// Deprecated: return &SendError{Kind: SendPermanent, Code: -1, Err: err}.
 func Permanent(err error) error { return message.Permanent(err) }

@@ -155,7 +155,7 @@ func lateRowDelivery(t *testing.T, b *bundle) string {
 	r := b.newRelay(t, cfg)
 	drain := func(want string) {
 		t.Helper()
-		if _, err := r.DrainOnce(ctx, ctx); err != nil {
+		if _, err := r.DrainOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if n := countWhere(t, b.db.DB, want); n != 1 {

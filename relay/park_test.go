@@ -23,7 +23,7 @@ func parkedBacklog(t *testing.T, b *bundle, held int) (relay.Config, *relay.Rela
 	cfg.Router = heldBacklog(t, b, held)
 	r := b.newRelay(t, cfg)
 	ctx := context.Background()
-	if _, err := r.DrainOnce(ctx, ctx); err != nil {
+	if _, err := r.DrainOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n := countWhere(t, b.db.DB, "status = 0 AND next_retry_time > ? AND msg_id LIKE 'held-%'", time.Now().Add(30*time.Minute).UnixMilli()); n != held {
@@ -38,7 +38,7 @@ func drainUntilSent(t *testing.T, b *bundle, r *relay.Relay, want int, what stri
 	t.Helper()
 	ctx := context.Background()
 	eventually(t, 30*time.Second, what, func() bool {
-		if _, err := r.DrainOnce(ctx, ctx); err != nil {
+		if _, err := r.DrainOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
 		return countWhere(t, b.db.DB, "status = 2") == want

@@ -382,11 +382,13 @@ func (s *Stats) add(o Stats) {
 
 // DrainOnce makes one pass over the rows due now, failed ones first. The stages overlap:
 // the next page is read while the current one is published, and results are written back
-// while later pages are published; the pass returns when every result is written back. It
-// stops taking new pages when stop is done, and abandons sends in flight when ctx is done
-// (their rows stay due). Results already acknowledged are always written back.
-func (r *Relay) DrainOnce(stop, ctx context.Context) (Stats, error) {
-	return r.drain(stop, ctx, nil, false)
+// while later pages are published; the pass returns when every result is written back.
+// When ctx is done it takes no new page and abandons the sends in flight (their rows stay
+// due, to be sent again by a later pass); results already acknowledged are always written
+// back. There is no separate stop that lets sends in flight finish: Run owns that
+// graceful sequence (docs/decisions.md, "DrainOnce takes one context").
+func (r *Relay) DrainOnce(ctx context.Context) (Stats, error) {
+	return r.drain(ctx, ctx, nil, false)
 }
 
 // drain is DrainOnce with a fence: when fence is set and returns false (the lock's validity

@@ -166,7 +166,7 @@ func TestBrokerIncidentsSpendNoRetriesThenDeliver(t *testing.T) {
 	// One pass while the broker fails every send: an incident of the broker, which costs the
 	// messages nothing; each row says why it waits and waits out the broker's backoff.
 	before := time.Now().UnixMilli()
-	st, err := r.DrainOnce(ctx, ctx)
+	st, err := r.DrainOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestBadRowsGoDeadAtOnceWhileTheRestFlow(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	st, err := r.DrainOnce(ctx, ctx)
+	st, err := r.DrainOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,18 +359,18 @@ func TestOrderedRoutePreservesPerKeyOrderUnderFailures(t *testing.T) {
 	}
 }
 
-// TestPublisherErrorsAreClassified checks that a Permanent error parks the row at once.
+// TestPermanentPublisherErrorGoesDead checks that a permanent SendError parks the row at once.
 func TestPermanentPublisherErrorGoesDead(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	pub := failingPublisher{err: relay.Permanent(errors.New("topic forbidden by ACL"))}
+	pub := failingPublisher{err: &relay.SendError{Kind: relay.SendPermanent, Code: -1, Err: errors.New("topic forbidden by ACL")}}
 	r, err := relay.New(b.db.DB, b.rdb, pub, b.config())
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.insert(t, outbox.Message{MsgID: "acl", Topic: "orders", Body: []byte("x")})
 	ctx := context.Background()
-	if st, err := r.DrainOnce(ctx, ctx); err != nil || st.Dead != 1 {
+	if st, err := r.DrainOnce(ctx); err != nil || st.Dead != 1 {
 		t.Fatalf("DrainOnce = %+v, %v; want 1 dead", st, err)
 	}
 	if n := countWhere(t, b.db.DB, "status = 3 AND retry_count = 0 AND fail_reason LIKE '%topic forbidden by ACL%'"); n != 1 {
@@ -400,7 +400,7 @@ func TestRefusedBatchFallsBackToSingleSends(t *testing.T) {
 	}
 	b.insert(t, msgs...)
 	ctx := context.Background()
-	st, err := r.DrainOnce(ctx, ctx)
+	st, err := r.DrainOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

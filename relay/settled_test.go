@@ -35,7 +35,7 @@ func TestSettledRowsFoundByPurgeAndActivity(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := b.newRelay(t, b.config())
-	if _, err := r.DrainOnce(ctx, ctx); err != nil {
+	if _, err := r.DrainOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n := countWhere(t, b.db.DB, "status = ?", int(outbox.StatusSent)); n != 20 {

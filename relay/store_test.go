@@ -121,7 +121,7 @@ func TestPageStaysWithinItsByteBudget(t *testing.T) {
 	if rows[0].MsgID != "huge" || rows[0].Content != nil || rows[0].ContentLen != 5*mib {
 		t.Fatalf("the oversized row: msg_id %s, %d bytes loaded, length %d; want its length known and its body not loaded", rows[0].MsgID, len(rows[0].Content), rows[0].ContentLen)
 	}
-	st, err := r.DrainOnce(ctx, ctx)
+	st, err := r.DrainOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func TestSentRowsRecordWhereTheBrokerStoredThem(t *testing.T) {
 	b.insert(t, msgs...)
 	ctx := context.Background()
 	for countWhere(t, b.db.DB, "status <> 2") > 0 {
-		if _, err := r.DrainOnce(ctx, ctx); err != nil {
+		if _, err := r.DrainOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -94,7 +94,7 @@ func TestSentWithoutAuditColumns(t *testing.T) {
 	}
 	b.insert(t, msgs...)
 	ctx := context.Background()
-	st, err := r.DrainOnce(ctx, ctx)
+	st, err := r.DrainOnce(ctx)
 	if err != nil || st.Sent != 50 || countWhere(t, b.db.DB, "status = 2") != 50 || b.broker.Count("events") != 50 {
 		t.Fatalf("drain without audit columns: %+v, %v; %s", st, err, statusCounts(t, b.db.DB))
 	}

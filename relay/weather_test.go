@@ -515,7 +515,7 @@ func BenchmarkHeldBacklogPass(b *testing.B) {
 			// A warm-up pass: the first sends of a topic learn its route, and one racing the
 			// others may be deferred; the passes measured are the steady ones.
 			bu.insert(b, outbox.Message{MsgID: "warm-up", Topic: "order-events", ShardingKey: "SN-WARM", Body: []byte("w")})
-			if _, err := r.DrainOnce(context.Background(), context.Background()); err != nil {
+			if _, err := r.DrainOnce(context.Background()); err != nil {
 				b.Fatal(err)
 			}
 			passes := 0
@@ -528,7 +528,7 @@ func BenchmarkHeldBacklogPass(b *testing.B) {
 				}
 				b.StartTimer()
 				start := time.Now()
-				st, err := r.DrainOnce(context.Background(), context.Background())
+				st, err := r.DrainOnce(context.Background())
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -643,7 +643,7 @@ func heldBacklogNotReadAgain(t *testing.T, due time.Duration) {
 	cfg.Router = heldBacklogDue(t, b, held, due)
 	r := b.newRelay(t, cfg)
 	ctx := context.Background()
-	st, err := r.DrainOnce(ctx, ctx)
+	st, err := r.DrainOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -654,7 +654,7 @@ func heldBacklogNotReadAgain(t *testing.T, due time.Duration) {
 		for k := 0; k < 5; k++ {
 			b.insert(t, outbox.Message{MsgID: fmt.Sprintf("fresh-%d-%d", pass, k), Topic: "order-events", ShardingKey: fmt.Sprintf("SN-%d-%d", pass, k), Body: []byte("f")})
 		}
-		st, err := r.DrainOnce(ctx, ctx)
+		st, err := r.DrainOnce(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -679,11 +679,11 @@ func TestParkedKeyFollowsItsHeadBroughtForward(t *testing.T) {
 	cfg.Router = heldBacklog(t, b, held-1)
 	r := b.newRelay(t, cfg)
 	ctx := context.Background()
-	if _, err := r.DrainOnce(ctx, ctx); err != nil {
+	if _, err := r.DrainOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	b.insert(t, outbox.Message{MsgID: fmt.Sprintf("held-%06d", held-1), Topic: "order-events", ShardingKey: "SN-HELD", Body: []byte("late")})
-	if _, err := r.DrainOnce(ctx, ctx); err != nil {
+	if _, err := r.DrainOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n := countWhere(t, b.db.DB, "status = 0 AND next_retry_time > 0 AND msg_id LIKE 'held-%'"); n != held {
@@ -693,7 +693,7 @@ func TestParkedKeyFollowsItsHeadBroughtForward(t *testing.T) {
 		t.Fatal(err)
 	}
 	for pass := 0; pass < 5 && countWhere(t, b.db.DB, "status = 2") < held+1; pass++ {
-		if _, err := r.DrainOnce(ctx, ctx); err != nil {
+		if _, err := r.DrainOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}

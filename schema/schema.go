@@ -58,7 +58,7 @@ var columns = []column{
 	{"tag", []string{"varchar"}, "varchar(200) NOT NULL DEFAULT ''", 200},
 	{"content", []string{"text", "mediumtext", "longtext"}, "mediumtext NOT NULL", mediumtextBytes},
 	{"status", []string{"tinyint", "smallint", "int"}, "tinyint NOT NULL DEFAULT 0", 0},
-	// fail_reason's width is not checked: the relay cuts reasons to it (FailReasonWidth).
+	// fail_reason's width is not checked: the relay cuts reasons to it.
 	{"fail_reason", []string{"varchar", "text"}, "varchar(1000) DEFAULT NULL", 0},
 	{"retry_count", []string{"int", "bigint"}, "int NOT NULL DEFAULT 0", 0},
 	{"next_retry_time", []string{"bigint"}, "bigint NOT NULL DEFAULT 0", 0},
@@ -315,24 +315,6 @@ func readIndexes(ctx context.Context, db *sql.DB, table string) (map[string]bool
 	return out, named, nil
 }
 
-// FailReasonWidth returns the characters table's fail_reason column holds (0 when it has
-// none), so that the relay cuts its reasons to an adopted table's width.
-func FailReasonWidth(ctx context.Context, db *sql.DB, table string) (int, error) {
-	var n sql.NullInt64
-	var dataType string
-	err := db.QueryRowContext(ctx, `SELECT DATA_TYPE, CHARACTER_MAXIMUM_LENGTH FROM information_schema.COLUMNS
-		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'fail_reason'`, table).Scan(&dataType, &n)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return 0, nil
-	case err != nil:
-		return 0, fmt.Errorf("read the width of %s.fail_reason: %w", table, err)
-	case strings.HasSuffix(strings.ToLower(dataType), "text"):
-		return int(min(n.Int64/4, 1<<20)), nil // bytes: room for four-byte characters
-	}
-	return int(n.Int64), nil
-}
-
 func indexByName(name string) index {
 	for _, ix := range indexes {
 		if ix.name == name {
@@ -351,10 +333,10 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// IndexByColumnsSQL finds a table's index by its columns, as Check does: its arguments are
+// indexByColumnsSQL finds a table's index by its columns, as Check does: its arguments are
 // the table and the columns, lower-case and comma-separated in index order; it returns the
 // first such index's name, or no row.
-const IndexByColumnsSQL = `SELECT INDEX_NAME FROM information_schema.STATISTICS
+const indexByColumnsSQL = `SELECT INDEX_NAME FROM information_schema.STATISTICS
 	WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?
 	GROUP BY INDEX_NAME HAVING GROUP_CONCAT(LOWER(COLUMN_NAME) ORDER BY SEQ_IN_INDEX) = ?
 	ORDER BY INDEX_NAME LIMIT 1`
@@ -363,13 +345,19 @@ const IndexByColumnsSQL = `SELECT INDEX_NAME FROM information_schema.STATISTICS
 // relay's scan, of the purge and of the dashboard's activity, found by its columns as Check
 // finds it (an adopted table may name it otherwise); "" when the table has none.
 func ScanIndex(ctx context.Context, db *sql.DB, table string) (string, error) {
+	return IndexByColumns(ctx, db, table, "status,next_retry_time")
+}
+
+// IndexByColumns returns the name of table's index on exactly cols (lower-case,
+// comma-separated, in index order), found as Check finds it; "" when the table has none.
+func IndexByColumns(ctx context.Context, db *sql.DB, table, cols string) (string, error) {
 	var name string
-	err := db.QueryRowContext(ctx, IndexByColumnsSQL, table, "status,next_retry_time").Scan(&name)
+	err := db.QueryRowContext(ctx, indexByColumnsSQL, table, cols).Scan(&name)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return "", nil
 	case err != nil:
-		return "", fmt.Errorf("find the scan index of %s: %w", table, err)
+		return "", fmt.Errorf("find the (%s) index of %s: %w", cols, table, err)
 	}
 	return name, nil
 }

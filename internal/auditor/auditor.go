@@ -21,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/brokeraudit"
+	"github.com/outbox-relay/outbox-relay/internal/outboxsql"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -130,7 +131,7 @@ func (a *Auditor) prepare(ctx context.Context) error {
 	if name != "" {
 		a.st.hint = " FORCE INDEX (" + schema.QuoteIdent(name) + ")"
 	}
-	a.st.reasonChars, err = schema.FailReasonWidth(ctx, a.st.db, a.cfg.Table)
+	a.st.reasonChars, err = outboxsql.FailReasonWidth(ctx, a.st.db, a.cfg.Table)
 	return err
 }
 

@@ -95,7 +95,7 @@ func drainOnce(b *testing.B, pub relay.Publisher, broker *rmqtest.Server, rows i
 	start := time.Now()
 	sent := 0
 	for sent < rows {
-		st, err := r.DrainOnce(ctx, ctx)
+		st, err := r.DrainOnce(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -98,7 +98,7 @@ func Run(ctx context.Context, db *sql.DB, pub relay.Publisher, o Options, out io
 		return err
 	}
 	start = time.Now()
-	st, err := r.DrainOnce(ctx, ctx)
+	st, err := r.DrainOnce(ctx)
 	took := time.Since(start)
 	if err != nil {
 		return fmt.Errorf("drain: %w", err)

@@ -44,27 +44,26 @@ func (s *Store) HeadStates(ctx context.Context, ids []int64) (map[int64]HeadStat
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
 	out := make(map[int64]HeadState, len(ids))
-	for start := 0; start < len(ids); start += MaxIDsPerStatement {
-		chunk := ids[start:min(start+MaxIDsPerStatement, len(ids))]
+	_, err := s.inChunks(len(ids), "read the heads of %d parked keys in %s", func(start, end int) (int64, error) {
+		chunk := ids[start:end]
 		rows, err := s.Query(ctx, `SELECT id, status, next_retry_time FROM `+s.Table+` FORCE INDEX (PRIMARY)
 			WHERE id IN (`+placeholders(len(chunk))+`) AND `+schema.NotDeletedSQL, int64Args(chunk)...)
 		if err != nil {
-			return nil, fmt.Errorf("read the heads of parked keys in %s: %w", s.Name, err)
+			return 0, err
 		}
+		defer rows.Close()
 		for rows.Next() {
 			var id int64
 			var st HeadState
 			if err := rows.Scan(&id, &st.Status, &st.Due); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("read the heads of parked keys in %s: %w", s.Name, err)
+				return 0, err
 			}
 			out[id] = st
 		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
-			return nil, fmt.Errorf("read the heads of parked keys in %s: %w", s.Name, err)
-		}
+		return 0, rows.Err()
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

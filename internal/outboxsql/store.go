@@ -180,7 +180,7 @@ func (s *Store) ScanIndex(ctx context.Context) error {
 	if err = s.lookCheckIndex(ctx); err != nil {
 		return err
 	}
-	if s.reasonChars, err = schema.FailReasonWidth(ctx, s.DB, s.Name); err != nil {
+	if s.reasonChars, err = FailReasonWidth(ctx, s.DB, s.Name); err != nil {
 		return err
 	}
 	if s.positions, err = schema.HasAuditColumns(ctx, s.DB, s.Name); err != nil {
@@ -190,16 +190,32 @@ func (s *Store) ScanIndex(ctx context.Context) error {
 	return nil
 }
 
+// FailReasonWidth returns the characters table's fail_reason column holds (0 when it has
+// none), so that the relay and its audit cut their reasons to an adopted table's width.
+func FailReasonWidth(ctx context.Context, db *sql.DB, table string) (int, error) {
+	var n sql.NullInt64
+	var dataType string
+	err := db.QueryRowContext(ctx, `SELECT DATA_TYPE, CHARACTER_MAXIMUM_LENGTH FROM information_schema.COLUMNS
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'fail_reason'`, table).Scan(&dataType, &n)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("read the width of %s.fail_reason: %w", table, err)
+	case strings.HasSuffix(strings.ToLower(dataType), "text"):
+		return int(min(n.Int64/4, 1<<20)), nil // bytes: room for four-byte characters
+	}
+	return int(n.Int64), nil
+}
+
 // indexHint returns a FORCE INDEX clause for the table's index of exactly cols (lower-case,
 // comma-separated), or "" when it has none.
 func (s *Store) indexHint(ctx context.Context, cols string) (string, error) {
-	var name string
-	err := s.QueryRow(ctx, schema.IndexByColumnsSQL, s.Name, cols).Scan(&name)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return "", nil
-	case err != nil:
-		return "", fmt.Errorf("find the (%s) index of %s: %w", cols, s.Name, err)
+	s.begin()
+	name, err := schema.IndexByColumns(ctx, s.DB, s.Name, cols)
+	s.end(err)
+	if err != nil || name == "" {
+		return "", err
 	}
 	return " FORCE INDEX (`" + strings.ReplaceAll(name, "`", "``") + "`)", nil
 }
@@ -214,23 +230,13 @@ type OrderKey struct{ Topic, Key string }
 func (s *Store) Park(ctx context.Context, ids []int64, untilMs, head int64) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
-	var total int64
-	for start := 0; start < len(ids); start += MaxIDsPerStatement {
-		chunk := ids[start:min(start+MaxIDsPerStatement, len(ids))]
-		args := make([]any, 0, len(chunk)+3)
-		args = append(args, untilMs, ParkedReason(head))
-		for _, id := range chunk {
-			args = append(args, id)
-		}
+	return s.inChunks(len(ids), "park %d held rows of %s", func(start, end int) (int64, error) {
+		chunk := ids[start:end]
+		args := append([]any{untilMs, ParkedReason(head)}, int64Args(chunk)...)
 		args = append(args, untilMs)
-		n, err := s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET next_retry_time = ?, fail_reason = ?
+		return s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET next_retry_time = ?, fail_reason = ?
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status = 0 AND `+schema.NextRetrySQL+` < ? AND `+schema.NotDeletedSQL, args...)
-		if err != nil {
-			return total, fmt.Errorf("park held rows of %s: %w", s.Name, err)
-		}
-		total += n
-	}
-	return total, nil
+	})
 }
 
 // Unpark makes the pending rows of the ordered stream k after id, parked at untilMs behind
@@ -259,27 +265,34 @@ func (s *Store) Unpark(ctx context.Context, k OrderKey, id, untilMs, nowMs int64
 	if err != nil {
 		return 0, fmt.Errorf("find parked rows of %s: %w", s.Name, err)
 	}
-	var total int64
-	for start := 0; start < len(ids); start += MaxIDsPerStatement {
-		chunk := ids[start:min(start+MaxIDsPerStatement, len(ids))]
-		args := make([]any, 0, len(chunk)+2)
-		args = append(args, nowMs)
-		for _, id := range chunk {
-			args = append(args, id)
-		}
+	return s.inChunks(len(ids), "unpark %d rows of %s", func(start, end int) (int64, error) {
+		chunk := ids[start:end]
+		args := append([]any{nowMs}, int64Args(chunk)...)
 		args = append(args, untilMs)
-		n, err := s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET next_retry_time = ?
+		return s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET next_retry_time = ?
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status = 0 AND next_retry_time = ? AND `+schema.NotDeletedSQL, args...)
-		if err != nil {
-			return total, fmt.Errorf("unpark rows of %s: %w", s.Name, err)
-		}
-		total += n
-	}
-	return total, nil
+	})
 }
 
 // MaxIDsPerStatement bounds an IN list.
 const MaxIDsPerStatement = 1000
+
+// inChunks is the chunk loop of every statement over a list of rows: it calls run for each
+// run [start, end) of at most MaxIDsPerStatement of the n items, and returns the sum of the
+// rows the calls changed. It stops at the first error, wrapped with doing, a format taking
+// the chunk's length and the table's name ("mark %d rows of %s sent").
+func (s *Store) inChunks(n int, doing string, run func(start, end int) (int64, error)) (int64, error) {
+	var total int64
+	for start := 0; start < n; start += MaxIDsPerStatement {
+		end := min(start+MaxIDsPerStatement, n)
+		changed, err := run(start, end)
+		total += changed
+		if err != nil {
+			return total, fmt.Errorf(doing+": %w", end-start, s.Name, err)
+		}
+	}
+	return total, nil
+}
 
 // maxReasonChars is the width of the contract's fail_reason.
 const maxReasonChars = 1000
@@ -312,19 +325,13 @@ func (s *Store) exec(ctx context.Context, q string, args ...any) (int64, error) 
 // the (status, next_retry_time) index the row moves in anyway; see schema.obsoleteIndexes). Rows changed meanwhile (by another relay, or an operator) are left alone: the guard
 // on retry_count keeps a newer failure or requeue. The number changed is returned.
 func (s *Store) MarkSent(ctx context.Context, retryCount int, ids []int64, nowMs int64) (int64, error) {
-	var total int64
-	for start := 0; start < len(ids); start += MaxIDsPerStatement {
-		chunk := ids[start:min(start+MaxIDsPerStatement, len(ids))]
+	return s.inChunks(len(ids), "mark %d rows of %s sent", func(start, end int) (int64, error) {
+		chunk := ids[start:end]
 		args := append([]any{nowMs, nowMs}, int64Args(chunk)...)
 		args = append(args, retryCount)
-		n, err := s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET status = 2, sent_time = ?, next_retry_time = ?
+		return s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET status = 2, sent_time = ?, next_retry_time = ?
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND `+schema.RetryCountSQL+` = ?`, args...)
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("mark %d rows of %s sent: %w", len(chunk), s.Name, err)
-		}
-	}
-	return total, nil
+	})
 }
 
 // maxStoredCount is the largest retry_count written: the contract's column is a signed INT,
@@ -353,68 +360,50 @@ type Failure struct {
 // goes up by one, and the row goes dead when it exceeds max_retry_count, else waits until
 // nextMs. The guard on retry_count makes a second relay's concurrent write a no-op.
 func (s *Store) MarkRetry(ctx context.Context, retryCount int, fails []Failure, nextMs int64) (int64, error) {
-	var total int64
-	for start := 0; start < len(fails); start += MaxIDsPerStatement {
-		chunk := fails[start:min(start+MaxIDsPerStatement, len(fails))]
+	return s.inChunks(len(fails), "record %d failed attempts in %s", func(start, end int) (int64, error) {
+		chunk := fails[start:end]
 		reasonSQL, reasonArgs := s.reasonCase(chunk)
 		args := []any{boundedCount(retryCount + 1), retryCount + 1, retryCount + 1, boundedTime(nextMs)}
 		args = append(args, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
 		args = append(args, retryCount)
-		n, err := s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET retry_count = ?,
+		return s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET retry_count = ?,
 			status = CASE WHEN ? > `+schema.MaxRetrySQL+` THEN 3 ELSE 1 END,
 			next_retry_time = CASE WHEN ? > `+schema.MaxRetrySQL+` THEN `+settledNowSQL+` ELSE ? END, fail_reason = `+reasonSQL+`
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND `+schema.RetryCountSQL+` = ?`, args...)
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("record %d failed attempts in %s: %w", len(chunk), s.Name, err)
-		}
-	}
-	return total, nil
+	})
 }
 
 // MarkTransientRetry records a transient failure that singled its rows out: the count goes
 // up by one but never past max_retry_count, and the rows stay failed: a timeout or a
 // dropped connection never makes a message dead.
 func (s *Store) MarkTransientRetry(ctx context.Context, retryCount int, fails []Failure, nextMs int64) (int64, error) {
-	var total int64
-	for start := 0; start < len(fails); start += MaxIDsPerStatement {
-		chunk := fails[start:min(start+MaxIDsPerStatement, len(fails))]
+	return s.inChunks(len(fails), "record %d failed attempts in %s", func(start, end int) (int64, error) {
+		chunk := fails[start:end]
 		reasonSQL, reasonArgs := s.reasonCase(chunk)
 		args := []any{boundedCount(retryCount + 1), boundedTime(nextMs)}
 		args = append(args, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
 		args = append(args, retryCount)
-		n, err := s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET retry_count = LEAST(?, `+schema.MaxRetrySQL+`),
+		return s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET retry_count = LEAST(?, `+schema.MaxRetrySQL+`),
 			status = 1, next_retry_time = ?, fail_reason = `+reasonSQL+`
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND `+schema.RetryCountSQL+` = ?`, args...)
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("record %d failed attempts in %s: %w", len(chunk), s.Name, err)
-		}
-	}
-	return total, nil
+	})
 }
 
 // MarkDeferred records an attempt that failed in a broker incident: the rows, which had
 // retryCount failures, wait until nextMs with their retry counts untouched, and say why in
 // fail_reason. The guard on retry_count keeps a newer failure another relay recorded.
 func (s *Store) MarkDeferred(ctx context.Context, retryCount int, fails []Failure, nextMs int64) (int64, error) {
-	var total int64
-	for start := 0; start < len(fails); start += MaxIDsPerStatement {
-		chunk := fails[start:min(start+MaxIDsPerStatement, len(fails))]
+	return s.inChunks(len(fails), "defer %d rows of %s", func(start, end int) (int64, error) {
+		chunk := fails[start:end]
 		reasonSQL, reasonArgs := s.reasonCase(chunk)
 		args := append([]any{boundedTime(nextMs)}, reasonArgs...)
 		args = append(args, failureIDs(chunk)...)
 		args = append(args, retryCount)
-		n, err := s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET status = 1, next_retry_time = ?, fail_reason = `+reasonSQL+`
+		return s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET status = 1, next_retry_time = ?, fail_reason = `+reasonSQL+`
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1) AND `+schema.RetryCountSQL+` = ?`, args...)
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("defer %d rows of %s: %w", len(chunk), s.Name, err)
-		}
-	}
-	return total, nil
+	})
 }
 
 // MarkSentPerRow is markSent with one autocommitted UPDATE per row, the way seed 002's relay
@@ -458,19 +447,13 @@ const settledNowSQL = NowSQL
 
 // MarkDead parks rows that can never be sent, with their reasons.
 func (s *Store) MarkDead(ctx context.Context, fails []Failure) (int64, error) {
-	var total int64
-	for start := 0; start < len(fails); start += MaxIDsPerStatement {
-		chunk := fails[start:min(start+MaxIDsPerStatement, len(fails))]
+	return s.inChunks(len(fails), "mark %d rows of %s dead", func(start, end int) (int64, error) {
+		chunk := fails[start:end]
 		reasonSQL, args := s.reasonCase(chunk)
 		args = append(args, failureIDs(chunk)...)
-		n, err := s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET status = 3, next_retry_time = `+settledNowSQL+`, fail_reason = `+reasonSQL+`
+		return s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET status = 3, next_retry_time = `+settledNowSQL+`, fail_reason = `+reasonSQL+`
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status IN (0, 1)`, args...)
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("mark %d rows of %s dead: %w", len(chunk), s.Name, err)
-		}
-	}
-	return total, nil
+	})
 }
 
 // Backlog returns the unsent rows (pending or failed; rows marked is_deleted = 1 are never
@@ -486,6 +469,22 @@ func (s *Store) Backlog(ctx context.Context, now time.Time) (pending int64, olde
 	}
 	oldestDue, err = ops.OldestDue(ctx, s.DB, s.Name, now)
 	return pending, oldestDue, err
+}
+
+// CountDead returns the number of the table's dead rows, for the relay's sample, by the
+// statement the status command runs (package ops), bounded by the store's timeout.
+func (s *Store) CountDead(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
+	defer cancel()
+	return ops.CountDead(ctx, s.DB, s.Name, ops.Filter{})
+}
+
+// CountUnknown returns the number of the table's rows of a status the relay does not know,
+// by the status command's statement (package ops), bounded by the store's timeout.
+func (s *Store) CountUnknown(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
+	defer cancel()
+	return ops.CountUnknown(ctx, s.DB, s.Name)
 }
 
 // reasonCase returns the SQL expression and arguments that set each row's own reason: a
@@ -620,18 +619,12 @@ func (s *Store) HastenDeferred(ctx context.Context, nowMs int64, mark string) (i
 	if err != nil {
 		return 0, fmt.Errorf("find deferred rows of %s: %w", s.Name, err)
 	}
-	var total int64
-	for start := 0; start < len(ids); start += MaxIDsPerStatement {
-		chunk := ids[start:min(start+MaxIDsPerStatement, len(ids))]
-		n, err := s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET next_retry_time = ?
+	return s.inChunks(len(ids), "bring %d deferred rows of %s forward", func(start, end int) (int64, error) {
+		chunk := ids[start:end]
+		return s.exec(ctx, `UPDATE `+s.Table+` FORCE INDEX (PRIMARY) SET next_retry_time = ?
 			WHERE id IN (`+placeholders(len(chunk))+`) AND status = 1 AND next_retry_time > ?`,
 			append(append([]any{nowMs}, int64Args(chunk)...), nowMs)...)
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("bring %d deferred rows of %s forward: %w", len(chunk), s.Name, err)
-		}
-	}
-	return total, nil
+	})
 }
 
 // likeEscape escapes LIKE's wildcards and escape character in s.

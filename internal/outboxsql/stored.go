@@ -4,7 +4,6 @@ package outboxsql
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
 	"github.com/outbox-relay/outbox-relay/relay/message"
@@ -16,18 +15,10 @@ import (
 // access path (the primary key, the same guard) as markSent, with each column set by a
 // CASE on id, or by one value when every row of the statement shares it.
 func (s *Store) MarkSentAt(ctx context.Context, retryCount int, ids []int64, at []*message.Stored, nowMs int64) (int64, error) {
-	var total int64
-	for start := 0; start < len(ids); start += MaxIDsPerStatement {
-		end := min(start+MaxIDsPerStatement, len(ids))
-		chunk := ids[start:end]
-		q, args := s.SentAtQuery(retryCount, chunk, at[start:end], nowMs)
-		n, err := s.exec(ctx, q, args...)
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("mark %d rows of %s sent: %w", len(chunk), s.Name, err)
-		}
-	}
-	return total, nil
+	return s.inChunks(len(ids), "mark %d rows of %s sent", func(start, end int) (int64, error) {
+		q, args := s.SentAtQuery(retryCount, ids[start:end], at[start:end], nowMs)
+		return s.exec(ctx, q, args...)
+	})
 }
 
 // SentAtQuery is MarkSentAt's statement for ids (at most MaxIDsPerStatement) and its

@@ -43,11 +43,11 @@ type Message struct {
 // follows may duplicate the message, which consumers dedupe. Send must honour ctx: once it
 // is done, return promptly. It is called from many goroutines at once.
 //
-// Send says what its errors mean with a *SendError (see SendErrorKind), or with the marks
-// Permanent, Refused, ErrTopicNotFound and ErrBrokerUnreachable; an unmarked error is
+// Send says what its errors mean with a *SendError (see SendErrorKind); any other error is
 // transient. The relay acts on KindOf(err) alone (docs/decisions.md, "Failure accounting").
-// AtBroker, or SendError.Broker, attributes an error to the broker address it came from, so
-// that incidents are judged per broker.
+// SendError.Broker attributes an error to the broker address it came from, so that
+// incidents are judged per broker. The older marks (Permanent, Refused, ErrTopicNotFound,
+// ErrBrokerUnreachable, AtBroker) are deprecated but still read.
 type Publisher interface {
 	Send(ctx context.Context, route Route, msgs ...*Message) error
 	// Close releases the publisher's connections; Send must not be called after it.
@@ -121,9 +121,8 @@ func (k SendErrorKind) String() string {
 	return fmt.Sprintf("kind(%d)", k)
 }
 
-// SendError is a failed send, classified once, where the broker's answer is read. A
-// Publisher may return it, or mark its errors with Permanent, Refused, ErrTopicNotFound,
-// ErrBrokerUnreachable and AtBroker; KindOf reads either.
+// SendError is a failed send, classified once, where the broker's answer is read: the one
+// way a Publisher says what an error means. KindOf also reads the deprecated marks.
 type SendError struct {
 	// Kind says what the failure means for the messages.
 	Kind SendErrorKind
@@ -146,8 +145,8 @@ func (e *SendError) Error() string {
 func (e *SendError) Unwrap() error { return e.Err }
 
 // KindOf returns what a Publisher's error means: the Kind of a *SendError it wraps, else the
-// kind its marks say (Permanent, Refused, ErrTopicNotFound, ErrBrokerUnreachable), else
-// SendTransient.
+// kind its deprecated marks say (Permanent, Refused, ErrTopicNotFound, ErrBrokerUnreachable),
+// else SendTransient.
 func KindOf(err error) SendErrorKind {
 	var se *SendError
 	switch {
@@ -167,6 +166,8 @@ func KindOf(err error) SendErrorKind {
 
 // PermanentError marks a failure that no retry can cure (an invalid topic, a body the broker
 // refuses): the relay marks the message dead at once with the error as its reason.
+//
+// Deprecated: return &SendError{Kind: SendPermanent, Code: -1, Err: err}.
 type PermanentError struct{ Err error }
 
 func (e *PermanentError) Error() string { return e.Err.Error() }
@@ -175,6 +176,8 @@ func (e *PermanentError) Error() string { return e.Err.Error() }
 func (e *PermanentError) Unwrap() error { return e.Err }
 
 // Permanent wraps err so the relay does not retry it.
+//
+// Deprecated: return &SendError{Kind: SendPermanent, Code: -1, Err: err}.
 func Permanent(err error) error {
 	if err == nil {
 		return nil
@@ -187,15 +190,23 @@ func Permanent(err error) error {
 // certainly not stored. Its row keeps its retry count and waits out the broker's backoff:
 // an outage is not the message's fault, and counting it would park every due row as dead
 // during a broker restart.
+//
+// Deprecated: return a *SendError of kind SendUnreachable; test with
+// KindOf(err) == SendUnreachable.
 var ErrBrokerUnreachable = errors.New("broker unreachable")
 
 // ErrTopicNotFound marks, wrapped by a Publisher, a send whose topic has no route although
 // the name servers answered: a misspelt topic, or one not created on a cluster with
 // autoCreateTopicEnable=false. The attempt counts, so such rows end dead with the reason after
 // their retries instead of waiting forever; the other rows of the table are not held up.
+//
+// Deprecated: return a *SendError of kind SendTopicMissing; test with
+// KindOf(err) == SendTopicMissing.
 var ErrTopicNotFound = errors.New("topic has no route on the name servers")
 
 // BrokerError attributes a send's error to the broker it was sent to.
+//
+// Deprecated: set SendError.Broker; read it with BrokerOf.
 type BrokerError struct {
 	// Broker is the broker's address (host:port).
 	Broker string
@@ -209,6 +220,8 @@ func (e *BrokerError) Error() string { return e.Err.Error() + " (broker " + e.Br
 func (e *BrokerError) Unwrap() error { return e.Err }
 
 // AtBroker attributes err to the broker at addr; it returns err itself when either is empty.
+//
+// Deprecated: set SendError.Broker; read it with BrokerOf.
 func AtBroker(addr string, err error) error {
 	if err == nil || addr == "" {
 		return err
@@ -231,6 +244,8 @@ func BrokerOf(err error) string {
 
 // RefusedError marks an answer of the broker refusing a send: it read the request, so when a
 // batch is refused one message of it may be at fault.
+//
+// Deprecated: return &SendError{Kind: SendRefused, Code: -1, Err: err}.
 type RefusedError struct{ Err error }
 
 func (e *RefusedError) Error() string { return e.Err.Error() }
@@ -239,6 +254,8 @@ func (e *RefusedError) Error() string { return e.Err.Error() }
 func (e *RefusedError) Unwrap() error { return e.Err }
 
 // Refused wraps the broker's refusal err.
+//
+// Deprecated: return &SendError{Kind: SendRefused, Code: -1, Err: err}.
 func Refused(err error) error {
 	if err == nil {
 		return nil
@@ -247,12 +264,16 @@ func Refused(err error) error {
 }
 
 // IsRefused reports whether err, or an error it wraps, is a *RefusedError.
+//
+// Deprecated: use KindOf(err) == SendRefused, which reads SendError too.
 func IsRefused(err error) bool {
 	var r *RefusedError
 	return errors.As(err, &r)
 }
 
 // IsPermanent reports whether err, or an error it wraps, is a *PermanentError.
+//
+// Deprecated: use KindOf(err) == SendPermanent, which reads SendError too.
 func IsPermanent(err error) bool {
 	var p *PermanentError
 	return errors.As(err, &p)

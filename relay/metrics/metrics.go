@@ -259,6 +259,14 @@ func literal(pattern string) bool {
 
 // TableMetrics records the metrics of one table. Its methods are safe for concurrent use;
 // on a nil *TableMetrics they do nothing.
+//
+// Its mutators (Published, Failed, Dead, ObservePublish, ObserveBatch, SendFailed,
+// SetMisconfigured, SetLeader, InitPartitions, SetPartitionOwned, SetGroupMembers, LockLost,
+// WriteBackFailed, SetBacklog, SetDeadRows, SetUnknownRows, SetLockWait) are the relay's
+// own: only the engine and its publisher call them, and code outside this module should
+// not, since a count it adds is a count the relay did not make. They are not covered by
+// the compatibility of v1 and may become unexported (docs/decisions.md, "TableMetrics'
+// mutators").
 type TableMetrics struct {
 	m               *Metrics
 	database, table string

@@ -51,7 +51,7 @@ var broken = []brokenCase{
 		send: func(p relay.Publisher, ctx context.Context, route relay.Route, msgs ...*relay.Message) error {
 			err := p.Send(ctx, route, msgs...)
 			if relay.KindOf(err) == relay.SendRefused {
-				return relay.Permanent(errors.New(err.Error()))
+				return &relay.SendError{Kind: relay.SendPermanent, Code: -1, Err: errors.New(err.Error())}
 			}
 			return err
 		},

@@ -88,6 +88,15 @@ func misconfiguredAnswer(code int, lower string) bool {
 	return false
 }
 
+// atBroker attributes the client's error of a send to the broker at addr, for classify to
+// read: a transient SendError until classify judges it (err itself when addr is empty).
+func atBroker(addr string, err error) error {
+	if addr == "" {
+		return err
+	}
+	return &message.SendError{Kind: message.SendTransient, Broker: addr, Code: -1, Err: err}
+}
+
 // classify turns the client's error of a send into a *SendError. A broker's answer is judged
 // by its code (and, for the few codes that carry several meanings, its text); "route info
 // not found" is a missing topic when the name servers list live brokers and an unreachable
@@ -96,9 +105,9 @@ func misconfiguredAnswer(code int, lower string) bool {
 func (p *Publisher) classify(ctx context.Context, err error, topic string, batch bool) error {
 	broker := message.BrokerOf(err)
 	msg := err.Error()
-	var be *message.BrokerError
-	if errors.As(err, &be) {
-		msg = be.Err.Error()
+	var at *message.SendError
+	if errors.As(err, &at) {
+		msg = at.Err.Error()
 	}
 	lower := strings.ToLower(msg)
 	code := brokerCode(msg)

@@ -31,7 +31,7 @@ func classifyPublisher(t *testing.T, requireReplication bool) *Publisher {
 }
 
 func brokerAnswer(code int16, desc string) error {
-	return &message.BrokerError{Broker: "127.0.0.1:10911", Err: primitive.MQBrokerErr{ResponseCode: code, ErrorMessage: desc}}
+	return atBroker("127.0.0.1:10911", primitive.MQBrokerErr{ResponseCode: code, ErrorMessage: desc})
 }
 
 func TestClassifyFailureAccountingTable(t *testing.T) {

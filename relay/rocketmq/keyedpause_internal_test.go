@@ -106,7 +106,7 @@ func TestKeyedBatchingComesBackAfterARefusal(t *testing.T) {
 				t.Fatal(err)
 			}
 			for pass := 0; pass < 5; pass++ {
-				if _, err := r.DrainOnce(ctx, ctx); err != nil {
+				if _, err := r.DrainOnce(ctx); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -235,7 +235,9 @@ func (p *Publisher) Send(ctx context.Context, route message.Route, msgs ...*mess
 	}
 	mq, wait := p.queues.pick(topic, key, route.Ordered && key != "")
 	if wait != nil {
-		return message.AtBroker(wait.addr, fmt.Errorf("%w: %w", message.ErrBrokerUnreachable, wait))
+		// The sentinel stays wrapped for callers still testing errors.Is against it.
+		return &message.SendError{Kind: message.SendUnreachable, Broker: wait.addr, Code: -1,
+			Err: fmt.Errorf("%w: %w", message.ErrBrokerUnreachable, wait)}
 	}
 	err = p.sendTo(ctx, prod, route, msgs, out, mq)
 	if keyedBatch {
@@ -374,8 +376,9 @@ func (p *Publisher) brokerFailed(err error) (string, error) {
 		// message is better sent elsewhere now.
 		return p.queues.nameOf(addr), err
 	}
-	broker, wasDown := p.queues.failed(addr, err, errors.Is(err, message.ErrBrokerUnreachable))
-	if wasDown && !errors.Is(err, message.ErrBrokerUnreachable) {
+	unreachable := message.KindOf(err) == message.SendUnreachable
+	broker, wasDown := p.queues.failed(addr, err, unreachable)
+	if wasDown && !unreachable {
 		// A probe of a broker known to be down (a timeout, say): the broker's outage, not
 		// this message's failure.
 		err = &message.SendError{Kind: message.SendUnreachable, Broker: addr, Code: -1,
@@ -441,7 +444,7 @@ func (p *Publisher) attributeBroker(ctx context.Context, req, reply any, next pr
 	}
 	if err != nil {
 		p.queues.attempted(pc.MQ.BrokerName, pc.BrokerAddr)
-		return message.AtBroker(pc.BrokerAddr, err)
+		return atBroker(pc.BrokerAddr, err)
 	}
 	p.queues.sent(pc.MQ.BrokerName, pc.BrokerAddr)
 	p.health.acked(pc.MQ.BrokerName, pc.BrokerAddr, time.Since(start))
