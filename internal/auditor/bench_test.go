@@ -5,8 +5,8 @@ package auditor_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"os"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
