@@ -57,12 +57,7 @@ const (
 // broker's return; none is lost (the broker holds every row again, each found present), and
 // the consumer, reading the new store too, has applied each event exactly once, per order.
 func TestRelayAuditRepairsLostStore(t *testing.T) {
-	ns := testenv.RocketMQ(t)
-	addr := "127.0.0.1:" + relayBrokerPort()
-	runScript(t, "broker-start", relayBroker, relayBrokerPort())
-	t.Cleanup(func() { runScript(t, "broker-stop", relayBroker) })
-	topic := "audit_relay_" + testenv.RandomSuffix(8)
-	createTopic(t, ns, addr, relayBroker, topic, nil)
+	ns, addr, topic := startOwnBroker(t, relayBroker, relayBrokerPort(), "audit_relay_")
 	db := testenv.MySQL(t)
 	if err := schema.Migrate(context.Background(), db.DB, "local_message"); err != nil {
 		t.Fatal(err)
