@@ -20,6 +20,9 @@ alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 VERSION=$(sed -n 's:.*<rocketmq.version>\(.*\)</rocketmq.version>.*:\1:p' build/rocketmq/pom.xml)
 LIB=${OUTBOX_SERVICES_DIR:-/tmp/outbox-relay-services}/rocketmq/lib-$VERSION
+# scripts/rocketmq.sh's LoopbackHAService (the broker's HA listener on 127.0.0.1; RocketMQ
+# has no setting for its address), compiled when it starts a broker.
+EXT=${OUTBOX_SERVICES_DIR:-/tmp/outbox-relay-services}/rocketmq/loopback-$VERSION
 DIR=${OUTBOX_SERVICES_DIR:-/tmp/outbox-relay-services}/rocketmq-tls
 NS_PORT=${OUTBOX_SERVICES_ROCKETMQ_TLS_NAMESRV_PORT:-27876}
 BROKER_PORT=${OUTBOX_SERVICES_ROCKETMQ_TLS_BROKER_PORT:-27911}
@@ -51,7 +54,7 @@ run() {
 	local name=$1 heap=$2 main=$3; shift 3
 	mkdir -p "$DIR/$name"
 	ROCKETMQ_HOME=$DIR/$name setsid "${JAVA[@]}" $heap "${SERVER_TLS[@]}" -Duser.home="$DIR/$name" \
-		-Drocketmq.home.dir="$DIR/$name" -cp "$LIB/*" "$main" "$@" >"$DIR/$name/out.log" 2>&1 </dev/null &
+		-Drocketmq.home.dir="$DIR/$name" -cp "$EXT:$LIB/*" "$main" "$@" >"$DIR/$name/out.log" 2>&1 </dev/null &
 	echo $! >"$DIR/$name/pid"
 }
 
@@ -68,6 +71,7 @@ wait_boot() {
 
 start() {
 	[ -d "$LIB" ] || die "no RocketMQ jars in $LIB: run scripts/rocketmq.sh start once"
+	[ -f "$EXT/.complete" ] || die "no loopback HA listener in $EXT: run scripts/rocketmq.sh start once"
 	certs
 	if ! alive "$DIR/namesrv/pid"; then
 		mkdir -p "$DIR/namesrv"

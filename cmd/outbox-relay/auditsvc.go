@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -65,9 +64,7 @@ func startAuditors(ctx context.Context, cfg config.Config, dbs []*runDatabase, r
 	m := auditor.NewMetrics(reg)
 	for _, d := range dbs {
 		for i, table := range d.Tables {
-			g := d.groups[i]
-			owner := func() bool { return slices.Contains(g.Owned(), 0) }
-			a, err := newAuditor(cfg, d, table, router, m, owner, log)
+			a, err := newAuditor(cfg, d, table, router, m, auditor.OwnerOf(d.groups[i]), log)
 			if err != nil {
 				log.Error().Err(err).Str("table", table).Msg("broker audit OFF")
 				panel.add(auditEntry{database: d.Name, table: table, off: err.Error()})

@@ -40,8 +40,9 @@ func (a *Auditor) checkBatch(ctx context.Context, cands []candidate, repair bool
 			present = append(present, cands[i].id)
 		case brokeraudit.Missing:
 			rep.Missing++
-			reason := "lost by broker " + cands[i].broker + " after acknowledgement: " + f.Reason
-			missing[reason] = append(missing[reason], i)
+			// The lookup's reason already names the broker ("lost by broker B after
+			// acknowledgement: ...", Finding.Reason).
+			missing[f.Reason] = append(missing[f.Reason], i)
 		default:
 			rep.Unknown++
 		}

@@ -318,4 +318,7 @@ func TestAuditDryRunThenRepair(t *testing.T) {
 	if n := g.count(t, "fail_reason LIKE 'lost by broker % after acknowledgement: %'"); n != lost {
 		t.Errorf("%d rows keep the reason of the repair, want %d", n, lost)
 	}
+	if n := g.count(t, "fail_reason LIKE '%after acknowledgement%after acknowledgement%'"); n != 0 {
+		t.Errorf("%d rows' reason says twice that the broker lost them", n)
+	}
 }

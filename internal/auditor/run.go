@@ -4,6 +4,7 @@ package auditor
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 )
@@ -121,4 +122,14 @@ func (a *Auditor) setStatus(err error) {
 	a.status = err
 	a.state.Ready = err == nil
 	a.mu.Unlock()
+}
+
+// PartitionOwner is a relay group's partitions held by this process (relay.Group's Owned).
+type PartitionOwner interface{ Owned() []int }
+
+// OwnerOf returns Config.Owner for the audit of g's table: this process runs it while it
+// holds partition 0 (the whole table's lock with one partition), so one relay of the group
+// audits at a time and the audit moves with that lock.
+func OwnerOf(g PartitionOwner) func() bool {
+	return func() bool { return slices.Contains(g.Owned(), 0) }
 }

@@ -67,16 +67,25 @@ func createTopic(t *testing.T, ns, addr, broker, topic string, creds *primitive.
 	waitRouted(t, ns, broker, addr, topic)
 }
 
+// startOwnBroker starts the test's own broker name on port (scripts/rocketmq.sh, on the
+// shared name server), stopped when the test ends, and creates a topic named prefix plus a
+// random suffix on it; it returns the name server, the broker's address and the topic.
+func startOwnBroker(t *testing.T, name, port, prefix string) (ns, addr, topic string) {
+	t.Helper()
+	ns = testenv.RocketMQ(t)
+	addr = "127.0.0.1:" + port
+	runScript(t, "broker-start", name, port)
+	t.Cleanup(func() { runScript(t, "broker-stop", name) })
+	topic = prefix + testenv.RandomSuffix(8)
+	createTopic(t, ns, addr, name, topic, nil)
+	return ns, addr, topic
+}
+
 // TestRocketMQStoreLost: on Apache RocketMQ 5.3.3, every message a broker acknowledged,
 // singly or in batches (each at the batch's first offset plus its index), is Present; while the broker is down (kill -9) each is Unknown; once it is back with its store
 // lost (removed while it was down) and its topic created again, each is Missing.
 func TestRocketMQStoreLost(t *testing.T) {
-	ns := testenv.RocketMQ(t)
-	addr := "127.0.0.1:" + auditPort()
-	runScript(t, "broker-start", auditBroker, auditPort())
-	t.Cleanup(func() { runScript(t, "broker-stop", auditBroker) })
-	topic := "audit_lost_" + testenv.RandomSuffix(8)
-	createTopic(t, ns, addr, auditBroker, topic, nil)
+	ns, addr, topic := startOwnBroker(t, auditBroker, auditPort(), "audit_lost_")
 	ps := append(send(t, ns, topic, 40), sendBatches(t, ns, topic, 30, 10)...)
 	if ps[len(ps)-1].OffsetMsgID == "" {
 		t.Fatal("a batch's send result has no offset message id per message")
