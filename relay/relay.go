@@ -72,6 +72,11 @@ type Config struct {
 	// (read and not yet published, or in sends still running): the scan reads further rows
 	// only while it has room. Defaults to nil: only MaxPageBytes bounds a page.
 	MemoryBudget *MemoryBudget
+	// RecordPositions records, in the write-back that marks a row sent, where the broker
+	// stored its message (the table's audit columns, when it has them): what the broker
+	// audit checks. Off by default: filling the columns makes each sent row longer, so the
+	// write-back no longer updates it in place (docs/performance.md, "The broker audit").
+	RecordPositions bool
 	// DisableBatchSend sends every message in a request of its own. By default messages of
 	// one topic without delay level go in batch requests of up to MaxBatchMessages messages
 	// and MaxBatchBytes bytes: those without sharding key together, those with one together

@@ -25,7 +25,7 @@ func keepStored(msgs, sent []*Message) {
 func (r *Relay) markSentRows(ctx context.Context, markSent func(context.Context, int, []int64, int64) (int64, error),
 	retryCount int, rows []outboxsql.Row, results []result, idx []int, nowMs int64) (int64, error) {
 	ids := rowIDs(rows, idx)
-	if !r.store.HasPositions() || r.cfg.perRowWriteBack {
+	if !r.cfg.RecordPositions || !r.store.HasPositions() || r.cfg.perRowWriteBack {
 		return markSent(ctx, retryCount, ids, nowMs)
 	}
 	at := make([]*message.Stored, len(idx))

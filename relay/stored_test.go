@@ -20,6 +20,7 @@ func TestSentRowsRecordWhereTheBrokerStoredThem(t *testing.T) {
 	b := setup(t)
 	cfg := b.config()
 	cfg.DisableNudge = true
+	cfg.RecordPositions = true
 	router, err := relay.NewPatternRouter(relay.PatternRule{Topic: "orders", Route: relay.Route{Ordered: true}}, relay.PatternRule{Topic: "*"})
 	if err != nil {
 		t.Fatal(err)
@@ -97,5 +98,29 @@ func TestSentWithoutAuditColumns(t *testing.T) {
 	st, err := r.DrainOnce(ctx)
 	if err != nil || st.Sent != 50 || countWhere(t, b.db.DB, "status = 2") != 50 || b.broker.Count("events") != 50 {
 		t.Fatalf("drain without audit columns: %+v, %v; %s", st, err, statusCounts(t, b.db.DB))
+	}
+}
+
+// TestPositionsNotRecordedByDefault: without Config.RecordPositions (the broker audit off)
+// the write-back leaves the audit columns alone, so a sent row keeps its length and is
+// updated in place.
+func TestPositionsNotRecordedByDefault(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.config()
+	cfg.DisableNudge = true
+	r := b.newRelay(t, cfg)
+	var msgs []outbox.Message
+	for i := 0; i < 50; i++ {
+		msgs = append(msgs, outbox.Message{MsgID: fmt.Sprintf("d%03d", i), Topic: "events", Body: []byte("x")})
+	}
+	b.insert(t, msgs...)
+	for countWhere(t, b.db.DB, "status <> 2") > 0 {
+		if _, err := r.DrainOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := countWhere(t, b.db.DB, "broker_name IS NOT NULL OR queue_offset IS NOT NULL OR offset_msg_id IS NOT NULL"); n != 0 {
+		t.Fatalf("%d sent rows have a position recorded with RecordPositions off", n)
 	}
 }

@@ -14,6 +14,7 @@ import (
 func TestCheckSaysTheAuditCanAsk(t *testing.T) {
 	t.Setenv("OUTBOX_ROCKETMQ_NAMESERVERS", testenv.RocketMQ(t))
 	t.Setenv("OUTBOX_ROUTES", `[{"topic":"orders"}]`) // created by scripts/rocketmq.sh start
+	t.Setenv("OUTBOX_AUDIT_ENABLED", "true")
 	r := cli(t, "", false, "check", "--mysql-dsn=u:p@tcp(127.0.0.1:1)/x")
 	if r.code != 0 || !strings.Contains(r.out, "broker audit: ok") {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.out, r.errOut)
@@ -32,7 +33,13 @@ func TestCheckSaysTheAuditCannotAsk(t *testing.T) {
 	srv.StopBroker()
 	t.Setenv("OUTBOX_ROCKETMQ_NAMESERVERS", srv.NameServerAddr())
 	t.Setenv("OUTBOX_ROUTES", `[{"topic":"orders"}]`)
+	// The audit is off by default: check says so and does not ask.
 	r := cli(t, "", false, "check", "--mysql-dsn=u:p@tcp(127.0.0.1:1)/x", "--timeout", "5s")
+	if r.code != 0 || !strings.Contains(r.out, "broker audit: OFF (audit.enabled=false)") {
+		t.Fatalf("audit off: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.out, r.errOut)
+	}
+	t.Setenv("OUTBOX_AUDIT_ENABLED", "true")
+	r = cli(t, "", false, "check", "--mysql-dsn=u:p@tcp(127.0.0.1:1)/x", "--timeout", "5s")
 	if r.code != exitRuntime || !strings.Contains(r.out, "broker audit: cannot ask the brokers") ||
 		!strings.Contains(r.out, "broker broker-a at "+srv.BrokerAddr()) {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.out, r.errOut)

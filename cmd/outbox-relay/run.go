@@ -204,7 +204,7 @@ func tableRelayConfig(cfg config.Config, db config.Database, table string, deps 
 		Database: db.Label(),
 		LockKey:  cfg.LockKeyIn(db, table), LockClients: deps.lockClients, LockTTL: cfg.Lock.TTL, ShutdownTimeout: cfg.Relay.ShutdownTimeout,
 		DisableNudge: !cfg.Relay.Nudge, Logger: &deps.log, Metrics: deps.metrics, TracerProvider: deps.tracer,
-		Partitions: cfg.Relay.Partitions, MemoryBudget: deps.budget,
+		Partitions: cfg.Relay.Partitions, MemoryBudget: deps.budget, RecordPositions: cfg.Audit.Enabled,
 	}
 	if cfg.Relay.Unrouted == config.UnroutedDead {
 		rcfg.Unrouted = relay.UnroutedDead

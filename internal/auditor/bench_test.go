@@ -96,7 +96,7 @@ func drainOnce(b *testing.B, pub relay.Publisher, broker *rmqtest.Server, rows i
 		b.Fatal(err)
 	}
 	rdb, prefix := testenv.Redis(b)
-	r, err := relay.New(db.DB, rdb, pub, relay.Config{DisableNudge: true, LockKey: prefix + "lock", LockTTL: 3 * time.Second,
+	r, err := relay.New(db.DB, rdb, pub, relay.Config{RecordPositions: true, DisableNudge: true, LockKey: prefix + "lock", LockTTL: 3 * time.Second,
 		Backoff: backoff.Policy{Base: 100 * time.Millisecond, Multiplier: 2, Max: time.Second}})
 	if err != nil {
 		b.Fatal(err)

@@ -74,7 +74,7 @@ func (g *rig) runRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pub.Close() })
-	r, err := relay.New(g.db.DB, rdb, pub, relay.Config{
+	r, err := relay.New(g.db.DB, rdb, pub, relay.Config{RecordPositions: true,
 		PollInterval: 50 * time.Millisecond, DisableNudge: true, Router: g.router,
 		Backoff: backoff.Policy{Base: 100 * time.Millisecond, Multiplier: 2, Max: time.Second},
 		LockKey: prefix + "lock", LockTTL: 3 * time.Second,

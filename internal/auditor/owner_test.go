@@ -71,7 +71,7 @@ func TestOnlyThePartitionZeroHolderAudits(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, prefix := testenv.Redis(t)
-	cfg := relay.Config{Partitions: 2, PollInterval: 50 * time.Millisecond, DisableNudge: true, Router: g.router,
+	cfg := relay.Config{RecordPositions: true, Partitions: 2, PollInterval: 50 * time.Millisecond, DisableNudge: true, Router: g.router,
 		Backoff: backoff.Policy{Base: 100 * time.Millisecond, Multiplier: 2, Max: time.Second},
 		LockKey: prefix + "lock", LockTTL: 2 * time.Second}
 	a := g.startMember(t, cfg)

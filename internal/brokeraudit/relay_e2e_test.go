@@ -119,7 +119,7 @@ func runRelayWithAudit(t *testing.T, db *sql.DB, ns string, m *auditor.Metrics) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := relay.New(db, rdb, pub, relay.Config{
+	r, err := relay.New(db, rdb, pub, relay.Config{RecordPositions: true,
 		PollInterval: e2ePoll, DisableNudge: true, Router: router,
 		Backoff: backoff.Policy{Base: 100 * time.Millisecond, Multiplier: 2, Max: time.Second},
 		LockKey: prefix + "lock", LockTTL: 3 * time.Second,
