@@ -94,16 +94,7 @@ func TestRMQTestFailoverToStaleReplica(t *testing.T) {
 	}
 	after := send(t, ns, topic, 4) // reuses offsets of some lost ones
 	all := append(append(append([]brokeraudit.Position(nil), before...), lost...), after...)
-	lostIDs := map[string]bool{}
-	for _, p := range lost {
-		lostIDs[p.MsgID] = true
-	}
-	expect(t, all, check(t, lookup(ns), all), func(p brokeraudit.Position) brokeraudit.Verdict {
-		if lostIDs[p.MsgID] {
-			return brokeraudit.Missing
-		}
-		return brokeraudit.Present
-	})
+	expectLost(t, ns, all, lost)
 }
 
 // A queue whose head was dropped: within the broker's retention the messages were lost;
@@ -192,4 +183,19 @@ func TestRMQTestFoundByOffsetMsgID(t *testing.T) {
 	if fs := check(t, lookup(srv.NameServerAddr()), []brokeraudit.Position{wrong}); fs[0].Verdict != brokeraudit.Missing {
 		t.Fatalf("finding %+v", fs[0])
 	}
+}
+
+// expectLost checks every position of all: those of lost Missing, the others Present.
+func expectLost(t *testing.T, ns string, all, lost []brokeraudit.Position) {
+	t.Helper()
+	lostIDs := map[string]bool{}
+	for _, p := range lost {
+		lostIDs[p.MsgID] = true
+	}
+	expect(t, all, check(t, lookup(ns), all), func(p brokeraudit.Position) brokeraudit.Verdict {
+		if lostIDs[p.MsgID] {
+			return brokeraudit.Missing
+		}
+		return brokeraudit.Present
+	})
 }

@@ -127,16 +127,7 @@ func TestRocketMQRestoredFromOlderCopy(t *testing.T) {
 	waitRouted(t, ns, auditBroker, addr, topic)
 	later := send(t, ns, topic, 8) // at offsets the lost ones had
 	all := append(append(append([]brokeraudit.Position(nil), kept...), lost...), later...)
-	lostIDs := map[string]bool{}
-	for _, p := range lost {
-		lostIDs[p.MsgID] = true
-	}
-	expect(t, all, check(t, lookup(ns), all), func(p brokeraudit.Position) brokeraudit.Verdict {
-		if lostIDs[p.MsgID] {
-			return brokeraudit.Missing
-		}
-		return brokeraudit.Present
-	})
+	expectLost(t, ns, all, lost)
 }
 
 // waitRouted waits until the name server routes topic to broker at addr.
