@@ -348,7 +348,7 @@ func BenchmarkCeilings(b *testing.B) {
 				var ids []int64
 				c := outboxsql.Cursor{Next: -1 << 62}
 				for {
-					rows, _, _, err := r.readPage(ctx, int(outbox.StatusPending), time.Now().UnixMilli(), c, 500, int64(r.cfg.MaxPageBytes))
+					rows, _, _, err := r.eng.ReadPage(ctx, int(outbox.StatusPending), time.Now().UnixMilli(), c, 500, int64(r.cfg.MaxPageBytes))
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -367,7 +367,7 @@ func BenchmarkCeilings(b *testing.B) {
 				}
 				before := serverStatus(b, db.DB)
 				start = time.Now()
-				changed, err := r.store.MarkSent(ctx, 0, ids, time.Now().UnixMilli())
+				changed, err := r.eng.Store().MarkSent(ctx, 0, ids, time.Now().UnixMilli())
 				updateTime += time.Since(start)
 				if err != nil || changed != int64(n) {
 					b.Fatalf("marked %d of %d rows sent: %v", changed, n, err)
@@ -523,7 +523,7 @@ func BenchmarkDrainMemory(b *testing.B) {
 				stopWriters := benchBusyWriters(b, db.DB, fmt.Sprintf("-%d", i))
 				fillRows(b, db.DB, fmt.Sprintf("m%d-", i), n, 0)
 				qstart := time.Now()
-				if _, _, err := r.store.Backlog(context.Background(), time.Now()); err != nil {
+				if _, _, err := r.eng.Store().Backlog(context.Background(), time.Now()); err != nil {
 					b.Fatal(err)
 				}
 				b.ReportMetric(float64(time.Since(qstart).Microseconds())/1000, "backlog-query-ms")
@@ -685,7 +685,7 @@ func BenchmarkScanTick(b *testing.B) {
 					c := outboxsql.Cursor{Next: -1 << 62}
 					for {
 						var err error
-						buf, _, _, err = r.readPage(context.Background(), status, nowMs, c, 500, int64(r.cfg.MaxPageBytes))
+						buf, _, _, err = r.eng.ReadPage(context.Background(), status, nowMs, c, 500, int64(r.cfg.MaxPageBytes))
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -742,10 +742,10 @@ func BenchmarkScanTick(b *testing.B) {
 // logPlan logs EXPLAIN and ANALYZE of the page query as DrainOnce first runs it.
 func logPlan(b *testing.B, db *sql.DB, r *Relay) {
 	b.Helper()
-	if err := r.store.ScanIndex(context.Background()); err != nil {
+	if err := r.eng.Store().ScanIndex(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	q, args := r.store.PageQuery(int(outbox.StatusPending), time.Now().UnixMilli(), outboxsql.Cursor{Next: -1 << 62}, 500, r.cfg.MaxBodyBytes)
+	q, args := r.eng.Store().PageQuery(int(outbox.StatusPending), time.Now().UnixMilli(), outboxsql.Cursor{Next: -1 << 62}, 500, r.cfg.MaxBodyBytes)
 	for _, how := range []string{"EXPLAIN", "ANALYZE"} {
 		for _, plan := range testenv.Plan(b, db, how, q, args...) {
 			b.Logf("%s of the page query: %v", how, plan)

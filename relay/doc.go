@@ -17,53 +17,56 @@
 //
 // One row's path, file by file, from scan to write-back (the packages: relay/message, the
 // types shared with publishers; relay/rocketmq, the RocketMQ adapter; internal/outboxsql,
-// every statement against the table):
+// every statement against the table; relay/internal/pipeline, the engine, one file per stage,
+// its Engine built by New from Config):
 //  1. leader.go (Run, lead): while the lock is held (internal/lease: Take, Extend, Valid,
-//     Release), each pass calls drain (relay.go).
-//  2. scan.go (scan, readPage): reads the due rows a page at a time with the page query of
-//     internal/outboxsql/store.go (Store.PageQuery), each an outboxsql.Row, within the
-//     memory budget (budget.go).
-//  3. relay.go (processPage, prepare, routeOf): the Row becomes a message.Message with its
-//     message.Route (relay/message); a malformed row fails here, to be written back dead.
+//     Release), each pass calls Engine.Drain (pipeline/drain.go).
+//  2. pipeline/scan.go (scan, ReadPage): reads the due rows a page at a time with the page
+//     query of internal/outboxsql/store.go (Store.PageQuery), each an outboxsql.Row, within
+//     the memory budget (pipeline/budget.go).
+//  3. pipeline/drain.go (processPage) and pipeline/prepare.go (prepare, routeOf): the Row
+//     becomes a message.Message with its message.Route (relay/message); a malformed row fails
+//     here, to be written back dead.
 //  4. internal/outboxsql/ordercheck.go (Store.OrderedHeads): which unsent row holds each
-//     ordered key of the page; then plan.go (plan, laneOf) groups the items into units.
-//  5. publish.go (publish, runUnit, runLane, send) sends the units, tracing.go giving each
-//     message its span, through the message.Publisher: relay/rocketmq/publisher.go (Send),
-//     whose failures relay/rocketmq/classify.go gives a kind. A unit still sending when the
-//     page is done goes on detached (relay.go, goLate).
-//  6. relay.go (parkHeld, then judge) parks the rows held behind a head due later
-//     (Store.Park), and incidents.go (judge) turns each failure into a counted retry, a
-//     deferral or a dead row.
-//  7. complete.go (completer, writeBack) writes the results back with the guarded UPDATEs
-//     of internal/outboxsql/store.go (Store.MarkSent, MarkRetry, MarkTransientRetry,
+//     ordered key of the page; then pipeline/plan.go (plan, laneOf) groups the items into units.
+//  5. pipeline/publish.go (publish, runUnit, runLane, send) sends the units,
+//     pipeline/tracing.go giving each message its span, through the message.Publisher:
+//     relay/rocketmq/publisher.go (Send), whose failures relay/rocketmq/classify.go gives a
+//     kind. A unit still sending when the page is done goes on detached (pipeline/late.go,
+//     goLate).
+//  6. pipeline/park.go (parkHeld) parks the rows held behind a head due later (Store.Park),
+//     and pipeline/incidents.go (judge) turns each failure into a counted retry, a deferral
+//     or a dead row.
+//  7. pipeline/complete.go (completer, writeBack) writes the results back with the guarded
+//     UPDATEs of internal/outboxsql/store.go (Store.MarkSent, MarkRetry, MarkTransientRetry,
 //     MarkDeferred, MarkDead).
 //
 // Where each guarantee is enforced (one place each):
-//   - Per-key order (a key's rows in id order, one in flight): plan.go. It lets an ordered
+//   - Per-key order (a key's rows in id order, one in flight): pipeline/plan.go. It lets an ordered
 //     key's rows go only as the prefix of its unsent rows present in the page, the nearest
 //     older row of the key deciding (a row of an unordered route is no part of the stream;
 //     a late row, committed after a higher id of its key was sent, holds nothing behind it;
 //     internal/outboxsql/ordercheck.go reads the key's rows that decide it, alike on every index layout), as
-//     one chain that publish.go (runLane) sends one message after the other, stopping at
+//     one chain that pipeline/publish.go (runLane) sends one message after the other, stopping at
 //     the first that is not sent. The chains of the keys of one queue go
-//     together as one lane (plan.go laneOf), in batch requests of one row per key, a key
+//     together as one lane (pipeline/plan.go laneOf), in batch requests of one row per key, a key
 //     whose row is not sent holding its later rows while the other keys go on. A lane still
-//     sending when the rest of its page is done goes on detached (publish.go, relay.go
+//     sending when the rest of its page is done goes on detached (pipeline/publish.go, pipeline/late.go
 //     goLate): its rows are skipped by later passes until written back (and by a pass that
-//     read them before the write-back: heldByLateUnit), and plan.go sees
+//     read them before the write-back: heldByLateUnit), and pipeline/plan.go sees
 //     them unsent, so the key's later rows wait while other keys go on. Rows held behind a
-//     head due more than a second later are parked until it is due (relay.go, parkHeld): the
+//     head due more than a second later are parked until it is due (pipeline/park.go, parkHeld): the
 //     scan skips them instead of reading them pass after pass. Parked rows name their head
 //     (internal/outboxsql/park.go), and follow it whatever happens to it: sent, dead, deleted, brought due or
-//     put off, under this leader or the next (reviewParked).
-//   - An acknowledged send is never forgotten: complete.go writes sent rows back even after
+//     put off, under this leader or the next (ReviewParked).
+//   - An acknowledged send is never forgotten: pipeline/complete.go writes sent rows back even after
 //     the lock's validity ran out or the pass was cancelled (a detached unit's too), and
 //     leader.go lets the sends in flight, detached ones included, finish when the lock is lost.
 //   - No two owners of a table or partition at once with sends in flight: leader.go extends
 //     the lock (internal/lease/lease.go) past the end of a term that ends by shutdown or
 //     handover (group.go), until the last send in flight is written back, and releases it
 //     only then.
-//   - Failure accounting (what a failed send costs its row): incidents.go alone turns the
+//   - Failure accounting (what a failed send costs its row): pipeline/incidents.go alone turns the
 //     kind of a SendError into a counted retry, a deferral or a dead row (the table of
 //     docs/decisions.md, "Failure accounting"). rocketmq/classify.go alone reads the client's
 //     errors and send statuses to give that kind; rocketmq/connwatch.go fails a send at once
@@ -71,14 +74,14 @@
 //     dropped connection costs no attempt and no send timeout).
 //   - No status is overwritten by an older one: every UPDATE of internal/outboxsql/store.go is guarded by the
 //     row's status and retry count as read.
-//   - A database stall is a statement left unanswered (progress.go), never a slow broker.
+//   - A database stall is a statement left unanswered (pipeline/progress.go), never a slow broker.
 //   - One layout of partitions at a time: internal/lease/layout.go.
 //   - What the dashboard shows, read without a query: the per-minute sent/failed/dead counts
 //     (metrics/activity.go, fed with the Prometheus counters), each broker's state and circuit and the
 //     name servers' probes (rocketmq/brokerhealth.go), and each relay's open incidents
-//     (incidentreport.go).
+//     (pipeline/incidentreport.go).
 //   - Bounded memory: the bodies held at once (pages read and not yet published, sends of
-//     detached units) are bounded by Config.MemoryBudget (budget.go), which scan.go takes
+//     detached units) are bounded by Config.MemoryBudget (pipeline/budget.go), which pipeline/scan.go takes
 //     room in before each page; it holds back reading only.
 //   - An adopted table's NULLs read one way in every statement (a NULL retry_count is 0 and
 //     guarded as 0, a NULL next_retry_time due now, a NULL is_deleted not deleted, a NULL

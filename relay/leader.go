@@ -133,7 +133,7 @@ func (r *Relay) lockExpiry(ctx context.Context) <-chan time.Time {
 }
 
 func (r *Relay) startWaiting() {
-	r.waitingSince.Store(max(1, int64(time.Since(r.progress.start))))
+	r.waitingSince.Store(max(1, int64(time.Since(r.eng.Progress().Start()))))
 }
 
 // lead publishes while the lock is held and returns why it stopped.
@@ -149,9 +149,9 @@ func (r *Relay) lead(ctx context.Context, nudges <-chan struct{}) error {
 	// the sends in flight finish and are written back, then the lock is released.
 	ctx, handedOver := r.gate.handover(ctx)
 	defer handedOver()
-	r.progress.restart() // the stall clock starts now
+	r.eng.Progress().Restart() // the stall clock starts now
 	// Another leader may have parked rows meanwhile: find them again.
-	r.parkedFound, r.parkReviewed = false, time.Time{}
+	r.eng.NewTerm()
 
 	// stopLead ends the term: no new page, no new send. It is done when ctx is, when the
 	// lock is lost and when the database stalls.
@@ -171,12 +171,12 @@ func (r *Relay) lead(ctx context.Context, nudges <-chan struct{}) error {
 	defer stopKeeping()
 	// The database's clock, and whether it accepts writes: read once the lock is being kept,
 	// so that a slow answer never lets the lock lapse before its first extension.
-	r.checkDatabase(stopLead)
+	r.eng.CheckDatabase(stopLead)
 
 	r.publishWhileLeading(stopLead, abort, nudges)
 	// The late units (sends a page did not wait for) end or are abandoned with the sends in
 	// flight (abort): their acknowledgements are written back before the lock is released.
-	r.late.Wait()
+	r.eng.WaitLate()
 	return r.endTerm(stopLead, cancel, stopKeeping)
 }
 
@@ -218,14 +218,14 @@ func (r *Relay) publishWhileLeading(stopLead, abort context.Context, nudges <-ch
 		var err error
 		if empty > 0 && failures == 0 {
 			// Idle: one cheap probe instead of a pass's two page reads.
-			r.reviewParked(stopLead) // a head deleted or moved makes its parked rows due
+			r.eng.ReviewParked(stopLead) // a head deleted or moved makes its parked rows due
 			var due bool
-			due, err = r.store.AnyDue(stopLead)
+			due, err = r.eng.Store().AnyDue(stopLead)
 			if err == nil && due {
-				st, err = r.drain(stopLead, abort, r.lease.Valid, true)
+				st, err = r.eng.Drain(stopLead, abort, r.lease.Valid, true)
 			}
 		} else {
-			st, err = r.drain(stopLead, abort, r.lease.Valid, true)
+			st, err = r.eng.Drain(stopLead, abort, r.lease.Valid, true)
 		}
 		var wait time.Duration
 		switch {
@@ -269,7 +269,7 @@ func (r *Relay) publishWhileLeading(stopLead, abort context.Context, nudges <-ch
 				// new row is most likely another partition's.
 				empty = 1
 			}
-		case <-r.lateDone:
+		case <-r.eng.LateDone():
 			polled = false
 			empty = 0 // a late unit ended: the rows behind it may go
 		case <-timer.C:
@@ -295,8 +295,8 @@ func (r *Relay) endTerm(stopLead context.Context, cancel context.CancelCauseFunc
 		r.log.Error().Str("lock", r.cfg.LockKey).Msg("leader lock lost: stopped publishing")
 		return cause
 	case errors.Is(cause, errStalled):
-		r.log.Error().Str("lock", r.cfg.LockKey).Float64("no_answer_s", r.progress.since().Seconds()).
-			Float64("writes_refused_s", r.progress.refusingFor().Seconds()).
+		r.log.Error().Str("lock", r.cfg.LockKey).Float64("no_answer_s", r.eng.Progress().Since().Seconds()).
+			Float64("writes_refused_s", r.eng.Progress().RefusingFor().Seconds()).
 			Msg("no answer from the database: gave the lock up for a standby")
 	}
 	cancel(nil)
@@ -348,8 +348,8 @@ func (r *Relay) keepLock(keep context.Context, end, abandon context.CancelCauseF
 			lost("lock validity ran out before an extension succeeded (was the process frozen?)", nil)
 			return
 		}
-		r.checkDatabaseAsync(keep)
-		if r.progress.stalledFor() > r.cfg.StallTimeout {
+		r.eng.CheckDatabaseAsync(keep)
+		if r.eng.Progress().StalledFor() > r.cfg.StallTimeout {
 			end(errStalled)
 			abandon(errStalled)
 			return
@@ -457,24 +457,24 @@ func (r *Relay) sampleBacklogEvery(ctx context.Context, every time.Duration) {
 }
 
 func (r *Relay) sampleBacklog(ctx context.Context) {
-	nowMs, err := r.dbNow(ctx)
+	nowMs, err := r.eng.DBNow(ctx)
 	if err != nil {
 		r.log.Warn().Err(err).Msg("backlog sample failed")
 		return
 	}
-	pending, oldest, err := r.store.Backlog(ctx, time.UnixMilli(nowMs))
+	pending, oldest, err := r.eng.Store().Backlog(ctx, time.UnixMilli(nowMs))
 	if err != nil {
 		r.log.Warn().Err(err).Msg("backlog sample failed")
 		return
 	}
 	r.metrics.SetBacklog(pending, oldest.Seconds())
-	deadRows, err := r.store.CountDead(ctx)
+	deadRows, err := r.eng.Store().CountDead(ctx)
 	if err != nil {
 		r.log.Warn().Err(err).Msg("dead rows sample failed")
 		return
 	}
 	r.metrics.SetDeadRows(deadRows)
-	unknown, err := r.store.CountUnknown(ctx)
+	unknown, err := r.eng.Store().CountUnknown(ctx)
 	if err != nil {
 		r.log.Warn().Err(err).Msg("unknown status rows sample failed")
 		return

@@ -7,7 +7,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,22 +16,33 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/msgtrace"
-	"github.com/outbox-relay/outbox-relay/internal/outboxsql"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay/internal/lease"
-	"github.com/outbox-relay/outbox-relay/relay/message"
+	"github.com/outbox-relay/outbox-relay/relay/internal/pipeline"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 // UnroutedPolicy says what happens to a message no route matches.
-type UnroutedPolicy int
+type UnroutedPolicy = pipeline.UnroutedPolicy
 
 const (
 	// UnroutedDefault publishes it with the publisher's default settings.
-	UnroutedDefault UnroutedPolicy = iota
+	UnroutedDefault = pipeline.UnroutedDefault
 	// UnroutedDead marks it dead at once with the reason "no route" (strict routing).
-	UnroutedDead
+	UnroutedDead = pipeline.UnroutedDead
 )
+
+type (
+	// MemoryBudget bounds the message bodies that the relays of a process hold at once
+	// (pipeline.MemoryBudget); a nil *MemoryBudget bounds nothing.
+	MemoryBudget = pipeline.MemoryBudget
+	// Stats counts what one DrainOnce did (pipeline.Stats).
+	Stats = pipeline.Stats
+)
+
+// NewMemoryBudget returns a budget of limit bytes of message bodies, shared by the relays
+// given it as Config.MemoryBudget.
+func NewMemoryBudget(limit int64) *MemoryBudget { return pipeline.NewMemoryBudget(limit) }
 
 // Config configures a Relay. Zero fields take the defaults named in their comments.
 type Config struct {
@@ -128,7 +138,7 @@ type Config struct {
 	Metrics *Metrics
 	// TracerProvider, when set, records an OpenTelemetry producer span per message sent,
 	// a child of the writer's trace context from the row's properties, and publishes the
-	// span's context as the message's traceparent (see tracing.go). Defaults to nil: no
+	// span's context as the message's traceparent (see internal/pipeline/tracing.go). Defaults to nil: no
 	// spans, no cost.
 	TracerProvider trace.TracerProvider
 
@@ -211,6 +221,16 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// pipeline is the part of c the engine reads.
+func (c *Config) pipeline() pipeline.Config {
+	return pipeline.Config{Table: c.Table, Partition: c.Partition, Partitions: c.Partitions,
+		BatchSize: c.BatchSize, Concurrency: c.Concurrency, QueryTimeout: c.QueryTimeout, StallTimeout: c.StallTimeout,
+		MaxPageBytes: c.MaxPageBytes, MaxBatchMessages: c.MaxBatchMessages, MaxBatchBytes: c.MaxBatchBytes,
+		MaxBodyBytes: c.MaxBodyBytes, MemoryBudget: c.MemoryBudget, RecordPositions: c.RecordPositions,
+		DisableBatchSend: c.DisableBatchSend, Backoff: c.Backoff, Rand: c.Rand, Router: c.Router,
+		Unrouted: c.Unrouted, LockKey: c.LockKey, Now: c.now, PerRowWriteBack: c.perRowWriteBack}
+}
+
 func (c *Config) validate() error {
 	if err := schema.ValidateIdent(c.Table); err != nil {
 		return fmt.Errorf("relay: Table: %w", err)
@@ -252,53 +272,21 @@ func (c *Config) validate() error {
 // Relay delivers the rows of one outbox table. Run it with Run; DrainOnce is the single pass
 // Run repeats, for tools and tests that already hold the lock or need none.
 type Relay struct {
-	cfg       Config
-	db        *sql.DB
-	rdb       redis.UniversalClient
-	pub       Publisher
-	batcher   KeyBatcher // pub, when it can batch the keys of a queue; else nil
-	store     outboxsql.Store
-	log       zerolog.Logger
-	incidents *incidents
-	progress  progress
-	clock     dbClock      // the database's clock (dbcheck.go)
-	checking  atomic.Bool  // a checkDatabaseAsync runs
-	lastCheck atomic.Int64 // when the last began, nanoseconds after progress.start
+	cfg Config
+	rdb redis.UniversalClient
+	eng *pipeline.Engine
+	log zerolog.Logger
 
 	leading      atomic.Bool
 	lease        *lease.Lease // nil without a Redis client
-	waitingSince atomic.Int64 // when a standby began to wait, nanoseconds after progress.start; 0 when not waiting
+	waitingSince atomic.Int64 // when a standby began to wait, nanoseconds after the stall clock's start; 0 when not waiting
 
 	metrics *TableMetrics // nil without cfg.Metrics
-	tracer  trace.Tracer  // nil without cfg.TracerProvider
 
 	// Set by a Group for each of its partitions: gate says whether this process should
 	// hold the partition, and nudgeIn carries the nudges of the group's one subscription.
 	gate    *gate
 	nudgeIn chan struct{}
-	// slots holds one token per send in flight (Concurrency), pages' and late units' alike.
-	slots chan struct{}
-	// inflight holds the ids of the rows of late units (publish detached them from their
-	// page): later passes leave them alone until their results are written back.
-	inflightMu sync.Mutex
-	inflight   map[int64]struct{}
-	// settled holds the ids of late units' rows written back, with the pass that was
-	// running then (passSeq): a page that pass (or an earlier one still draining) read
-	// before the write-back holds them unsent, and must not send them again. Pruned as
-	// passes begin; guarded by inflightMu.
-	settled map[int64]uint64
-	passSeq atomic.Uint64
-	// late counts the late units running; lateDone wakes the leader when one has ended.
-	late     sync.WaitGroup
-	lateDone chan struct{}
-	// parked remembers, per ordered key whose held rows were parked (parkHeld), the head
-	// they wait for; parkedFound says whether those parked before this term were found
-	// (reviewParked), parkReviewed when the heads were last looked at. Used by the pass's
-	// goroutine only. parkReview asks for a look at once (a broker's recovery moved heads).
-	parked       map[outboxsql.OrderKey]outboxsql.HeldHead
-	parkedFound  bool
-	parkReviewed time.Time
-	parkReview   atomic.Bool
 	// sawWork, set by a Group, wakes the other partitions this process holds after a pass
 	// that found rows: writers write to every partition, so where one partition's polling
 	// found work the others' likely will, and their adaptive polls need not wait it out.
@@ -322,25 +310,12 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Rel
 	if cfg.Partitions > 1 {
 		log = log.With().Int("partition", cfg.Partition).Int("partitions", cfg.Partitions).Logger()
 	}
-	r := &Relay{
-		cfg: cfg, db: db, rdb: rdb, pub: pub, metrics: cfg.Metrics.Table(cfg.Database, cfg.Table),
-		store: outboxsql.Store{DB: db, Table: schema.QuoteIdent(cfg.Table), Name: cfg.Table, Timeout: cfg.QueryTimeout,
-			Partition: cfg.Partition, Partitions: cfg.Partitions},
-		log:       log,
-		incidents: newIncidents(log, cfg.Metrics.Table(cfg.Database, cfg.Table), cfg.now),
-		tracer:    msgtrace.Tracer(cfg.TracerProvider),
-		slots:     make(chan struct{}, cfg.Concurrency),
-		inflight:  map[int64]struct{}{},
-		settled:   map[int64]uint64{},
-		lateDone:  make(chan struct{}, 1),
-	}
-	r.batcher, _ = pub.(KeyBatcher)
+	r := &Relay{cfg: cfg, rdb: rdb, log: log, metrics: cfg.Metrics.Table(cfg.Database, cfg.Table)}
+	r.eng = pipeline.New(cfg.pipeline(), db, pub, log, r.metrics, msgtrace.Tracer(cfg.TracerProvider))
 	if rdb != nil {
 		r.lease = lease.New(lease.Config{Client: rdb, Clients: cfg.LockClients, Key: cfg.LockKey,
 			LayoutKey: cfg.layoutKey, Partitions: cfg.Partitions, TTL: cfg.LockTTL})
 	}
-	r.progress.mark()
-	r.store.Tracker = &r.progress
 	return r, nil
 }
 
@@ -358,33 +333,6 @@ func (r *Relay) Name() string {
 	return fmt.Sprintf("%s[%d/%d]", r.cfg.Table, r.cfg.Partition, r.cfg.Partitions)
 }
 
-// Stats counts what one DrainOnce did.
-type Stats struct {
-	// Read is the number of due rows read.
-	Read int
-	// Sent, Retried and Dead count the rows whose status this relay changed.
-	Sent, Retried, Dead int
-	// Deferred counts rows whose attempt failed in a broker incident: they wait out the
-	// broker's backoff with their retry count untouched.
-	Deferred int
-	// Held is the number of due rows left for later: held back behind an earlier message of
-	// their ordered key, still being sent by an earlier pass's slow send, or abandoned when
-	// the context ended.
-	Held int
-}
-
-// Changed is the number of rows whose status changed.
-func (s Stats) Changed() int { return s.Sent + s.Retried + s.Dead }
-
-func (s *Stats) add(o Stats) {
-	s.Read += o.Read
-	s.Sent += o.Sent
-	s.Retried += o.Retried
-	s.Dead += o.Dead
-	s.Deferred += o.Deferred
-	s.Held += o.Held
-}
-
 // DrainOnce makes one pass over the rows due now, failed ones first. The stages overlap:
 // the next page is read while the current one is published, and results are written back
 // while later pages are published; the pass returns when every result is written back.
@@ -393,357 +341,5 @@ func (s *Stats) add(o Stats) {
 // back. There is no separate stop that lets sends in flight finish: Run owns that
 // graceful sequence (docs/decisions.md, "DrainOnce takes one context").
 func (r *Relay) DrainOnce(ctx context.Context) (Stats, error) {
-	return r.drain(ctx, ctx, nil, false)
-}
-
-// drain is DrainOnce with a fence: when fence is set and returns false (the lock's validity
-// has run out), nothing more is published. With detach, a page does not wait for its slow
-// units (publish): they go on after the pass, and the leader waits for them (waitLate) before
-// its term ends.
-func (r *Relay) drain(stop, ctx context.Context, fence func() bool, detach bool) (Stats, error) {
-	r.reviewParked(stop)
-	nowMs, err := r.dbNow(ctx)
-	if err != nil {
-		return Stats{}, err
-	}
-	pass := r.beginPass()
-	scanCtx, cancelScan := context.WithCancel(ctx)
-	defer cancelScan()
-	pages := make(chan *page, 1)
-	var scanErr error
-	go func() {
-		defer close(pages)
-		scanErr = r.scan(stop, scanCtx, nowMs, pages)
-	}()
-	comp := r.newCompleter(ctx, fence)
-	go comp.run()
-	blocked := blockedKeys{}
-	defer context.AfterFunc(stop, comp.wake)()
-
-	for pg := range pages {
-		if !comp.waitHealthy(stop, ctx) || stop.Err() != nil || ctx.Err() != nil || (fence != nil && !fence()) {
-			cancelScan()
-			r.cfg.MemoryBudget.release(pg.bytes)
-			continue // drain the channel; these rows stay due
-		}
-		results := r.processPage(ctx, pg, pass, fence, blocked, detach)
-		comp.submit(pg.rows, results)
-	}
-	st, err := comp.close()
-	if scanErr != nil && ctx.Err() == nil && stop.Err() == nil && !errors.Is(scanErr, context.Canceled) {
-		err = errors.Join(scanErr, err)
-	}
-	return st, err
-}
-
-// processPage plans and publishes one page and returns each row's result. blocked carries,
-// from one page of a pass to the next, the ordered keys found held behind an unsent row
-// (plan).
-func (r *Relay) processPage(ctx context.Context, pg *page, pass uint64, fence func() bool, blocked blockedKeys, detach bool) []result {
-	start := time.Now()
-	rows := pg.rows
-	results := make([]result, len(rows))
-	items := make([]item, len(rows))
-	routes := map[routeKey]routed{}
-	var hold heldRows
-	var inPage map[int64]bool // the page's ids, needed only when keys are blocked
-	if len(blocked) > 0 {
-		inPage = make(map[int64]bool, len(rows))
-		for i := range rows {
-			inPage[rows[i].ID] = true
-		}
-	}
-	r.inflightMu.Lock()
-	anyInflight := len(r.inflight) > 0 || len(r.settled) > 0
-	r.inflightMu.Unlock()
-	for i := range rows {
-		if anyInflight && r.heldByLateUnit(rows[i].ID, pass) {
-			// A late unit of an earlier page publishes it, or published it after this page
-			// was read: results[i] stays zero, which the completer leaves alone.
-			continue
-		}
-		msg, route, err := r.prepare(&rows[i], routes)
-		if err != nil {
-			results[i] = result{kind: dead, reason: err.Error()}
-			continue
-		}
-		if route.Ordered && msg.ShardingKey != "" {
-			k := outboxsql.OrderKey{Topic: msg.Topic, Key: msg.ShardingKey}
-			if h, ok := blocked[k]; ok && rows[i].ID > h.ID && !inPage[h.ID] {
-				// Held behind an unsent row of its key that an earlier page of this pass
-				// found and that is not in this page: no need to ask the database again.
-				hold.add(k, h, rows[i].ID)
-				continue
-			}
-		}
-		if wait, last, held := r.incidents.holdMisconfigured(msg.Topic, start); held {
-			// The broker refuses the topic for the relay's configuration: one row probes it
-			// per backoff, the others wait unsent (their retry count untouched).
-			results[i] = result{kind: deferred, delay: wait, reason: last + misconfiguredMark, unsent: true}
-			continue
-		}
-		items[i] = item{row: &rows[i], msg: msg, route: route}
-	}
-	units, err := r.plan(ctx, items, blocked)
-	if err != nil {
-		// The ordered-key check could not run: hold the page's ordered rows, send the rest.
-		r.log.Warn().Err(err).Msg("ordered-key check failed; ordered rows of this page wait for the next pass")
-		units = r.unorderedUnits(items)
-	}
-	if len(blocked) > 0 {
-		scheduled := map[int]bool{}
-		for _, u := range units {
-			for _, i := range u.idx {
-				scheduled[i] = true
-			}
-		}
-		for i, it := range items {
-			if it.msg == nil || !it.route.Ordered || it.msg.ShardingKey == "" || scheduled[i] {
-				continue
-			}
-			k := outboxsql.OrderKey{Topic: it.msg.Topic, Key: it.msg.ShardingKey}
-			if h, ok := blocked[k]; ok && it.row.ID > h.ID {
-				hold.add(k, h, it.row.ID)
-			}
-		}
-	}
-	late := r.publish(ctx, units, items, results, fence, detach)
-	for _, ru := range late {
-		pg.bytes -= r.goLate(ctx, ru, items, fence) // the late unit holds its bodies' bytes now
-	}
-	r.parkHeld(ctx, hold, items, results)
-	r.judge(ctx, items, results)
-	for i := range rows {
-		rows[i].Content = nil // published: the completer needs ids and counts only
-	}
-	r.cfg.MemoryBudget.release(pg.bytes)
-	pg.bytes = 0
-	r.metrics.ObserveBatch(time.Since(start))
-	return results
-}
-
-// judge turns failed sends into retries or deferrals (incidents.judge) and, when a broker
-// recovered from an incident, brings the rows deferred during it forward.
-func (r *Relay) judge(ctx context.Context, items []item, results []result) {
-	if r.incidents.judge(items, results) {
-		// The rows deferred during the incident hold deferrals of up to 30 s, grown while
-		// the broker failed: bring them forward, so that an outage's rows follow the broker's
-		// return within a pass instead of waiting them out.
-		nowMs, err := r.dbNow(ctx)
-		var n int64
-		if err == nil {
-			n, err = r.store.HastenDeferred(ctx, nowMs, deferredMark)
-		}
-		if err != nil {
-			r.log.Warn().Err(err).Msg("broker recovered; rows deferred during its incident wait out their deferral")
-		} else if n > 0 {
-			r.log.Info().Int64("rows", n).Msg("broker recovered: rows deferred during its incident are due now")
-			r.parkReview.Store(true) // the rows parked behind them follow
-		}
-	}
-}
-
-// heldByLateUnit reports whether a late unit holds the row id, or wrote it back while pass
-// (the pass of the page that read it) or a later one ran: the page's copy of the row is then
-// older than the write-back.
-func (r *Relay) heldByLateUnit(id int64, pass uint64) bool {
-	r.inflightMu.Lock()
-	defer r.inflightMu.Unlock()
-	if _, ok := r.inflight[id]; ok {
-		return true
-	}
-	at, ok := r.settled[id]
-	return ok && at >= pass
-}
-
-// beginPass numbers a new pass and forgets the late units' rows written back before the
-// previous pass began: every page read from now on was read after their write-back.
-func (r *Relay) beginPass() uint64 {
-	pass := r.passSeq.Add(1)
-	r.inflightMu.Lock()
-	for id, at := range r.settled {
-		if at+1 < pass {
-			delete(r.settled, id)
-		}
-	}
-	r.inflightMu.Unlock()
-	return pass
-}
-
-// goLate takes over a unit its page did not wait for (publish): its rows are held (later
-// passes skip them) until it ends and its results are judged and written back on their own,
-// acknowledged sends whatever the lock, like any page's. Then the leader is woken: the rows
-// behind them (the rest of an ordered key) may go. It returns the bodies' bytes the unit
-// now holds of the MemoryBudget, which it releases when its sends have ended.
-func (r *Relay) goLate(ctx context.Context, ru *running, items []item, fence func() bool) (bodies int64) {
-	lateItems := make([]item, len(ru.u.idx))
-	rows := make([]outboxsql.Row, len(ru.u.idx))
-	r.inflightMu.Lock()
-	for n, i := range ru.u.idx {
-		bodies += int64(len(items[i].row.Content))
-		rows[n] = *items[i].row
-		rows[n].Content = nil // the message holds the body
-		lateItems[n] = item{row: &rows[n], msg: items[i].msg, route: items[i].route}
-		r.inflight[rows[n].ID] = struct{}{}
-	}
-	r.inflightMu.Unlock()
-	r.late.Add(1)
-	go func() {
-		defer r.late.Done()
-		<-ru.done
-		r.cfg.MemoryBudget.release(bodies) // sent or failed: the client holds the bodies no more
-		r.judge(ctx, lateItems, ru.out)
-		comp := r.newCompleter(ctx, fence)
-		go comp.run()
-		comp.submit(rows, ru.out)
-		if _, err := comp.close(); err != nil {
-			r.log.Warn().Err(err).Int("rows", len(rows)).Msg("write-back of a late unit failed; its rows stay due")
-		}
-		r.inflightMu.Lock()
-		at := r.passSeq.Load()
-		for n := range rows {
-			delete(r.inflight, rows[n].ID)
-			r.settled[rows[n].ID] = at
-		}
-		r.inflightMu.Unlock()
-		select {
-		case r.lateDone <- struct{}{}:
-		default:
-		}
-	}()
-	return bodies
-}
-
-// parkAfter is how far in the future a held key's head must be due for the key's held rows
-// to be parked: a head due sooner is read again with them, a pass or two, which costs less
-// than their park and the write that makes them due. Whatever then moves the head (a broker's
-// recovery bringing deferred rows forward, an operator), reviewParked moves its rows along.
-const parkAfter = time.Second
-
-// maxParkedKeys bounds the parked keys remembered for an early unpark.
-const maxParkedKeys = 100000
-
-// heldRows are the rows of a page held behind the unsent head of their ordered key.
-type heldRows map[outboxsql.OrderKey]*heldKey
-
-type heldKey struct {
-	head outboxsql.HeldHead
-	ids  []int64
-}
-
-func (h *heldRows) add(k outboxsql.OrderKey, head outboxsql.HeldHead, id int64) {
-	if *h == nil {
-		*h = heldRows{}
-	}
-	hk := (*h)[k]
-	if hk == nil {
-		hk = &heldKey{head: head}
-		(*h)[k] = hk
-	}
-	hk.ids = append(hk.ids, id)
-}
-
-// parkHeld keeps a key known blocked from being read again pass after pass. The rows of
-// hold wait behind a head due more than parkAfter from now: they are made due when their
-// head is (store.park), so that the scan skips them until then and a pass costs the same
-// whatever the backlog held behind a waiting head. A parked key whose head was sent or went
-// dead before its time (an operator brought it forward) is made due again now
-// (store.unpark); reviewParked does the same for a head deleted or moved.
-func (r *Relay) parkHeld(ctx context.Context, hold heldRows, items []item, results []result) {
-	nowMs, err := r.dbNow(ctx)
-	if err != nil {
-		r.log.Warn().Err(err).Msg("held rows not parked: they are read again by the next pass")
-		return
-	}
-	for i, it := range items {
-		if it.msg == nil || len(r.parked) == 0 || (results[i].kind != sent && results[i].kind != dead) {
-			continue
-		}
-		k := outboxsql.OrderKey{Topic: it.msg.Topic, Key: it.msg.ShardingKey}
-		if h, ok := r.parked[k]; ok && h.ID == it.row.ID {
-			delete(r.parked, k)
-			if n, err := r.store.Unpark(ctx, k, h.ID, h.DueMs, nowMs); err != nil {
-				r.log.Warn().Err(err).Str("sharding_key", k.Key).Msg("head of a parked key sent; its rows wait until the head's old due time")
-			} else if n > 0 {
-				r.log.Debug().Str("sharding_key", k.Key).Int64("rows", n).Msg("head of a parked key sent: its rows are due now")
-			}
-		}
-	}
-	for k, hk := range hold {
-		if hk.head.DueMs <= nowMs+parkAfter.Milliseconds() {
-			continue // due soon: read again, as any held row
-		}
-		// The ordered check names the nearest unsent row below the page as the head: for rows
-		// written after a parked backlog, one of its parked rows, due with the real head.
-		// The head remembered (and named in the rows' reason) stays the older one, whose
-		// send or move brings the key forward.
-		head := hk.head
-		if old, known := r.parked[k]; known && old.ID < head.ID && old.DueMs == head.DueMs {
-			head = old
-		}
-		n, err := r.store.Park(ctx, hk.ids, head.DueMs, head.ID)
-		if err != nil {
-			r.log.Warn().Err(err).Str("sharding_key", k.Key).Msg("held rows not parked; they are read again each pass")
-			continue
-		}
-		if r.parked == nil {
-			r.parked = map[outboxsql.OrderKey]outboxsql.HeldHead{}
-		}
-		if _, known := r.parked[k]; known || len(r.parked) < maxParkedKeys {
-			r.parked[k] = head
-		}
-		r.log.Debug().Str("sharding_key", k.Key).Int64("rows", n).Int64("head", head.ID).
-			Time("until", time.UnixMilli(head.DueMs)).Msg("rows held behind a waiting head parked until it is due")
-	}
-}
-
-// routeKey is a topic and tag, the inputs of validation and routing.
-type routeKey struct{ topic, tag string }
-
-// routed is the route of a topic and tag, or why they can never be sent: invalid names, or
-// no route under strict routing (checked after the body, as it always was).
-type routed struct {
-	route            Route
-	invalid, noRoute error
-}
-
-// routeOf validates topic and tag and finds their route, once per distinct pair of a page:
-// a page holds few distinct ones, and validating a topic runs a regular expression and
-// routing may match patterns (a third of prepare's CPU in the drain profile).
-func (r *Relay) routeOf(topic, tag string, seen map[routeKey]routed) routed {
-	k := routeKey{topic, tag}
-	if rt, ok := seen[k]; ok {
-		return rt
-	}
-	var rt routed
-	if err := outbox.ValidateTopic(topic); err != nil {
-		rt.invalid = fmt.Errorf("invalid topic: %w", err)
-	} else if err := outbox.ValidateTag(tag); err != nil {
-		rt.invalid = fmt.Errorf("invalid tag: %w", err)
-	} else if route, ok := r.cfg.Router.Route(topic, tag); ok {
-		rt.route = route
-	} else if r.cfg.Unrouted == UnroutedDead {
-		rt.noRoute = fmt.Errorf("no route for topic %q tag %q (relay.unrouted is dead)", topic, tag)
-	}
-	seen[k] = rt
-	return rt
-}
-
-// prepare turns a row into a message and finds its route (remembered in routes); an error is
-// permanent: the row can never be sent as it is.
-func (r *Relay) prepare(rw *outboxsql.Row, routes map[routeKey]routed) (*Message, Route, error) {
-	rt := r.routeOf(rw.Topic, rw.Tag, routes)
-	if rt.invalid != nil {
-		return nil, Route{}, rt.invalid
-	}
-	m, err := message.FromRow(message.Row{ID: rw.ID, MsgID: rw.MsgID, Topic: rw.Topic, Tag: rw.Tag, Keys: rw.Keys,
-		ShardingKey: rw.ShardingKey, Props: rw.Properties.String, Body: rw.Content, BodyLen: rw.ContentLen}, r.cfg.MaxBodyBytes)
-	if err != nil {
-		return nil, Route{}, err
-	}
-	if rt.noRoute != nil {
-		return nil, Route{}, rt.noRoute
-	}
-	m.RetryCount, m.MaxRetries = rw.RetryCount, rw.MaxRetries
-	return m, rt.route, nil
+	return r.eng.Drain(ctx, ctx, nil, false)
 }

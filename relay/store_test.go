@@ -55,7 +55,7 @@ func TestPageExaminesOnlyItsOwnRows(t *testing.T) {
 			if _, err := db.Exec("FLUSH STATUS"); err != nil {
 				t.Fatal(err)
 			}
-			page, _, _, err := r.readPage(ctx, 0, 1<<62, outboxsql.Cursor{Next: 0, ID: held}, limit, int64(r.cfg.MaxPageBytes))
+			page, _, _, err := r.eng.ReadPage(ctx, 0, 1<<62, outboxsql.Cursor{Next: 0, ID: held}, limit, int64(r.cfg.MaxPageBytes))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -107,7 +107,7 @@ func TestPageStaysWithinItsByteBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, full, cut, err := r.readPage(ctx, 0, 1<<62, outboxsql.Cursor{Next: -1 << 62}, 500, int64(r.cfg.MaxPageBytes))
+	rows, full, cut, err := r.eng.ReadPage(ctx, 0, 1<<62, outboxsql.Cursor{Next: -1 << 62}, 500, int64(r.cfg.MaxPageBytes))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func orderedCheckReads(t *testing.T, layout string) {
 			unsent = append(unsent, id)
 		}
 		rows.Close()
-		if err := r.store.ScanIndex(ctx); err != nil { // once, before the counters
+		if err := r.eng.Store().ScanIndex(ctx); err != nil { // once, before the counters
 			t.Fatal(err)
 		}
 		for _, page := range [][]int64{unsent, unsent[2:]} {
@@ -209,7 +209,7 @@ func orderedCheckReads(t *testing.T, layout string) {
 				t.Fatal(err)
 			}
 			k := outboxsql.OrderKey{Topic: "orders", Key: "order-1"}
-			heads, err := r.store.OrderedHeads(ctx, map[outboxsql.OrderKey][]int64{k: page}, func(string, string) bool { return true })
+			heads, err := r.eng.Store().OrderedHeads(ctx, map[outboxsql.OrderKey][]int64{k: page}, func(string, string) bool { return true })
 			if err != nil {
 				t.Fatal(err)
 			}

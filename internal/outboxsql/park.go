@@ -11,7 +11,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
-// A parked row's fail_reason names its head (relay/park.go has the rules of parking): these
+// A parked row's fail_reason names its head (relay/internal/pipeline/park.go has the rules of parking): these
 // are that reason and the statements that read parked rows and their heads.
 
 // parkedPrefix starts the fail_reason of a parked row; the head's id follows it.

@@ -50,7 +50,7 @@ type Store struct {
 }
 
 // Tracker hears of every statement a Store sends and of how it ended: the relay's stall
-// clock (relay/progress.go).
+// clock (relay/internal/pipeline/progress.go).
 type Tracker interface {
 	// Begin records that a statement is sent.
 	Begin()

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package pipeline
 
 import (
 	"context"
@@ -25,7 +25,7 @@ type completion struct {
 // a backoff of its own, and holds the publish stage back (waitHealthy) so that no
 // acknowledged message is published again and again; it resumes when a write succeeds.
 type completer struct {
-	r     *Relay
+	r     *Engine
 	ctx   context.Context
 	fence func() bool
 	in    chan completion
@@ -42,7 +42,7 @@ type completer struct {
 // writeBackRetryMax caps the completer's backoff while the database refuses write-backs.
 const writeBackRetryMax = 30 * time.Second
 
-func (r *Relay) newCompleter(ctx context.Context, fence func() bool) *completer {
+func (r *Engine) newCompleter(ctx context.Context, fence func() bool) *completer {
 	c := &completer{r: r, ctx: ctx, fence: fence, in: make(chan completion, 4), done: make(chan struct{})}
 	c.cond = sync.NewCond(&c.mu)
 	return c
@@ -196,8 +196,8 @@ func (c *completer) setFailing(on bool) {
 // forgotten, and a row the broker stored is sent whoever leads now, while a retry or a dead
 // mark of ours could overwrite the new leader's judgement. Every statement is also guarded by
 // the row's status and retry count as read, so a result never overwrites a newer state.
-func (r *Relay) writeBack(ctx context.Context, rows []outboxsql.Row, results []result, st Stats, fence func() bool) (Stats, []outboxsql.Row, []result, error) {
-	nowMs, err := r.dbNow(ctx)
+func (r *Engine) writeBack(ctx context.Context, rows []outboxsql.Row, results []result, st Stats, fence func() bool) (Stats, []outboxsql.Row, []result, error) {
+	nowMs, err := r.DBNow(ctx)
 	if err != nil {
 		return st, rows, results, err
 	}
@@ -267,7 +267,7 @@ func groupResults(rows []outboxsql.Row, results []result, nowMs int64) writeGrou
 // writeBatch runs one page's write-back statements and collects the rows of those that
 // failed, to be retried.
 type writeBatch struct {
-	r         *Relay
+	r         *Engine
 	rows      []outboxsql.Row
 	results   []result
 	st        *Stats
@@ -280,7 +280,7 @@ type writeBatch struct {
 func (w *writeBatch) write(ctx context.Context, g writeGroups, nowMs int64) {
 	r, rows, results := w.r, w.rows, w.results
 	markSent, markRetry := r.store.MarkSent, r.store.MarkRetry
-	if r.cfg.perRowWriteBack {
+	if r.cfg.PerRowWriteBack {
 		markSent, markRetry = r.store.MarkSentPerRow, r.store.MarkRetryPerRow
 	}
 	for rc, idx := range g.sent {
@@ -325,7 +325,7 @@ func (w *writeBatch) do(idx []int, f func() (int64, error), count *int, what str
 }
 
 // markDeadRows marks the rows idx dead with their results' reasons and logs each.
-func (r *Relay) markDeadRows(ctx context.Context, rows []outboxsql.Row, results []result, idx []int) (int64, error) {
+func (r *Engine) markDeadRows(ctx context.Context, rows []outboxsql.Row, results []result, idx []int) (int64, error) {
 	n, err := r.store.MarkDead(ctx, failures(rows, results, idx))
 	if err == nil {
 		for _, i := range idx {
@@ -342,7 +342,7 @@ func (r *Relay) markDeadRows(ctx context.Context, rows []outboxsql.Row, results 
 // alone dead, with the refusal as its reason: one row's refusal costs that row, never the
 // table. The rows that failed otherwise (no answer, a read-only server), and those whose dead
 // mark is refused as well (every write refused, not one row's), are returned to be retried.
-func (r *Relay) isolate(ctx context.Context, rows []outboxsql.Row, results []result, st Stats, fence func() bool) (Stats, []outboxsql.Row, []result, error) {
+func (r *Engine) isolate(ctx context.Context, rows []outboxsql.Row, results []result, st Stats, fence func() bool) (Stats, []outboxsql.Row, []result, error) {
 	var leftRows []outboxsql.Row
 	var leftRes []result
 	var errs []error
@@ -398,7 +398,7 @@ func failures(rows []outboxsql.Row, results []result, idx []int) []outboxsql.Fai
 
 // warnRaced notes rows that another relay changed between our read and our write: harmless
 // (the guard kept the newer state), but a sign that two relays ran at once.
-func (r *Relay) warnRaced(what string, want int, got int64) {
+func (r *Engine) warnRaced(what string, want int, got int64) {
 	if int64(want) != got {
 		r.log.Warn().Str("update", what).Int("rows", want).Int64("changed", got).
 			Msg("rows changed by another relay meanwhile; kept their newer state")
@@ -407,7 +407,7 @@ func (r *Relay) warnRaced(what string, want int, got int64) {
 
 // countResults adds the written results to the counters, one call per topic and tag rather
 // than one per row (each call takes the metrics' lock and looks the labels up).
-func (r *Relay) countResults(rows []outboxsql.Row, results []result, idx []int) {
+func (r *Engine) countResults(rows []outboxsql.Row, results []result, idx []int) {
 	m := r.metrics
 	if m == nil {
 		return

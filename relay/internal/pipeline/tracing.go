@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package pipeline
 
 import (
 	"context"
@@ -25,7 +25,7 @@ type sendSpans []trace.Span
 // One span per message rather than one per batch request keeps every message's chain in
 // its writer's trace; a message sent in a batch request records the request's size in
 // messaging.batch.message_count. With tracing off it returns msgs and costs nothing.
-func (r *Relay) traceSend(ctx context.Context, msgs []*Message) ([]*Message, sendSpans) {
+func (r *Engine) traceSend(ctx context.Context, msgs []*Message) ([]*Message, sendSpans) {
 	if r.tracer == nil {
 		return msgs, nil
 	}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package pipeline
 
 import (
 	"cmp"
@@ -37,7 +37,7 @@ type blockedKeys map[outboxsql.OrderKey]outboxsql.HeldHead
 // plan groups the prepared items into units. An ordered key's rows may go only as the prefix
 // of its unsent rows that is present in this batch: a row behind an earlier unsent row
 // (failed and waiting, or not yet due) is held back, and the key noted in blocked.
-func (r *Relay) plan(ctx context.Context, items []item, blocked blockedKeys) ([]unit, error) {
+func (r *Engine) plan(ctx context.Context, items []item, blocked blockedKeys) ([]unit, error) {
 	chains := map[outboxsql.OrderKey][]int{}
 	var chainOrder []outboxsql.OrderKey
 	type batchKey struct {
@@ -156,7 +156,7 @@ type laneKey struct {
 // laneOf returns the lane of an ordered key's chain of rows, or false when its rows must go
 // one request each: batches are off, the publisher cannot tell the key's queue, or a row has
 // a delay level (RocketMQ batches carry none) or another producer than the first.
-func (r *Relay) laneOf(items []item, chain []int) (laneKey, bool) {
+func (r *Engine) laneOf(items []item, chain []int) (laneKey, bool) {
 	if r.cfg.DisableBatchSend {
 		return laneKey{}, false
 	}
@@ -175,7 +175,7 @@ func (r *Relay) laneOf(items []item, chain []int) (laneKey, bool) {
 }
 
 // queueOf names the queue of a keyed message when the publisher can batch keys by queue.
-func (r *Relay) queueOf(m *Message) (string, bool) {
+func (r *Engine) queueOf(m *Message) (string, bool) {
 	if r.batcher == nil {
 		return "", false
 	}
@@ -184,7 +184,7 @@ func (r *Relay) queueOf(m *Message) (string, bool) {
 
 // unorderedUnits plans a page whose ordered-key check could not run: its ordered rows are
 // held, the rest go as usual.
-func (r *Relay) unorderedUnits(items []item) []unit {
+func (r *Engine) unorderedUnits(items []item) []unit {
 	units, _ := r.plan(context.Background(), slices.DeleteFunc(slices.Clone(items), func(it item) bool {
 		return it.msg != nil && it.route.Ordered && it.msg.ShardingKey != ""
 	}), nil)
@@ -192,7 +192,7 @@ func (r *Relay) unorderedUnits(items []item) []unit {
 }
 
 // ordered reports whether messages of topic and tag go on an ordered route.
-func (r *Relay) ordered(topic, tag string) bool {
+func (r *Engine) ordered(topic, tag string) bool {
 	route, ok := r.cfg.Router.Route(topic, tag)
 	return ok && route.Ordered
 }

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package pipeline
 
 import (
 	"context"
-	"github.com/outbox-relay/outbox-relay/relay/message"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/relay/message"
 )
 
 // outcome kinds of one row in a page.
@@ -45,7 +46,7 @@ type running struct {
 // slots, and copies their results into results. Once fence reports the lock's validity gone,
 // no further send starts. With detach, the units still running detachAfter after the last
 // one started are returned, running, instead of waited for; their rows' results stay held.
-func (r *Relay) publish(ctx context.Context, units []unit, items []item, results []result, fence func() bool, detach bool) (late []*running) {
+func (r *Engine) publish(ctx context.Context, units []unit, items []item, results []result, fence func() bool, detach bool) (late []*running) {
 	started := make([]*running, 0, len(units))
 dispatch:
 	for _, u := range units {
@@ -93,7 +94,7 @@ dispatch:
 }
 
 // runUnit publishes u, writing the result of its n-th row to out[n].
-func (r *Relay) runUnit(ctx context.Context, u unit, items []item, out []result, fence func() bool) {
+func (r *Engine) runUnit(ctx context.Context, u unit, items []item, out []result, fence func() bool) {
 	switch {
 	case u.batch:
 		if fence != nil && !fence() {
@@ -113,7 +114,7 @@ func (r *Relay) runUnit(ctx context.Context, u unit, items []item, out []result,
 		if ctx.Err() != nil {
 			return
 		}
-		if KindOf(err) != SendRefused {
+		if message.KindOf(err) != message.SendRefused {
 			// The broker did not take the request (unreachable, timeout, dropped connection,
 			// busy): every message fails alike.
 			for n := range u.idx {
@@ -142,7 +143,7 @@ func (r *Relay) runUnit(ctx context.Context, u unit, items []item, out []result,
 // earlier one after a later. A batch the broker refuses is
 // sent again one message at a time, to find which fails, and so is the rest of the lane (a
 // broker that refuses batches of keyed messages refuses them all).
-func (r *Relay) runLane(ctx context.Context, u unit, items []item, out []result, fence func() bool) {
+func (r *Engine) runLane(ctx context.Context, u unit, items []item, out []result, fence func() bool) {
 	key := func(n int) string { return items[u.idx[n]].msg.ShardingKey }
 	var keys []string
 	left := map[string][]int{} // each key's rows not yet settled, as positions in u.idx
@@ -194,14 +195,14 @@ func (r *Relay) runLane(ctx context.Context, u unit, items []item, out []result,
 			msgs[j] = items[u.idx[n]].msg
 		}
 		err := r.send(ctx, items[u.idx[batch[0]]].route, msgs...)
-		switch k := KindOf(err); {
+		switch k := message.KindOf(err); {
 		case err == nil:
 			for j, n := range batch {
 				out[n] = result{kind: sent, stored: msgs[j].Stored}
 			}
 		case ctx.Err() != nil:
 			return
-		case k == SendRefused || k == SendMisconfigured || k == SendPermanent:
+		case k == message.SendRefused || k == message.SendMisconfigured || k == message.SendPermanent:
 			// The broker refused the batch, or its keys no longer share a queue: one
 			// message at a time, so that only a refused message's key is held.
 			r.log.Debug().Err(err).Int("messages", len(batch)).Msg("batch of ordered keys refused, sending one by one")
@@ -221,7 +222,7 @@ func (r *Relay) runLane(ctx context.Context, u unit, items []item, out []result,
 	}
 }
 
-func (r *Relay) sendOne(ctx context.Context, it item, res *result, fence func() bool) {
+func (r *Engine) sendOne(ctx context.Context, it item, res *result, fence func() bool) {
 	if ctx.Err() != nil || (fence != nil && !fence()) {
 		return // abandoned: the row stays due
 	}
@@ -244,13 +245,13 @@ func (r *Relay) sendOne(ctx context.Context, it item, res *result, fence func() 
 // (so that an ordered key's next message may go in the same chain), else failed, for
 // incidents.judge to turn into a retry or a deferral.
 func failResult(err error) result {
-	if KindOf(err) == SendPermanent {
+	if message.KindOf(err) == message.SendPermanent {
 		return result{kind: dead, reason: "refused by the broker: " + err.Error()}
 	}
 	return result{kind: failed, reason: err.Error(), err: err}
 }
 
-func (r *Relay) send(ctx context.Context, route Route, msgs ...*Message) error {
+func (r *Engine) send(ctx context.Context, route Route, msgs ...*Message) error {
 	traced, spans := r.traceSend(ctx, msgs) // tracing.go; free when tracing is off
 	start := time.Now()
 	err := r.pub.Send(ctx, route, traced...)
@@ -260,7 +261,7 @@ func (r *Relay) send(ctx context.Context, route Route, msgs ...*Message) error {
 	if err == nil {
 		r.incidents.success(msgs[0].Topic)
 	} else if ctx.Err() == nil {
-		r.metrics.SendFailed(KindOf(err), len(msgs))
+		r.metrics.SendFailed(message.KindOf(err), len(msgs))
 	}
 	return err
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package pipeline
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func bodyBytes(rows []outboxsql.Row) int64 {
 // runs one page ahead of the publishing and memory stays bounded by a few pages. Each page
 // first takes room in the MemoryBudget and reads no more bodies than that room (plus the
 // row that crosses it): with the budget full, the scan waits for bodies to be published.
-func (r *Relay) scan(stop, ctx context.Context, nowMs int64, out chan<- *page) error {
+func (r *Engine) scan(stop, ctx context.Context, nowMs int64, out chan<- *page) error {
 	for _, status := range []int{int(outbox.StatusFailed), int(outbox.StatusPending)} {
 		c := outboxsql.Cursor{Null: true, Next: math.MinInt64, ID: math.MinInt64} // before any row, however odd its next_retry_time or id
 		limit := r.cfg.BatchSize
@@ -46,7 +46,7 @@ func (r *Relay) scan(stop, ctx context.Context, nowMs int64, out chan<- *page) e
 			if err != nil {
 				return nil // stop or ctx ended while the budget was full
 			}
-			rows, full, cut, err := r.readPage(ctx, status, nowMs, c, limit, room)
+			rows, full, cut, err := r.ReadPage(ctx, status, nowMs, c, limit, room)
 			pg := &page{rows: rows, bytes: bodyBytes(rows)}
 			r.cfg.MemoryBudget.settle(room, pg.bytes)
 			if err != nil {
@@ -79,10 +79,10 @@ func (r *Relay) scan(stop, ctx context.Context, nowMs int64, out chan<- *page) e
 	return nil
 }
 
-// readPage reads up to limit due rows of one status after c. It stops early, cut, when the
+// ReadPage reads up to limit due rows of one status after c. It stops early, cut, when the
 // bodies read reach maxBytes (the row that reaches it is kept, so a page has at least one
 // row); full says the page had limit rows.
-func (r *Relay) readPage(ctx context.Context, status int, nowMs int64, c outboxsql.Cursor, limit int, maxBytes int64) (rows []outboxsql.Row, full, cut bool, err error) {
+func (r *Engine) ReadPage(ctx context.Context, status int, nowMs int64, c outboxsql.Cursor, limit int, maxBytes int64) (rows []outboxsql.Row, full, cut bool, err error) {
 	if err := r.store.ScanIndex(ctx); err != nil {
 		return nil, false, false, err
 	}

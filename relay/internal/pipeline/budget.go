@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package pipeline
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // budget is therefore still read and sent, alone once the others are released. Bodies over
 // the relay's MaxBodyBytes are never loaded (they are marked dead by their length).
 //
-// One MemoryBudget is shared by every Relay of a process (Config.MemoryBudget); a nil
+// One MemoryBudget is shared by every relay of a process (relay.Config.MemoryBudget); a nil
 // *MemoryBudget bounds nothing.
 type MemoryBudget struct {
 	limit int64

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package pipeline
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // between: every age and due time the relay reads or writes (which rows are due, a retry's
 // next_retry_time, sent_time, the oldest due row's age) is the database's, whatever the
 // relay's host clock says. The offset is read again with every check of the database
-// (checkDatabase, once per quarter of the lock's TTL while leading) and before any use once
+// (CheckDatabase, once per quarter of the lock's TTL while leading) and before any use once
 // it is older than clockMaxAge.
 type dbClock struct {
 	mu     sync.Mutex
@@ -31,10 +31,10 @@ const clockMaxAge = 5 * time.Second
 // dbNowSQL is the database's clock in epoch ms, as settledNowSQL writes it.
 const dbNowSQL = outboxsql.NowSQL
 
-// dbNow returns the database's clock in epoch ms, read from the database when the offset
+// DBNow returns the database's clock in epoch ms, read from the database when the offset
 // known is older than clockMaxAge.
-func (r *Relay) dbNow(ctx context.Context) (int64, error) {
-	now := r.cfg.now()
+func (r *Engine) DBNow(ctx context.Context) (int64, error) {
+	now := r.cfg.Now()
 	r.clock.mu.Lock()
 	offset, read := r.clock.offset, r.clock.read
 	r.clock.mu.Unlock()
@@ -48,7 +48,7 @@ func (r *Relay) dbNow(ctx context.Context) (int64, error) {
 	return st.nowMs, nil
 }
 
-// dbState is what checkDatabase reads of the server a pooled connection reaches.
+// dbState is what CheckDatabase reads of the server a pooled connection reaches.
 type dbState struct {
 	nowMs    int64 // the database's clock, epoch ms
 	readOnly bool  // read_only or innodb_read_only: every write refused
@@ -56,16 +56,16 @@ type dbState struct {
 
 // readDatabase reads the database's clock and whether it accepts writes, in one statement,
 // and records the clock's offset.
-func (r *Relay) readDatabase(ctx context.Context) (dbState, error) {
+func (r *Engine) readDatabase(ctx context.Context) (dbState, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout)
 	defer cancel()
-	before := r.cfg.now()
+	before := r.cfg.Now()
 	var st dbState
 	err := r.store.QueryRow(ctx, "SELECT "+dbNowSQL+", @@global.read_only <> 0 OR @@innodb_read_only <> 0").Scan(&st.nowMs, &st.readOnly)
 	if err != nil {
 		return dbState{}, fmt.Errorf("read the database's clock: %w", err)
 	}
-	after := r.cfg.now()
+	after := r.cfg.Now()
 	mid := before.Add(after.Sub(before) / 2) // the answer's moment, as near as we know it
 	r.clock.mu.Lock()
 	r.clock.offset, r.clock.read = st.nowMs-mid.UnixMilli(), after
@@ -73,13 +73,13 @@ func (r *Relay) readDatabase(ctx context.Context) (dbState, error) {
 	return st, nil
 }
 
-// checkDatabase reads the database's clock and whether the server the pool reaches accepts
+// CheckDatabase reads the database's clock and whether the server the pool reaches accepts
 // writes. A read-only server (the old primary after a failover, left running read-only, that
 // the pool's old connections still reach while new ones go to the new primary) counts on
 // the stall clock as refused writes, so that a leader that cannot get away from it gives the
 // lock up; and its connections are dropped, so that the next statements dial again. An idle
 // leader learns of a failover this way: it only reads, and reads pass on a read-only server.
-func (r *Relay) checkDatabase(ctx context.Context) {
+func (r *Engine) CheckDatabase(ctx context.Context) {
 	st, err := r.readDatabase(ctx)
 	switch {
 	case err != nil:
@@ -98,9 +98,9 @@ func (r *Relay) checkDatabase(ctx context.Context) {
 // grows by one cheap statement per second at most (a lock TTL of 2 s renews every 0.5 s).
 const checkEvery = time.Second
 
-// checkDatabaseAsync runs checkDatabase in a goroutine of its own, unless one still runs or
+// CheckDatabaseAsync runs CheckDatabase in a goroutine of its own, unless one still runs or
 // the last began less than checkEvery ago: the lock's extension never waits for the database.
-func (r *Relay) checkDatabaseAsync(ctx context.Context) {
+func (r *Engine) CheckDatabaseAsync(ctx context.Context) {
 	now := int64(time.Since(r.progress.start))
 	if last := r.lastCheck.Load(); last != 0 && now-last < int64(checkEvery) {
 		return
@@ -111,14 +111,14 @@ func (r *Relay) checkDatabaseAsync(ctx context.Context) {
 	r.lastCheck.Store(now)
 	go func() {
 		defer r.checking.Store(false)
-		r.checkDatabase(ctx)
+		r.CheckDatabase(ctx)
 	}()
 }
 
 // redial drops the pool's idle connections that reach a read-only server (or do not answer),
 // and returns how many it dropped: database/sql dials again for the next statements. A
 // connection in use is left to its statement; the next check finds it if it is one of them.
-func (r *Relay) redial(ctx context.Context) int {
+func (r *Engine) redial(ctx context.Context) int {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.QueryTimeout) // a full pool makes Conn wait
 	defer cancel()
 	idle := r.db.Stats().Idle

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package pipeline
 
 import (
 	"math/rand/v2"
@@ -129,7 +129,7 @@ func (in *incidents) record(results []result, now time.Time) map[string]int {
 		if results[i].kind != failed {
 			continue
 		}
-		if k := KindOf(results[i].err); k != SendTransient && k != SendUnreachable {
+		if k := message.KindOf(results[i].err); k != message.SendTransient && k != message.SendUnreachable {
 			continue
 		}
 		k := brokerKey(results[i].err)
@@ -155,16 +155,16 @@ func (in *incidents) record(results []result, now time.Time) map[string]int {
 func (in *incidents) decide(res *result, topic string, now time.Time) {
 	err := res.err
 	k := brokerKey(err)
-	switch KindOf(err) {
-	case SendRefused, SendUnreplicated:
+	switch message.KindOf(err) {
+	case message.SendRefused, message.SendUnreplicated:
 		res.kind = retry // the broker read this message and refused it, or did not replicate it
-	case SendTopicMissing:
+	case message.SendTopicMissing:
 		in.decideTopicMissing(res, topic, k, now)
-	case SendMisconfigured:
+	case message.SendMisconfigured:
 		res.kind = deferred
 		res.delay = in.misconfiguredDelay(topic, err, now)
 		res.reason += misconfiguredMark
-	case SendUnreachable:
+	case message.SendUnreachable:
 		in.deferForBroker(res, k, now)
 	default:
 		if len(in.recent[k]) >= 2 {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package pipeline
 
 import (
 	"sort"
@@ -29,7 +29,7 @@ type TopicRefusal struct {
 
 // Incidents returns the relay's open broker incidents and refused topics, sorted. It is safe
 // to call from any goroutine.
-func (r *Relay) Incidents() ([]BrokerIncident, []TopicRefusal) {
+func (r *Engine) Incidents() ([]BrokerIncident, []TopicRefusal) {
 	in := r.incidents
 	in.mu.Lock()
 	defer in.mu.Unlock()

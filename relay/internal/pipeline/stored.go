@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package relay
+package pipeline
 
 import (
 	"context"
@@ -22,10 +22,10 @@ func keepStored(msgs, sent []*Message) {
 // markSentRows marks the sent rows idx (read with retryCount failures) sent with markSent,
 // or, when the table has the audit columns and the publisher said where any was stored,
 // with MarkSentAt, which records the positions in the same statement.
-func (r *Relay) markSentRows(ctx context.Context, markSent func(context.Context, int, []int64, int64) (int64, error),
+func (r *Engine) markSentRows(ctx context.Context, markSent func(context.Context, int, []int64, int64) (int64, error),
 	retryCount int, rows []outboxsql.Row, results []result, idx []int, nowMs int64) (int64, error) {
 	ids := rowIDs(rows, idx)
-	if !r.cfg.RecordPositions || !r.store.HasPositions() || r.cfg.perRowWriteBack {
+	if !r.cfg.RecordPositions || !r.store.HasPositions() || r.cfg.PerRowWriteBack {
 		return markSent(ctx, retryCount, ids, nowMs)
 	}
 	at := make([]*message.Stored, len(idx))
