@@ -53,7 +53,7 @@ func orderedBy(router relay.Router) func(topic, tag string) bool {
 func startAuditors(ctx context.Context, cfg config.Config, dbs []*runDatabase, router relay.Router, reg prometheus.Registerer, log zerolog.Logger, panel *auditPanel) (wait func()) {
 	var wg sync.WaitGroup
 	if !cfg.Audit.Enabled {
-		log.Warn().Msg("broker audit OFF (audit.enabled=false): acknowledged messages the broker loses are not found")
+		log.Info().Msg("broker audit off (audit.enabled=false): acknowledged messages the broker loses are not looked for")
 		for _, d := range dbs {
 			for _, table := range d.Tables {
 				panel.add(auditEntry{database: d.Name, table: table, off: "disabled: audit.enabled=false"})

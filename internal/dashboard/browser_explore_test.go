@@ -57,7 +57,8 @@ func TestBrowserExplorer(t *testing.T) {
 	}
 	t.Cleanup(broker.Close)
 	const accessKey, secretKey = "relay-ak", "relay-Secret-Key-never-shown"
-	relay := startRelayBinary(t, db, prefix, broker, "OUTBOX_ROCKETMQ_ACCESS_KEY="+accessKey, "OUTBOX_ROCKETMQ_SECRET_KEY="+secretKey)
+	relay := startRelayBinary(t, db, prefix, broker, "OUTBOX_ROCKETMQ_ACCESS_KEY="+accessKey, "OUTBOX_ROCKETMQ_SECRET_KEY="+secretKey,
+		"OUTBOX_AUDIT_ENABLED=true") // the explorer shows where messages were stored and the audit panel
 	testenv.Eventually(t, 30*time.Second, "the seeded events sent", func() bool {
 		var n int
 		_ = db.QueryRow("SELECT COUNT(*) FROM `" + table + "` WHERE status = 2").Scan(&n)
