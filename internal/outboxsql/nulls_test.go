@@ -23,21 +23,13 @@ func TestNullSafeStatementsKeepTheirPlans(t *testing.T) {
 	t.Parallel()
 	db := testenv.MySQL(t)
 	ctx := context.Background()
-	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
-		t.Fatal(err)
-	}
-	for _, stmt := range []string{
+	seedTable(t, db.DB,
 		"ALTER TABLE local_message MODIFY is_deleted tinyint NULL DEFAULT NULL, MODIFY retry_count int NULL DEFAULT NULL, MODIFY next_retry_time bigint NULL DEFAULT NULL",
-		"INSERT INTO local_message (msg_id, topic, content, status, next_retry_time, sent_time) SELECT CONCAT('sent-', seq), 'orders', '{}', 2, seq, seq FROM seq_1_to_60000",
+		sentHistory,
 		"INSERT INTO local_message (msg_id, topic, content, status, retry_count, next_retry_time, is_deleted) SELECT CONCAT('null-', seq), 'orders', '{}', 0, NULL, NULL, NULL FROM seq_1_to_10",
 		"INSERT INTO local_message (msg_id, topic, content, status, next_retry_time) SELECT CONCAT('due-', seq), 'orders', '{}', 0, seq FROM seq_1_to_40",
-		"ANALYZE TABLE local_message",
-	} {
-		if _, err := db.Exec(stmt); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s := &Store{DB: db.DB, Table: "`local_message`", Name: "local_message", Timeout: 10 * time.Second}
+		"ANALYZE TABLE local_message")
+	s := testStore(db.DB)
 	if err := s.ScanIndex(ctx); err != nil {
 		t.Fatal(err)
 	}

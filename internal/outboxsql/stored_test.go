@@ -4,6 +4,7 @@ package outboxsql
 
 import (
 	"context"
+	"database/sql"
 	"strconv"
 	"testing"
 	"time"
@@ -20,18 +21,9 @@ func TestSentAtWriteBackPlan(t *testing.T) {
 	t.Parallel()
 	db := testenv.MySQL(t)
 	ctx := context.Background()
-	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
-		t.Fatal(err)
-	}
-	for _, stmt := range []string{
-		"INSERT INTO local_message (msg_id, topic, content, status, next_retry_time, sent_time) SELECT CONCAT('sent-', seq), 'orders', '{}', 2, seq, seq FROM seq_1_to_60000",
+	seedTable(t, db.DB, sentHistory,
 		"INSERT INTO local_message (msg_id, topic, content) SELECT CONCAT('due-', seq), 'orders', '{}' FROM seq_1_to_1000",
-		"ANALYZE TABLE local_message",
-	} {
-		if _, err := db.Exec(stmt); err != nil {
-			t.Fatal(err)
-		}
-	}
+		"ANALYZE TABLE local_message")
 	s := testStore(db.DB)
 	var first int64
 	if err := db.QueryRow("SELECT MIN(id) FROM local_message WHERE status = 0").Scan(&first); err != nil {
@@ -61,5 +53,22 @@ func TestSentAtWriteBackPlan(t *testing.T) {
 		AND queue_id = (id - ?) % 8 AND queue_offset = id - ? AND offset_msg_id = CONCAT('7F00000100002A9F', 1000000000000000 + id - ?))`,
 		first, first, first, first).Scan(&bad); err != nil || bad != 0 {
 		t.Fatalf("%d rows not recorded as given (%v)", bad, err)
+	}
+}
+
+// sentHistory gives a plan test's table 60,000 sent rows: the history the relay's
+// statements must not read.
+const sentHistory = "INSERT INTO local_message (msg_id, topic, content, status, next_retry_time, sent_time) SELECT CONCAT('sent-', seq), 'orders', '{}', 2, seq, seq FROM seq_1_to_60000"
+
+// seedTable creates local_message in db and runs stmts on it, in order.
+func seedTable(t *testing.T, db *sql.DB, stmts ...string) {
+	t.Helper()
+	if err := schema.Migrate(context.Background(), db, "local_message"); err != nil {
+		t.Fatal(err)
+	}
+	for _, stmt := range stmts {
+		if _, err := db.Exec(stmt); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
