@@ -192,3 +192,21 @@ func TestAnnouncedFrameCostsOnlyWhatArrives(t *testing.T) {
 		t.Fatalf("allocated %d bytes for a frame that sent 10", got)
 	}
 }
+
+// BenchmarkDecodeSendHeader decodes a send request's JSON header as the Go client writes
+// it: the in-process test broker and the relay's own remoting read every frame this way.
+func BenchmarkDecodeSendHeader(b *testing.B) {
+	ext := map[string]string{"a": "PG", "b": "orders", "c": "TBW102", "d": "4", "e": "3", "f": "0",
+		"g": "1732761600000", "h": "0", "i": "OUTBOX_MSG_ID\x01m-1234567890\x02KEYS\x01m-1234567890\x02TAGS\x01created\x02",
+		"j": "0", "k": "false", "m": "false", "n": "broker-a"}
+	f, err := Encode(&Command{Code: 310, Language: "GO", Ext: ext, Body: []byte("body")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Decode(f[4:]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
