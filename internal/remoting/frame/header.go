@@ -3,6 +3,7 @@
 package frame
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -36,7 +37,9 @@ func decodeJSON(b []byte) (*Command, error) {
 	c := &Command{Code: h.Code, Version: h.Version, Opaque: h.Opaque, Flag: h.Flag, Remark: h.Remark, Ext: ext}
 	var name string
 	var code int
-	switch {
+	switch l := h.Language; {
+	case len(l) >= 2 && l[0] == '"' && l[len(l)-1] == '"' && !bytes.ContainsRune(l, '\\'):
+		c.Language = string(l[1 : len(l)-1]) // the usual "GO" or "JAVA", without a decoder
 	case json.Unmarshal(h.Language, &name) == nil:
 		c.Language = name
 	case json.Unmarshal(h.Language, &code) == nil:
