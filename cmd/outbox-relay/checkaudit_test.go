@@ -30,18 +30,26 @@ func TestCheckSaysTheAuditCanAsk(t *testing.T) {
 	}
 }
 
-// A broker that the name server still routes but that does not answer: check says the audit
-// cannot ask it, why, and exits 1 although every topic exists.
-func TestCheckSaysTheAuditCannotAsk(t *testing.T) {
+// unaskableBroker starts rmqtest with topic orders routed to a broker that does not answer,
+// and configures the relay to send to it.
+func unaskableBroker(t *testing.T) *rmqtest.Server {
+	t.Helper()
 	srv, err := rmqtest.Start(rmqtest.Options{NoAutoCreateTopics: true, Logf: func(string, ...any) {}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	srv.CreateTopic("orders", 2)
 	srv.StopBroker()
 	t.Setenv("OUTBOX_ROCKETMQ_NAMESERVERS", srv.NameServerAddr())
 	t.Setenv("OUTBOX_ROUTES", `[{"topic":"orders"}]`)
+	return srv
+}
+
+// A broker that the name server still routes but that does not answer: check says the audit
+// cannot ask it, why, and exits 1 although every topic exists.
+func TestCheckSaysTheAuditCannotAsk(t *testing.T) {
+	srv := unaskableBroker(t)
 	// The audit is off by default: check says so and does not ask.
 	r := cli(t, "", false, "check", "--mysql-dsn=u:p@tcp(127.0.0.1:1)/x", "--timeout", "5s")
 	if r.code != 0 || !strings.Contains(r.out, "broker audit: OFF (audit.enabled=false)") {
@@ -64,15 +72,7 @@ func TestCheckAndTheAuditServiceSayTheSame(t *testing.T) {
 	if err := schema.Migrate(context.Background(), db.DB, "local_message"); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := rmqtest.Start(rmqtest.Options{NoAutoCreateTopics: true, Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	srv.CreateTopic("orders", 2)
-	srv.StopBroker()
-	t.Setenv("OUTBOX_ROCKETMQ_NAMESERVERS", srv.NameServerAddr())
-	t.Setenv("OUTBOX_ROUTES", `[{"topic":"orders"}]`)
+	srv := unaskableBroker(t)
 	t.Setenv("OUTBOX_AUDIT_ENABLED", "true")
 
 	r := cli(t, "", false, "check", "--mysql-dsn="+db.DSN, "--timeout", "5s")
