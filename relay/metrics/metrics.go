@@ -63,6 +63,7 @@ type tableEntry struct {
 	minutes *minuteRing
 }
 
+// init lets the relay's packages reach a table's recorder in a *Metrics (recorder.For).
 func init() {
 	recorder.Register(func(m any, database, table string) *recorder.Table {
 		mm, _ := m.(*Metrics)
