@@ -31,7 +31,7 @@ help:
 	@echo "make bench-failover  delivery gap after kill -9 and SIGTERM of the leader"
 	@echo "make bench-rolling   a Kubernetes rolling update replayed with relay processes: gap, duplicates, RSS"
 	@echo "make bench-partitions  a relay group sharing one table: rows/s with 1-3 relays, takeover, Redis upkeep"
-	@echo "make lint        gofmt, go vet, SPDX identifiers and every Markdown link and anchor"
+	@echo "make lint        gofmt, go vet, SPDX identifiers, every Markdown link and anchor, relay functions <= 80 lines"
 	@echo "make build       static binary $(BIN) (CGO_ENABLED=0, -trimpath, version stamps)"
 	@echo "make release VERSION=vX.Y.Z  tag, binaries, SHA256SUMS and notes in dist/VERSION (docs/releasing.md)"
 	@echo "make services    start or reuse MariaDB and Redis on 127.0.0.1"
@@ -166,6 +166,7 @@ bench-partitions: services
 lint: vet
 	@bash scripts/spdx.sh --check
 	@$(GO) run ./internal/cmd/linkcheck .
+	@$(GO) run ./internal/cmd/funclen -max 80 -allow scripts/funclen-relay.allow ./relay/...
 	@files=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$files" ]; then echo "gofmt needed:"; echo "$$files"; exit 1; fi
 

@@ -11,6 +11,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/internal/recorder"
 	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
@@ -90,7 +91,7 @@ func TestMetricsActivityCountsPerMinute(t *testing.T) {
 	m := relay.NewMetrics(nil)
 	clock := time.Unix(1_800_000_000, 0) // a minute's start
 	relay.SetMetricsClock(m, func() time.Time { return clock })
-	tm := m.Table("db", "local_message")
+	tm := recorder.For(m, "db", "local_message")
 	tm.Published("orders", "", 5)
 	tm.Failed("orders", "", 2)
 	clock = clock.Add(90 * time.Second)

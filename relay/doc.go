@@ -77,7 +77,7 @@
 //   - A database stall is a statement left unanswered (pipeline/progress.go), never a slow broker.
 //   - One layout of partitions at a time: internal/lease/layout.go.
 //   - What the dashboard shows, read without a query: the per-minute sent/failed/dead counts
-//     (metrics/activity.go, fed with the Prometheus counters), each broker's state and circuit and the
+//     (metrics/activity.go, fed by internal/recorder with the Prometheus counters), each broker's state and circuit and the
 //     name servers' probes (rocketmq/brokerhealth.go), and each relay's open incidents
 //     (pipeline/incidentreport.go).
 //   - Bounded memory: the bodies held at once (pages read and not yet published, sends of

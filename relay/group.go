@@ -86,7 +86,7 @@ func NewGroup(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) 
 	g.member = fmt.Sprintf("%d|since=%d host=%s pid=%d token=%s", cfg.Partitions, time.Now().UnixMilli(), host, os.Getpid(), hex.EncodeToString(token))
 	g.log = g.parts[0].log.With().Str("member", g.member).Logger()
 	if cfg.Partitions > 1 {
-		cfg.Metrics.Table(cfg.Database, cfg.Table).InitPartitions(cfg.Partitions)
+		g.parts[0].metrics.InitPartitions(cfg.Partitions)
 	}
 	return g, nil
 }
@@ -210,7 +210,7 @@ func (g *Group) heartbeat(ctx context.Context) {
 	newConflict := conflict != "" && conflict != g.conflict
 	g.conflict = conflict
 	g.mu.Unlock()
-	g.cfg.Metrics.Table(g.cfg.Database, g.cfg.Table).SetGroupMembers(len(members))
+	g.parts[0].metrics.SetGroupMembers(len(members))
 	if newConflict {
 		g.log.Error().Str("other", conflict).Int("partitions", g.cfg.Partitions).
 			Msg("group: an older relay of this table runs with another relay.partitions; this one holds no partition until every relay has the same")

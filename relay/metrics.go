@@ -14,8 +14,6 @@ type (
 	Metrics = metrics.Metrics
 	// MetricsOptions is metrics.MetricsOptions: how Metrics bounds its labels.
 	MetricsOptions = metrics.MetricsOptions
-	// TableMetrics is metrics.TableMetrics: the metrics of one table.
-	TableMetrics = metrics.TableMetrics
 	// MinuteActivity is metrics.MinuteActivity: one minute's sent, failed and dead counts.
 	MinuteActivity = metrics.MinuteActivity
 )

@@ -24,6 +24,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/txcheck"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/internal/recorder"
 )
 
 // metric returns the value of the series of name whose labels include want, or -1.
@@ -156,8 +157,8 @@ func TestMetricsExportEverySeriesFromZero(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: testRoutes})
 	m.SetBuildInfo("v1.2.3", "abc123")
-	m.Table(testDatabase, testTable)
-	m.Table(testDatabase, "other_outbox")
+	recorder.For(m, testDatabase, testTable)
+	recorder.For(m, testDatabase, "other_outbox")
 	got := samples(t, scrape(t, reg))
 	for _, table := range []string{testTable, "other_outbox"} {
 		lt := `database="` + testDatabase + `",table="` + table + `"`
@@ -185,12 +186,12 @@ func TestMetricsExportEverySeriesFromZero(t *testing.T) {
 	if got[want] != "1" || len(selectorsOf(got, "outbox_relay_build_info")) != 1 {
 		t.Errorf("build info: want only %s 1, got %v", want, selectorsOf(got, "outbox_relay_build_info"))
 	}
-	// The handle is shared, and a nil Metrics gives a nil handle that records nothing.
-	if m.Table(testDatabase, testTable) != m.Table(testDatabase, testTable) {
-		t.Error("Table returned two handles for one table")
+	// The recorder is shared, and a nil Metrics gives a nil recorder that records nothing.
+	if recorder.For(m, testDatabase, testTable) != recorder.For(m, testDatabase, testTable) {
+		t.Error("recorder.For returned two recorders for one table")
 	}
 	var none *relay.Metrics
-	h := none.Table(testDatabase, testTable)
+	h := recorder.For(none, testDatabase, testTable)
 	h.Published("orders", "created", 1)
 	h.Failed("orders", "created", 1)
 	h.Dead("orders", "created", 1)
@@ -220,7 +221,7 @@ func TestMetricsLabelsAreBounded(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m := relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: testRoutes, MaxLabelPairs: 3})
-	tm := m.Table(testDatabase, testTable)
+	tm := recorder.For(m, testDatabase, testTable)
 	tm.Dead("bad topic!", "x", 1)            // a garbage topic of a dead row: "_invalid"
 	tm.Dead(strings.Repeat("t", 300), "", 1) // too long for a topic: "_invalid" too
 	tm.Published("stock", "reserved", 1)     // third pair: the budget is spent
@@ -328,7 +329,7 @@ func alertRules(t *testing.T) []alertRule {
 type fakeRelay struct {
 	instance string
 	reg      *prometheus.Registry
-	tm       *relay.TableMetrics
+	tm       *recorder.Table
 	tx       *txcheck.Metrics // the check responder's (rocketmq.transaction_check_groups)
 	audit    *auditor.Metrics // the broker audit's
 	down     bool
@@ -339,7 +340,7 @@ func (r *fakeRelay) start() {
 	r.reg = prometheus.NewRegistry()
 	m := relay.NewMetricsWith(r.reg, relay.MetricsOptions{Routes: testRoutes})
 	m.SetBuildInfo("v1.0.0", "abc123")
-	r.tm = m.Table(testDatabase, testTable)
+	r.tm = recorder.For(m, testDatabase, testTable)
 	r.tx = txcheck.NewMetrics(r.reg, testDatabase)
 	r.audit = auditor.NewMetrics(r.reg)
 	r.down = false
@@ -755,7 +756,7 @@ func realSeries(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	m := relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: testRoutes})
-	tm := m.Table(testDatabase, testTable)
+	tm := recorder.For(m, testDatabase, testTable)
 	tm.InitPartitions(2) // the series of a partitioned table (relay.partitions > 1)
 	tm.Published("orders", "created", 1)
 	tm.ObservePublish(time.Millisecond)
@@ -927,7 +928,7 @@ func TestMetricsDocMatchesTheRelay(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: testRoutes})
 	m.ConnectionWatch("outbox-relay", true) // a series exists once a producer group started
-	tm := m.Table(testDatabase, testTable)
+	tm := recorder.For(m, testDatabase, testTable)
 	tm.InitPartitions(2)
 	tm.SetMisconfigured("payments", true) // a series exists only while a topic is refused
 	am := auditor.NewMetrics(reg)

@@ -19,6 +19,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay/internal/lease"
 	"github.com/outbox-relay/outbox-relay/relay/internal/pipeline"
+	"github.com/outbox-relay/outbox-relay/relay/internal/recorder"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -281,7 +282,7 @@ type Relay struct {
 	lease        *lease.Lease // nil without a Redis client
 	waitingSince atomic.Int64 // when a standby began to wait, nanoseconds after the stall clock's start; 0 when not waiting
 
-	metrics *TableMetrics // nil without cfg.Metrics
+	metrics *recorder.Table // nil without cfg.Metrics
 
 	// Set by a Group for each of its partitions: gate says whether this process should
 	// hold the partition, and nudgeIn carries the nudges of the group's one subscription.
@@ -310,7 +311,7 @@ func New(db *sql.DB, rdb redis.UniversalClient, pub Publisher, cfg Config) (*Rel
 	if cfg.Partitions > 1 {
 		log = log.With().Int("partition", cfg.Partition).Int("partitions", cfg.Partitions).Logger()
 	}
-	r := &Relay{cfg: cfg, rdb: rdb, log: log, metrics: cfg.Metrics.Table(cfg.Database, cfg.Table)}
+	r := &Relay{cfg: cfg, rdb: rdb, log: log, metrics: recorder.For(cfg.Metrics, cfg.Database, cfg.Table)}
 	r.eng = pipeline.New(cfg.pipeline(), db, pub, log, r.metrics, msgtrace.Tracer(cfg.TracerProvider))
 	if rdb != nil {
 		r.lease = lease.New(lease.Config{Client: rdb, Clients: cfg.LockClients, Key: cfg.LockKey,

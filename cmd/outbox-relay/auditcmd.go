@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outbox-relay/outbox-relay/internal/auditor"
+	"github.com/outbox-relay/outbox-relay/internal/brokeraudit"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/ops"
 )
@@ -49,9 +50,9 @@ Exits 1 when the brokers cannot be asked.`,
 			if err != nil {
 				return err
 			}
-			lookup := brokerLookup(a.cfg)
-			if err := lookup.Probe(ctx); err != nil {
-				return fmt.Errorf("audit: the brokers cannot be asked: %w", err)
+			lookup := brokeraudit.ForConfig(a.cfg)
+			if err := brokeraudit.CanAsk(ctx, lookup); err != nil {
+				return fmt.Errorf("audit: %w", err)
 			}
 			for _, d := range dbs {
 				rg, err := auditRange(ctx, d, since, until, topic, repair)

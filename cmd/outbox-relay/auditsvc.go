@@ -4,9 +4,7 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -14,21 +12,12 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/auditor"
 	"github.com/outbox-relay/outbox-relay/internal/brokeraudit"
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/remoting"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
-// brokerLookup is the broker audit's lookup of the configured RocketMQ deployment.
-func brokerLookup(cfg config.Config) brokeraudit.Lookup {
-	return brokeraudit.NewRocketMQ(brokeraudit.RocketMQConfig{
-		NameServers: cfg.RocketMQ.NameServers, TLS: cfg.RocketMQ.TLS.Enable,
-		Credentials: remoting.Credentials{AccessKey: cfg.RocketMQ.AccessKey, SecretKey: cfg.RocketMQ.SecretKey},
-	})
-}
-
 // newAuditor returns the broker audit of one table; owner says when this process runs it.
 func newAuditor(cfg config.Config, d *runDatabase, table string, router relay.Router, m *auditor.Metrics, owner func() bool, log zerolog.Logger) (*auditor.Auditor, error) {
-	return auditor.New(d.pool, brokerLookup(cfg), auditor.Config{
+	return auditor.New(d.pool, brokeraudit.ForConfig(cfg), auditor.Config{
 		Database: d.Label(), Table: table, MinAge: cfg.Audit.MinAge, MaxAge: cfg.Audit.MaxAge,
 		Rate: cfg.Audit.Rate, Batch: cfg.Audit.BatchSize, Namespace: cfg.RocketMQ.Namespace,
 		Ordered: orderedBy(router), Owner: owner, Log: log, Metrics: m,
@@ -79,24 +68,4 @@ func startAuditors(ctx context.Context, cfg config.Config, dbs []*runDatabase, r
 		}
 	}
 	return wg.Wait
-}
-
-// auditOff is what check says when the audit is switched off.
-const auditOff = "broker audit: OFF (audit.enabled=false): messages the broker loses after acknowledging them are not found"
-
-// printAuditCheck says, for `outbox-relay check` with no topic to check, whether the broker
-// audit can run against the configured brokers: off by configuration, the brokers unable to
-// answer (a proxy that does not serve the lookup), or on.
-func (a *app) printAuditCheck(ctx context.Context, timeout time.Duration) {
-	if !a.cfg.Audit.Enabled {
-		fmt.Fprintln(a.out, auditOff)
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if err := brokerLookup(a.cfg).Probe(ctx); err != nil {
-		fmt.Fprintf(a.out, "broker audit: OFF: the brokers cannot be asked: %v\n", err)
-		return
-	}
-	fmt.Fprintln(a.out, "broker audit: on: the brokers answer the lookup (tables also need the audit columns: outbox-relay migrate --check)")
 }

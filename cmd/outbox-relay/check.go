@@ -35,9 +35,10 @@ writable queues, or "missing" with the mqadmin command that creates it. With
 autoCreateTopicEnable=false, RocketMQ's production setting, a missing topic makes every row
 of it fail. An ordered route's topic is created as a 5.x FIFO topic (message.type=FIFO): a
 5.x proxy refuses a message whose type does not match its topic's. Then says whether the
-broker audit can ask the brokers of the existing topics (every broker of their routes must
-serve its pulls: a user allowed only to publish cannot). Exits 1 when a topic is missing, a
-name server does not answer or the audit cannot ask the brokers.`,
+broker audit can ask the brokers of the routes' existing topics (every broker of their routes
+must serve its pulls: a user allowed only to publish cannot), in the words the relay logs at
+start and the audit command prints. Exits 1 when a topic is missing, a name server does not
+answer or the audit is enabled and cannot ask the brokers.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// The client logs every missing route as an error: the table says it better.
@@ -49,8 +50,9 @@ name server does not answer or the audit cannot ask the brokers.`,
 			checks := topicsToCheck(a.cfg.Routes, topics)
 			if len(checks) == 0 {
 				fmt.Fprintln(a.out, "no topic to check: the routes name none literally; name topics with --topic")
-				a.printAuditCheck(cmd.Context(), timeout)
-				return nil
+				ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+				defer cancel()
+				return checkAudit(ctx, a.out, a.cfg)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
@@ -68,12 +70,8 @@ name server does not answer or the audit cannot ask the brokers.`,
 			if err := printTopicChecks(a.out, a.cfg.RocketMQ, results, clusterOf(adm, a.cfg.RocketMQ.Namespace, results)); err != nil {
 				return err
 			}
-			var auditErr error
-			if a.cfg.Audit.Enabled {
-				auditErr = checkAudit(ctx, a.out, a.cfg.RocketMQ, results)
-			} else {
-				fmt.Fprintln(a.out, "\n"+auditOff)
-			}
+			fmt.Fprintln(a.out)
+			auditErr := checkAudit(ctx, a.out, a.cfg)
 			for _, r := range results {
 				if r.err != nil || r.missing {
 					return fmt.Errorf("check: %d of %d topics missing or not checked", countBad(results), len(results))
@@ -223,19 +221,23 @@ func printTopicChecks(w io.Writer, mq config.RocketMQ, results []topicResult, cl
 	return nil
 }
 
-// checkAudit prints whether the broker audit can ask the brokers of the existing topics.
-func checkAudit(ctx context.Context, w io.Writer, mq config.RocketMQ, results []topicResult) error {
-	var topics []string
-	for _, r := range results {
-		if r.err == nil && !r.missing {
-			topics = append(topics, r.topic)
-		}
+// auditOff is what check says when the audit is switched off.
+const auditOff = "broker audit: OFF (audit.enabled=false): messages the broker loses after acknowledging them are not found"
+
+// checkAudit prints whether the broker audit can run: off by configuration, on (every
+// broker of the routes' topics serves its pulls), or off because the brokers cannot be asked,
+// in brokeraudit.CanAsk's words (the audit service logs and `outbox-relay audit` prints the
+// same), which is an error: check exits 1.
+func checkAudit(ctx context.Context, w io.Writer, cfg config.Config) error {
+	if !cfg.Audit.Enabled {
+		fmt.Fprintln(w, auditOff)
+		return nil
 	}
-	if err := brokeraudit.CanAsk(ctx, mq, topics); err != nil {
-		fmt.Fprintf(w, "\nbroker audit: cannot ask the brokers: %v\n", err)
-		return fmt.Errorf("check: the broker audit cannot ask the brokers")
+	if err := brokeraudit.CanAsk(ctx, brokeraudit.ForConfig(cfg)); err != nil {
+		fmt.Fprintf(w, "broker audit: OFF: %v\n", err)
+		return errors.New("check: the broker audit cannot ask the brokers")
 	}
-	fmt.Fprintln(w, "\nbroker audit: ok, every broker of these topics serves the audit's pulls")
+	fmt.Fprintln(w, "broker audit: ok, every broker of the routes' topics serves the audit's pulls (tables also need the audit columns: outbox-relay migrate --check)")
 	return nil
 }
 

@@ -116,8 +116,8 @@ func (a *Auditor) Ready(ctx context.Context) error {
 	case !ok:
 		return fmt.Errorf("table %s has no audit columns (%v): positions are not recorded; run `outbox-relay migrate`", a.cfg.Table, schema.AuditColumns())
 	}
-	if err := a.lookup.Probe(ctx); err != nil {
-		return fmt.Errorf("the brokers cannot be asked: %w", err)
+	if err := brokeraudit.CanAsk(ctx, a.lookup); err != nil {
+		return err
 	}
 	return a.prepare(ctx)
 }

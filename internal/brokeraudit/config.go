@@ -5,6 +5,8 @@ package brokeraudit
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/remoting"
@@ -29,10 +31,26 @@ func ForRelay(mq config.RocketMQ, topics []string) *RocketMQ {
 	})
 }
 
-// CanAsk says whether the audit can ask the brokers of a relay's configuration about
-// topics: nil when every broker of their routes serves the audit's pulls, otherwise why not.
-func CanAsk(ctx context.Context, mq config.RocketMQ, topics []string) error {
-	if err := ForRelay(mq, topics).Probe(ctx); err != nil {
+// ForConfig returns the broker audit's lookup of a relay's configuration: ForRelay with the
+// topics its routes name literally (a pattern cannot be probed; with none, SELF_TEST_TOPIC).
+// `outbox-relay check`, the audit service and `outbox-relay audit` all ask through it, so they
+// probe the same brokers.
+func ForConfig(cfg config.Config) *RocketMQ {
+	var topics []string
+	for _, r := range cfg.Routes {
+		if !strings.ContainsAny(r.Topic, `*?[\`) && !slices.Contains(topics, r.Topic) {
+			topics = append(topics, r.Topic)
+		}
+	}
+	return ForRelay(cfg.RocketMQ, topics)
+}
+
+// CanAsk says whether the broker audit can ask l's brokers: nil when every broker it probes
+// serves the audit's pulls, otherwise why not. It is the one verdict `outbox-relay check`,
+// the audit service at start (and the dashboard) and `outbox-relay audit` report, word for
+// word.
+func CanAsk(ctx context.Context, l Lookup) error {
+	if err := l.Probe(ctx); err != nil {
 		return fmt.Errorf("%w; the audit cannot find messages the brokers lost (it never counts what it cannot ask as lost)", err)
 	}
 	return nil

@@ -13,16 +13,24 @@ import (
 )
 
 // Probe asks, for each probe topic, every master of its route to serve a pull of the kind a
-// Check sends. It returns nil when every one answered, and otherwise an error naming what
-// refused and why (a 5.x proxy that does not serve pulls, a user without the right to read, a
-// consumer group the broker will not create, a broker that does not answer).
+// Check sends; a topic without a route is passed over, unless every one is. It returns nil
+// when every master answered, and otherwise an error naming what refused and why (a 5.x
+// proxy that does not serve pulls, a user without the right to read, a consumer group the
+// broker will not create, a broker that does not answer).
 func (r *RocketMQ) Probe(ctx context.Context) error {
 	var problems []string
+	routed := 0
 	for _, topic := range r.cfg.ProbeTopics {
 		rt, err := r.route(ctx, topic)
-		if err != nil {
-			return fmt.Errorf("brokeraudit: the brokers cannot be asked: route of %s: %w", topic, err)
+		if errors.Is(err, remoting.ErrNoRoute) {
+			// A topic not created yet: nothing of it was sent, so nothing to ask (check lists
+			// it as missing). The others say whether the brokers can be asked.
+			continue
 		}
+		if err != nil {
+			return fmt.Errorf("the brokers cannot be asked: route of %s: %w", topic, err)
+		}
+		routed++
 		names := make([]string, 0, len(rt.Masters))
 		for name := range rt.Masters {
 			names = append(names, name)
@@ -37,8 +45,11 @@ func (r *RocketMQ) Probe(ctx context.Context) error {
 			problems = append(problems, fmt.Sprintf("the route of %s names no master", topic))
 		}
 	}
+	if routed == 0 {
+		problems = append(problems, fmt.Sprintf("no topic to probe has a route (%s)", strings.Join(r.cfg.ProbeTopics, ", ")))
+	}
 	if len(problems) > 0 {
-		return fmt.Errorf("brokeraudit: the brokers cannot be asked: %s", strings.Join(problems, "; "))
+		return fmt.Errorf("the brokers cannot be asked: %s", strings.Join(problems, "; "))
 	}
 	return nil
 }

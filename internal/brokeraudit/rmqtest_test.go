@@ -168,6 +168,24 @@ func TestRMQTestProbe(t *testing.T) {
 	t.Log(err)
 }
 
+// A probe topic not created yet is passed over: nothing of it was sent, and check lists it as
+// missing, so it must not switch the audit off for the topics that exist. When none of the
+// probe topics has a route, Probe says so rather than passing with nothing asked.
+func TestRMQTestProbePassesOverMissingTopics(t *testing.T) {
+	srv := startRMQ(t)
+	probe := func(topics ...string) error {
+		return brokeraudit.NewRocketMQ(brokeraudit.RocketMQConfig{NameServers: []string{srv.NameServerAddr()}, ProbeTopics: topics}).
+			Probe(context.Background())
+	}
+	if err := probe("NotCreatedYet", topic); err != nil {
+		t.Fatalf("Probe of a missing and an existing topic: %v", err)
+	}
+	err := probe("NotCreatedYet", "NorThisOne")
+	if err == nil || !strings.Contains(err.Error(), "no topic to probe has a route (NotCreatedYet, NorThisOne)") {
+		t.Fatalf("Probe of missing topics only = %v", err)
+	}
+}
+
 // A position whose queue offset was recorded wrong, but whose offset message id is right, is
 // found by the id: the broker holds the message, so it is Present, not Missing.
 func TestRMQTestFoundByOffsetMsgID(t *testing.T) {

@@ -23,8 +23,8 @@ type MinuteActivity struct {
 }
 
 // minuteRing keeps the counts of the last ActivityMinutes minutes, one slot a minute, fed by
-// the calls that update the Prometheus counters. A slot is reused when its minute comes
-// round again, so nothing is appended and nothing runs in the background.
+// the relay's recorder as it updates the Prometheus counters. A slot is reused when its
+// minute comes round again, so nothing is appended and nothing runs in the background.
 type minuteRing struct {
 	now func() time.Time
 
@@ -83,5 +83,6 @@ func (m *Metrics) Activity(database, table string) []MinuteActivity {
 	return t.minutes.last()
 }
 
-// SetClock replaces the clock of m's activity minutes, for tests; call it before Table.
+// SetClock replaces the clock of m's activity minutes, for tests; call it before m records
+// anything (before the relays given m are made).
 func (m *Metrics) SetClock(now func() time.Time) { m.now = now }

@@ -103,30 +103,36 @@ func atBroker(addr string, err error) error {
 // cluster when they list none or do not answer; a refused connection is unreachable;
 // anything else (a timeout, a dropped connection) is transient.
 func (p *Publisher) classify(ctx context.Context, err error, topic string, batch bool) error {
-	broker := message.BrokerOf(err)
 	msg := err.Error()
 	var at *message.SendError
 	if errors.As(err, &at) {
 		msg = at.Err.Error()
 	}
 	lower := strings.ToLower(msg)
-	code := brokerCode(msg)
-	out := &message.SendError{Kind: message.SendTransient, Broker: broker, Code: code, Err: err}
+	out := &message.SendError{Kind: message.SendTransient, Broker: message.BrokerOf(err), Code: brokerCode(msg), Err: err}
+	if out.Code >= 0 {
+		p.judgeAnswer(out, lower, batch)
+	} else {
+		p.judgeUnanswered(ctx, out, lower, topic)
+	}
+	return out
+}
+
+// judgeAnswer sets the kind of out, a send a broker answered with out.Code (lower is the
+// answer's text in lower case); batch says whether the send was a batch request.
+func (p *Publisher) judgeAnswer(out *message.SendError, lower string, batch bool) {
+	code, err := out.Code, out.Err
 	switch {
-	case code < 0:
 	case misconfiguredAnswer(code, lower):
 		out.Kind = message.SendMisconfigured
 		if code == codeNoPermission {
 			// ACL: name the credential, which a wrong secret's answer does not.
 			out.Err = fmt.Errorf("%w (%s)", err, p.credentialName())
 		}
-		return out
 	case code == codeMessageIllegal: // size or properties: no retry can cure it
 		out.Kind = message.SendPermanent
-		return out
 	case code == codeTopicNotExist:
 		out.Kind, out.Err = message.SendTopicMissing, fmt.Errorf("%w: %w", message.ErrTopicNotFound, err)
-		return out
 	case code == codeSystemError && strings.Contains(lower, "size exceeded"):
 		// Apache RocketMQ 5.3 refuses a batch holding an oversized message, or too large as
 		// a whole, with SYSTEM_ERROR ("message body size exceeded"): about the request, not
@@ -135,61 +141,67 @@ func (p *Publisher) classify(ctx context.Context, err error, topic string, batch
 		if batch {
 			out.Kind = message.SendRefused
 		}
-		return out
 	case code == codeSystemError, code == codeSystemBusy, code == codeServiceUnavailable, code == codeNoPermission:
 		// The broker's state, not the message's: busy, flow control, disk full, read-only.
-		return out
 	default:
 		out.Kind = message.SendRefused
-		return out
 	}
-	if misconfiguredAnswer(-1, lower) {
+}
+
+// judgeUnanswered sets the kind of out, a send no broker answered (lower is the client's
+// error in lower case): refused credentials, a dropped connection, a route the client or the
+// name servers lack, an unreachable broker, or (anything else) transient.
+func (p *Publisher) judgeUnanswered(ctx context.Context, out *message.SendError, lower, topic string) {
+	err := out.Err
+	switch {
+	case misconfiguredAnswer(-1, lower):
 		out.Kind = message.SendMisconfigured
-		return out
-	}
-	for _, w := range []string{"use of closed network connection", "broken pipe", "connection reset by peer"} {
-		if strings.Contains(lower, w) {
-			// Written to, or waiting on, a connection the broker had closed: the client
-			// opens a new one for the next send.
-			out.Err = fmt.Errorf("%w: %w", errConnectionLost, err)
-			return out
-		}
-	}
-	if strings.HasPrefix(lower, "topic=") && strings.Contains(lower, "route info not found") {
+	case containsAny(lower, "use of closed network connection", "broken pipe", "connection reset by peer"):
+		// Written to, or waiting on, a connection the broker had closed: the client opens a
+		// new one for the next send.
+		out.Err = fmt.Errorf("%w: %w", errConnectionLost, err)
+	case strings.HasPrefix(lower, "topic=") && strings.Contains(lower, "route info not found"):
 		out.Err = fmt.Errorf("%w: %w", errRouteUnsettled, err)
-		return out
-	}
-	if strings.Contains(lower, "route info not found") {
-		live, routed, nsErr := p.routeState(ctx, topic)
-		switch {
-		case nsErr != nil:
-			out.Kind = message.SendUnreachable
-			out.Err = fmt.Errorf("%w: no name server answers at %s (%v): %w", message.ErrBrokerUnreachable, strings.Join(p.cfg.NameServers, ","), nsErr, err)
-		case routed:
-			// The name servers know the topic, but the client found no queue it may write
-			// to: its brokers are read-only (brokerPermission=4, being drained) or going.
-			out.Kind = message.SendUnreachable
-			out.Err = fmt.Errorf("%w: the topic's brokers take no writes now: %w", message.ErrBrokerUnreachable, err)
-		case live == 0:
-			out.Kind = message.SendUnreachable
-			out.Err = fmt.Errorf("%w: no broker is registered with the name servers: %w", message.ErrBrokerUnreachable, err)
-		default:
-			out.Kind = message.SendTopicMissing
-			out.Err = fmt.Errorf("%w: %w (does the topic exist? with autoCreateTopicEnable=false it must be created first)", message.ErrTopicNotFound, err)
-		}
-		return out
-	}
-	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
+	case strings.Contains(lower, "route info not found"):
+		p.judgeNoRoute(ctx, out, topic)
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH),
+		containsAny(lower, "connection refused", "no route to host", "network is unreachable"):
 		out.Kind, out.Err = message.SendUnreachable, fmt.Errorf("%w: %w", message.ErrBrokerUnreachable, err)
-		return out
 	}
-	for _, w := range []string{"connection refused", "no route to host", "network is unreachable"} {
-		if strings.Contains(lower, w) {
-			out.Kind, out.Err = message.SendUnreachable, fmt.Errorf("%w: %w", message.ErrBrokerUnreachable, err)
-			return out
+}
+
+// judgeNoRoute sets the kind of out, a send the client found no route for, from what the
+// name servers say of topic: none answers or none lists a broker (unreachable), the topic's
+// brokers take no writes (unreachable), or the topic does not exist.
+func (p *Publisher) judgeNoRoute(ctx context.Context, out *message.SendError, topic string) {
+	err := out.Err
+	live, routed, nsErr := p.routeState(ctx, topic)
+	switch {
+	case nsErr != nil:
+		out.Kind = message.SendUnreachable
+		out.Err = fmt.Errorf("%w: no name server answers at %s (%v): %w", message.ErrBrokerUnreachable, strings.Join(p.cfg.NameServers, ","), nsErr, err)
+	case routed:
+		// The name servers know the topic, but the client found no queue it may write
+		// to: its brokers are read-only (brokerPermission=4, being drained) or going.
+		out.Kind = message.SendUnreachable
+		out.Err = fmt.Errorf("%w: the topic's brokers take no writes now: %w", message.ErrBrokerUnreachable, err)
+	case live == 0:
+		out.Kind = message.SendUnreachable
+		out.Err = fmt.Errorf("%w: no broker is registered with the name servers: %w", message.ErrBrokerUnreachable, err)
+	default:
+		out.Kind = message.SendTopicMissing
+		out.Err = fmt.Errorf("%w: %w (does the topic exist? with autoCreateTopicEnable=false it must be created first)", message.ErrTopicNotFound, err)
+	}
+}
+
+// containsAny reports whether s contains any of subs.
+func containsAny(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
 		}
 	}
-	return out
+	return false
 }
 
 // storedStatus judges a send the broker answered with a status other than SEND_OK. The

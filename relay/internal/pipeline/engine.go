@@ -19,8 +19,8 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/outboxsql"
+	"github.com/outbox-relay/outbox-relay/relay/internal/recorder"
 	"github.com/outbox-relay/outbox-relay/relay/message"
-	"github.com/outbox-relay/outbox-relay/relay/metrics"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -37,8 +37,8 @@ type (
 	KeyBatcher = message.KeyBatcher
 	// SendError is message.SendError.
 	SendError = message.SendError
-	// TableMetrics is metrics.TableMetrics.
-	TableMetrics = metrics.TableMetrics
+	// TableMetrics is recorder.Table: the relay's write side of one table's metrics.
+	TableMetrics = recorder.Table
 )
 
 // UnroutedPolicy says what happens to a message no route matches.
