@@ -5,57 +5,27 @@ package relay_test
 import (
 	"context"
 	"fmt"
-	"runtime"
-	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
-// relayGoroutines returns the goroutines running or started by code of package relay or of
-// its internal packages, by id, each with its stack.
-func relayGoroutines() map[string]string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	out := map[string]string{}
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if !strings.Contains(g, "outbox-relay/relay.") && !strings.Contains(g, "outbox-relay/relay/internal/") {
-			continue
-		}
-		if f := strings.Fields(g); len(f) > 1 && f[0] == "goroutine" {
-			out[f[1]] = g
-		}
-	}
-	return out
-}
+// relayCode marks the goroutines of package relay and of its internal packages.
+var relayCode = []string{"outbox-relay/relay.", "outbox-relay/relay/internal/"}
 
-// checkNoneLeft fails the test with their stacks if goroutines of the relay's packages run
-// now that did not before (ids of before).
+func relayGoroutines() map[string]string { return testenv.Goroutines(relayCode...) }
+
+// checkNoneLeft fails the test if goroutines of the relay's packages run now that did not
+// before (ids of before).
 func checkNoneLeft(t *testing.T, before map[string]string) {
 	t.Helper()
-	var left []string
-	for id, stack := range relayGoroutines() {
-		if _, ok := before[id]; !ok {
-			left = append(left, stack)
-		}
-	}
-	if len(left) > 0 {
-		slices.Sort(left)
-		t.Fatalf("%d goroutines of the relay still run after Run returned:\n\n%s", len(left), strings.Join(left, "\n\n"))
-	}
+	testenv.NoGoroutinesLeft(t, before, relayCode...)
 }
 
 // TestShutdownStopsEveryBackgroundService: once Run returns (a relay of its own, and a group
