@@ -87,6 +87,17 @@
 //     guarded as 0, a NULL next_retry_time due now, a NULL is_deleted not deleted, a NULL
 //     status never sent): schema/nulls.go.
 //
+// Background work runs as services of one shape (internal/startstop: Start returns once the
+// service runs, Stop cancels it and returns once its goroutine has ended). Run (leader.go)
+// starts the nudge listener and the backlog sampler and stops them before it returns. Each
+// term (term.go) starts the handover watch, the abort watch and the lock keeper; a term that
+// ends by shutdown or handover waits for the late units (pipeline/late.go), stops the keeper
+// and the check of the database it started (pipeline/dbcheck.go), releases the lock, then
+// stops the watches. Group.Run (group.go) starts the nudge listener, the sampler and its
+// partitions' relays, and stops them in the reverse order before leaving the group. Each
+// pass's completer (pipeline/complete.go) and the publisher's connection watcher
+// (rocketmq/connwatch.go) are services too. Nothing the relay started runs once Run returns.
+//
 // With Config.TracerProvider set, every message sent gets an OpenTelemetry producer span, a
 // child of the writer's trace context stored in the row, whose own context the message
 // carries on to the consumer (docs/configuration.md, "Tracing").

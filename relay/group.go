@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
@@ -131,26 +132,41 @@ func (g *Group) Run(ctx context.Context) error {
 	if g.rdb == nil {
 		return errors.New("relay: Group.Run needs a Redis client")
 	}
-	var wg sync.WaitGroup
-	for _, r := range g.parts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = r.Run(ctx)
-		}()
-	}
-	go g.sampleBacklogEvery(ctx, 5*time.Second)
-	if !g.cfg.DisableNudge {
-		go g.fanOutNudges(ctx)
+	// The group's services, for the whole of Run: the nudge listener, the backlog sampler and
+	// the partitions' relays, started in that order and stopped in the reverse once ctx ends
+	// (each relay finishing its sends and releasing its lock), before the group is left.
+	services := g.services()
+	if err := startstop.StartAll(ctx, services...); err != nil {
+		return err
 	}
 	g.coordinate(ctx)
-	wg.Wait()
+	slices.Reverse(services)
+	startstop.StopAll(services...)
 	lctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := g.rdb.ZRem(lctx, g.members, g.member).Err(); err != nil {
 		g.log.Warn().Err(err).Msg("group: could not leave; the others notice within lock.ttl")
 	}
 	return nil
+}
+
+// services are the group's services in the order they start: the listener that forwards the
+// table's nudges, from one subscription, to every partition (none with nudges disabled), the
+// backlog sampler, and one service per partition running its relay.
+func (g *Group) services() []startstop.Service {
+	var services []startstop.Service
+	if !g.cfg.DisableNudge {
+		outs := make([]chan struct{}, len(g.parts))
+		for i, r := range g.parts {
+			outs[i] = r.nudgeIn
+		}
+		services = append(services, nudgeListener(g.rdb, g.cfg.Database, g.cfg.Table, outs))
+	}
+	services = append(services, startstop.New(func(ctx context.Context) { g.sampleBacklogEvery(ctx, 5*time.Second) }))
+	for _, r := range g.parts {
+		services = append(services, startstop.New(func(ctx context.Context) { _ = r.Run(ctx) }))
+	}
+	return services
 }
 
 // coordinate renews the membership and applies the assignment every quarter of the lock
@@ -313,15 +329,6 @@ func (g *Group) wakeOthers(p int) {
 	}
 }
 
-// fanOutNudges forwards the table's nudges, from one subscription, to every partition.
-func (g *Group) fanOutNudges(ctx context.Context) {
-	outs := make([]chan struct{}, len(g.parts))
-	for i, r := range g.parts {
-		outs[i] = r.nudgeIn
-	}
-	forwardNudges(ctx, g.rdb.Subscribe(ctx, nudgeChannels(g.cfg.Database, g.cfg.Table)...), outs)
-}
-
 // nudgeChannels are the channels a table's relay listens on: its database's, and the one
 // without a database that writers of earlier versions (and those naming none) publish on.
 func nudgeChannels(database, table string) []string {
@@ -411,26 +418,4 @@ func (g *gate) changedChan() <-chan struct{} {
 		return nil
 	}
 	return g.changed
-}
-
-// handover returns a context that ends with ctx or when the gate closes, and its cancel.
-func (g *gate) handover(ctx context.Context) (context.Context, context.CancelFunc) {
-	if g == nil {
-		return ctx, func() {}
-	}
-	hctx, cancel := context.WithCancel(ctx)
-	go func() {
-		for {
-			if !g.wanted() {
-				cancel()
-				return
-			}
-			select {
-			case <-hctx.Done():
-				return
-			case <-g.changed:
-			}
-		}
-	}()
-	return hctx, cancel
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay/internal/lease"
 )
@@ -26,16 +27,47 @@ var (
 // database has not answered for StallTimeout; then it goes back to waiting for the lock.
 // When ctx ends it takes no new page, waits up to ShutdownTimeout for the sends in flight,
 // writes their results back, releases the lock and returns nil; the lock is extended until
-// then, so that no standby takes the table while sends are in flight. Any other return is an
-// error of configuration.
+// then, so that no standby takes the table while sends are in flight. Every goroutine it
+// started has ended when it returns. Any other return is an error of configuration.
 func (r *Relay) Run(ctx context.Context) error {
 	if r.rdb == nil {
 		return errors.New("relay: Run needs a Redis client for the lock")
 	}
-	nudges := r.listen(ctx)
-	if r.gate == nil {
-		go r.sampleBacklogEvery(ctx, 5*time.Second) // a group samples its table once
+	// The services that run beside the relay's terms for the whole of Run: the nudge
+	// listener, then the backlog sampler, stopped in that order once ctx ends.
+	nudges, services := r.services()
+	if err := startstop.StartAll(ctx, services...); err != nil {
+		return err
 	}
+	defer startstop.StopAll(services...)
+	r.campaign(ctx, nudges)
+	return nil
+}
+
+// services returns the channel of writers' nudges and the services that run for the whole
+// of Run: the listener feeding it (none for a group's partition, whose group listens, nor
+// with nudges disabled) and the backlog sampler (none for a group's partition either: the
+// group samples its table once).
+func (r *Relay) services() (<-chan struct{}, []startstop.Service) {
+	var services []startstop.Service
+	var nudges <-chan struct{}
+	switch {
+	case r.nudgeIn != nil:
+		nudges = r.nudgeIn // fed by the group: writers' nudges unless disabled, and sibling wakes
+	case !r.cfg.DisableNudge:
+		out := make(chan struct{}, 1)
+		nudges = out
+		services = append(services, nudgeListener(r.rdb, r.cfg.Database, r.cfg.Table, []chan struct{}{out}))
+	}
+	if r.gate == nil {
+		services = append(services, startstop.New(func(ctx context.Context) { r.sampleBacklogEvery(ctx, 5*time.Second) }))
+	}
+	return nudges, services
+}
+
+// campaign waits for the table's lock (a group's partition: for its turn, then the lock)
+// and leads while it holds it (lead), again and again until ctx ends.
+func (r *Relay) campaign(ctx context.Context, nudges <-chan struct{}) {
 	tick := time.NewTicker(r.cfg.LockTTL / 4)
 	defer tick.Stop()
 	r.startWaiting()
@@ -44,18 +76,14 @@ func (r *Relay) Run(ctx context.Context) error {
 	for {
 		if r.gate != nil && !r.gate.wanted() {
 			// Another relay of the group is to hold this partition: wait until it is ours.
-			r.waitingSince.Store(0)
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-r.gate.changed:
-			case <-tick.C: // in case a signal went to an ending handover
+			ours, done := r.awaitTurn(ctx, tick.C)
+			if done {
+				return
 			}
-			if !r.gate.wanted() {
-				continue
+			if ours {
+				r.startWaiting()
+				nextWaitLog = 3 * r.cfg.LockTTL
 			}
-			r.startWaiting()
-			nextWaitLog = 3 * r.cfg.LockTTL
 			continue
 		}
 		other, err := r.lease.Take(ctx)
@@ -89,30 +117,51 @@ func (r *Relay) Run(ctx context.Context) error {
 				}
 			}
 		} else if ctx.Err() == nil {
-			if !lease.Busy(err) {
-				r.log.Warn().Err(err).Msg("lock: cannot reach Redis")
-			}
-			if w := r.Health().LockWait; w >= nextWaitLog {
-				// Info: waiting is a standby's normal state. OutboxRelayLockWaitLong pages
-				// when every relay of the table waits (outbox_relay_lock_wait_seconds).
-				r.log.Info().Str("lock", r.cfg.LockKey).Float64("waited_s", w.Seconds()).
-					Msg("standby: still waiting for the table's lock, held by another relay; if no other relay serves this table, another process is using the same lock key (lock.key)")
-				nextWaitLog = 2 * nextWaitLog
-			}
-			r.exportLockWait(r.Health().LockWait)
-			freed = r.lockExpiry(ctx)
+			freed = r.standBy(ctx, err, &nextWaitLog)
 		}
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-tick.C:
 		case <-freed:
 		case <-r.gate.changedChan():
 		}
 	}
+}
+
+// standBy notes a lock not taken (err): it logs Redis out of reach, and the wait once it
+// reaches *nextWaitLog (then doubled), exports the wait, and returns when the holder's lock
+// expires if before the next tick (lockExpiry).
+func (r *Relay) standBy(ctx context.Context, err error, nextWaitLog *time.Duration) <-chan time.Time {
+	if !lease.Busy(err) {
+		r.log.Warn().Err(err).Msg("lock: cannot reach Redis")
+	}
+	if w := r.Health().LockWait; w >= *nextWaitLog {
+		// Info: waiting is a standby's normal state. OutboxRelayLockWaitLong pages when
+		// every relay of the table waits (outbox_relay_lock_wait_seconds).
+		r.log.Info().Str("lock", r.cfg.LockKey).Float64("waited_s", w.Seconds()).
+			Msg("standby: still waiting for the table's lock, held by another relay; if no other relay serves this table, another process is using the same lock key (lock.key)")
+		*nextWaitLog *= 2
+	}
+	r.exportLockWait(r.Health().LockWait)
+	return r.lockExpiry(ctx)
+}
+
+// awaitTurn waits, for a group's partition that another relay is to hold, until the
+// group's assignment changes, the next tick or the end of ctx (done), and reports whether
+// the partition is this relay's now.
+func (r *Relay) awaitTurn(ctx context.Context, tick <-chan time.Time) (ours, done bool) {
+	r.waitingSince.Store(0)
+	select {
+	case <-ctx.Done():
+		return false, true
+	case <-r.gate.changed:
+	case <-tick: // in case a signal went to an ending handover
+	}
+	return r.gate.wanted(), false
 }
 
 // lockExpiry returns a channel ready when the lock held by another relay expires, if that is
@@ -145,64 +194,26 @@ func (r *Relay) lead(ctx context.Context, nudges <-chan struct{}) error {
 		r.leading.Store(false)
 		r.setOwned(false)
 	}()
-	// A partition handed to another relay of the group ends like a shutdown: no new page,
-	// the sends in flight finish and are written back, then the lock is released.
-	ctx, handedOver := r.gate.handover(ctx)
-	defer handedOver()
 	r.eng.Progress().Restart() // the stall clock starts now
 	// Another leader may have parked rows meanwhile: find them again.
 	r.eng.NewTerm()
 
-	// stopLead ends the term: no new page, no new send. It is done when ctx is, when the
-	// lock is lost and when the database stalls.
-	stopLead, stopLeading := context.WithCancelCause(ctx)
-	defer stopLeading(nil)
-	// abort abandons the sends in flight: at once when the database stalls (nothing could
-	// be written back), else ShutdownTimeout after stopLead. A lost lock does not abandon
-	// them: they were sent all the same, and their acknowledgements are written back, so
-	// that a new leader does not publish them again.
-	abort, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	defer cancel(nil)
-	defer r.goAbortAfter(stopLead, cancel)()
-	// The lease outlives the term: it is extended until the last send in flight is written
-	// back and the lock released (or lost), on a shutdown and on a handover alike, so that
-	// no next owner reads rows whose sends are still in flight here.
-	stopKeeping := r.goKeepLock(ctx, stopLeading, cancel)
-	defer stopKeeping()
+	// The term's services (term.go) run from here until the term has ended: the lease
+	// outlives the term, extended until the last send in flight is written back and the
+	// lock released (or lost), on a shutdown and on a handover alike, so that no next
+	// owner reads rows whose sends are still in flight here.
+	t := r.newTerm(ctx)
+	_ = startstop.StartAll(context.WithoutCancel(ctx), t.services()...) // a Func never fails to start
+	defer t.end()
 	// The database's clock, and whether it accepts writes: read once the lock is being kept,
 	// so that a slow answer never lets the lock lapse before its first extension.
-	r.eng.CheckDatabase(stopLead)
+	r.eng.CheckDatabase(t.stopLead)
 
-	r.publishWhileLeading(stopLead, abort, nudges)
+	r.publishWhileLeading(t.stopLead, t.abort, nudges)
 	// The late units (sends a page did not wait for) end or are abandoned with the sends in
 	// flight (abort): their acknowledgements are written back before the lock is released.
 	r.eng.WaitLate()
-	return r.endTerm(stopLead, cancel, stopKeeping)
-}
-
-// goAbortAfter abandons the sends in flight (cancel) once stopLead is done: at once when
-// the database stalled, else ShutdownTimeout later. The returned func ends the watch.
-func (r *Relay) goAbortAfter(stopLead context.Context, cancel context.CancelCauseFunc) (stop func()) {
-	done := make(chan struct{})
-	go func() {
-		select {
-		case <-done:
-			return
-		case <-stopLead.Done():
-		}
-		if cause := context.Cause(stopLead); errors.Is(cause, errStalled) {
-			cancel(cause)
-			return
-		}
-		t := time.NewTimer(r.cfg.ShutdownTimeout)
-		defer t.Stop()
-		select {
-		case <-done:
-		case <-t.C:
-			cancel(errShutdown)
-		}
-	}()
-	return func() { close(done) }
+	return r.endTerm(t)
 }
 
 // publishWhileLeading drains the table pass after pass until stopLead is done, waiting
@@ -282,8 +293,8 @@ func (r *Relay) publishWhileLeading(stopLead, abort context.Context, nudges <-ch
 // endTerm ends a term whose stopLead is done: it says why, and, unless the lock was lost,
 // abandons what is still in flight, stops the lock's extensions and releases it. It
 // returns the term's cause (nil for a shutdown or a handover).
-func (r *Relay) endTerm(stopLead context.Context, cancel context.CancelCauseFunc, stopKeeping func()) error {
-	cause := context.Cause(stopLead)
+func (r *Relay) endTerm(t *term) error {
+	cause := context.Cause(t.stopLead)
 	if errors.Is(cause, context.Canceled) {
 		cause = nil // Run's context: a shutdown, or a partition handed over
 	}
@@ -299,8 +310,10 @@ func (r *Relay) endTerm(stopLead context.Context, cancel context.CancelCauseFunc
 			Float64("writes_refused_s", r.eng.Progress().RefusingFor().Seconds()).
 			Msg("no answer from the database: gave the lock up for a standby")
 	}
-	cancel(nil)
-	stopKeeping() // no extension may follow the release: made with SET NX, it would retake the lock
+	t.abandon(nil)
+	// No extension may follow the release (made with SET NX, it would retake the lock), nor
+	// a check of the database that one started.
+	startstop.StopAll(t.keeper, r.eng.DatabaseCheck())
 	uctx, ucancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer ucancel()
 	if err := r.lease.Release(uctx); err != nil {
@@ -309,18 +322,6 @@ func (r *Relay) endTerm(stopLead context.Context, cancel context.CancelCauseFunc
 		r.log.Info().Msg("lock released")
 	}
 	return cause
-}
-
-// goKeepLock runs keepLock until the returned func is called, which returns once keepLock
-// has (it may be called again).
-func (r *Relay) goKeepLock(ctx context.Context, end, abandon context.CancelCauseFunc) (stop func()) {
-	keep, stopKeeping := context.WithCancel(context.WithoutCancel(ctx))
-	kept := make(chan struct{})
-	go func() {
-		defer close(kept)
-		r.keepLock(keep, end, abandon)
-	}()
-	return func() { stopKeeping(); <-kept }
 }
 
 // keepLock extends the lock every quarter of its TTL until keep is done: past the end of
@@ -389,18 +390,14 @@ func (r *Relay) setOwned(on bool) {
 	}
 }
 
-// listen forwards writers' nudges for the table into a channel that holds at most one (for
-// a group's partition, the group's channel).
-func (r *Relay) listen(ctx context.Context) <-chan struct{} {
-	if r.nudgeIn != nil {
-		return r.nudgeIn // fed by the group: writers' nudges unless disabled, and sibling wakes
-	}
-	if r.cfg.DisableNudge {
-		return nil
-	}
-	out := make(chan struct{}, 1)
-	go forwardNudges(ctx, r.rdb.Subscribe(ctx, nudgeChannels(r.cfg.Database, r.cfg.Table)...), []chan struct{}{out})
-	return out
+// nudgeListener is the service that subscribes to the nudges of database's table (Start
+// returns once the subscription is made) and forwards them to outs (forwardNudges).
+func nudgeListener(rdb redis.UniversalClient, database, table string, outs []chan struct{}) startstop.Service {
+	return startstop.NewReady(func(ctx context.Context, ready func()) {
+		sub := rdb.Subscribe(ctx, nudgeChannels(database, table)...)
+		ready()
+		forwardNudges(ctx, sub, outs)
+	})
 }
 
 // forwardNudges signals the channels of outs (each holds at most one signal), one per

@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -12,6 +11,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/auditor"
 	"github.com/outbox-relay/outbox-relay/internal/brokeraudit"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
@@ -35,12 +35,14 @@ func orderedBy(router relay.Router) func(topic, tag string) bool {
 	}
 }
 
-// startAuditors runs the broker audit of every table of dbs, on the process holding the
-// table's partition 0 (the whole table's lock with one partition), until ctx ends; the
-// returned function waits for them. With audit.enabled off it logs so and runs nothing.
-// Each table's auditor, or why it has none, goes to panel (the dashboard's).
-func startAuditors(ctx context.Context, cfg config.Config, dbs []*runDatabase, router relay.Router, reg prometheus.Registerer, log zerolog.Logger, panel *auditPanel) (wait func()) {
-	var wg sync.WaitGroup
+// startAuditors starts the broker audit of every table of dbs, each a service
+// (internal/startstop) running on the process holding the table's partition 0 (the whole
+// table's lock with one partition) until ctx ends; the returned function stops them and
+// waits for them. With audit.enabled off it logs so and starts nothing. Each table's
+// auditor, or why it has none, goes to panel (the dashboard's).
+func startAuditors(ctx context.Context, cfg config.Config, dbs []*runDatabase, router relay.Router, reg prometheus.Registerer, log zerolog.Logger, panel *auditPanel) (stop func()) {
+	var services []startstop.Service
+	stop = func() { startstop.StopAll(services...) }
 	if !cfg.Audit.Enabled {
 		log.Info().Msg("broker audit off (audit.enabled=false): acknowledged messages the broker loses are not looked for")
 		for _, d := range dbs {
@@ -48,7 +50,7 @@ func startAuditors(ctx context.Context, cfg config.Config, dbs []*runDatabase, r
 				panel.add(auditEntry{database: d.Name, table: table, off: "disabled: audit.enabled=false"})
 			}
 		}
-		return wg.Wait
+		return stop
 	}
 	m := auditor.NewMetrics(reg)
 	for _, d := range dbs {
@@ -60,12 +62,9 @@ func startAuditors(ctx context.Context, cfg config.Config, dbs []*runDatabase, r
 				continue
 			}
 			panel.add(auditEntry{database: d.Name, table: table, a: a})
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_ = a.Run(ctx)
-			}()
+			services = append(services, startstop.New(func(ctx context.Context) { _ = a.Run(ctx) }))
 		}
 	}
-	return wg.Wait
+	_ = startstop.StartAll(ctx, services...) // a Func never fails to start
+	return stop
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 	"github.com/outbox-relay/outbox-relay/internal/txcheck"
 	"github.com/outbox-relay/outbox-relay/outbox/redisnudge"
 )
@@ -46,9 +47,9 @@ func startCheckResponder(ctx context.Context, cfg config.Config, d *runDatabase,
 		return nil, err
 	}
 	log.Info().Strs("groups", groups).Msg("answering transactional check-backs")
-	pctx, stopPurge := context.WithCancel(ctx)
-	go purgeTombstones(pctx, d.pool, d.Tables, log)
-	return func() { stopPurge(); r.Stop() }, nil
+	purge := startstop.New(func(ctx context.Context) { purgeTombstones(ctx, d.pool, d.Tables, log) })
+	_ = purge.Start(ctx) // a Func never fails to start
+	return func() { purge.Stop(); r.Stop() }, nil
 }
 
 // tombstonePurgeInterval is the time between purges of old tombstones.

@@ -13,6 +13,8 @@ import (
 
 	rocketmq "github.com/apache/rocketmq-client-go/v2"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
+
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 )
 
 // Failing fast on a dropped connection. rocketmq-client-go keeps a request pending until its
@@ -166,12 +168,36 @@ func probeInterceptor(installed primitive.Interceptor) (active bool) {
 	return errors.Is(err, errProbed)
 }
 
-// connWatch cancels sends whose connection the client dropped. One goroutine looks at the
-// pending sends every connWatchTick while there are any, and exits when there are none.
+// connWatch cancels sends whose connection the client dropped. It runs as a service
+// (internal/startstop) from the first watched producer until the publisher is closed: its
+// goroutine looks at the pending sends every connWatchTick while there are any, and waits
+// for the next otherwise.
 type connWatch struct {
 	mu      sync.Mutex
 	pending map[*watchedSend]struct{}
-	running bool
+	wake    chan struct{} // holds a signal once a send is watched while none was; nil: not started
+	svc     *startstop.Func
+}
+
+// start starts the watcher unless it runs; the publisher calls it and stop under its lock.
+func (w *connWatch) start() {
+	w.mu.Lock()
+	if w.svc == nil {
+		w.wake = make(chan struct{}, 1)
+		w.svc = startstop.New(w.run)
+	}
+	w.mu.Unlock()
+	_ = w.svc.Start(context.Background()) // a Func never fails to start
+}
+
+// stop stops the watcher and waits for its goroutine to end.
+func (w *connWatch) stop() {
+	w.mu.Lock()
+	svc := w.svc
+	w.mu.Unlock()
+	if svc != nil {
+		svc.Stop()
+	}
 }
 
 // watchedSend is one send waiting for its answer.
@@ -198,9 +224,11 @@ func (w *connWatch) watch(ctx context.Context) (context.Context, func()) {
 		w.pending = map[*watchedSend]struct{}{}
 	}
 	w.pending[s] = struct{}{}
-	if !w.running {
-		w.running = true
-		go w.run()
+	if len(w.pending) == 1 && w.wake != nil {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
 	}
 	w.mu.Unlock()
 	return ctx, func() {
@@ -251,37 +279,59 @@ func opaqueOf(req any) (opaque int32, ok bool) {
 	return int32(f.Int()), true
 }
 
-func (w *connWatch) run() {
+// run watches the pending sends while there are any, until ctx ends.
+func (w *connWatch) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		}
+		w.watchWhilePending(ctx)
+	}
+}
+
+// watchWhilePending looks at the pending sends every connWatchTick until there are none.
+func (w *connWatch) watchWhilePending(ctx context.Context) {
 	t := time.NewTicker(connWatchTick)
 	defer t.Stop()
-	for now := range t.C {
-		w.mu.Lock()
-		if len(w.pending) == 0 {
-			w.running = false
-			w.mu.Unlock()
+	for {
+		select {
+		case <-ctx.Done():
 			return
-		}
-		for s := range w.pending {
-			if s.conn == nil {
-				continue // not written yet
-			}
-			cur, _ := s.conns.Load(s.addr)
-			switch {
-			case cur == s.conn:
-			case s.goneAt.IsZero():
-				// Gone from the table: the client read EOF or failed a write on it. Look
-				// again at the next tick: the client removes it before closing it.
-				s.goneAt = now
-			default:
-				if _, waiting := s.responses.Load(s.opaque); waiting {
-					// The client reads a connection's answers before its EOF, and takes
-					// each out of its table of waiting requests: this one's never came.
-					s.cancel(errConnectionDropped)
-				}
-				// Else its answer was read and is on its way to the sender: no copy.
-				delete(w.pending, s)
+		case now := <-t.C:
+			if !w.sweep(now) {
+				return
 			}
 		}
-		w.mu.Unlock()
 	}
+}
+
+// sweep cancels the pending sends whose connection is gone from the client's table without
+// their answer, and reports whether any send is still pending.
+func (w *connWatch) sweep(now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for s := range w.pending {
+		if s.conn == nil {
+			continue // not written yet
+		}
+		cur, _ := s.conns.Load(s.addr)
+		switch {
+		case cur == s.conn:
+		case s.goneAt.IsZero():
+			// Gone from the table: the client read EOF or failed a write on it. Look
+			// again at the next tick: the client removes it before closing it.
+			s.goneAt = now
+		default:
+			if _, waiting := s.responses.Load(s.opaque); waiting {
+				// The client reads a connection's answers before its EOF, and takes
+				// each out of its table of waiting requests: this one's never came.
+				s.cancel(errConnectionDropped)
+			}
+			// Else its answer was read and is on its way to the sender: no copy.
+			delete(w.pending, s)
+		}
+	}
+	return len(w.pending) > 0
 }

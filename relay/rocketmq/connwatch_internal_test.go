@@ -121,3 +121,31 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no single series of %s among %d families", name, len(mfs))
 	return 0
 }
+
+// TestConnWatchStopsWithThePublisher: the watcher runs from the publisher's first producer,
+// waiting between sends, and Close stops it: no goroutine of it is left once Close returns.
+func TestConnWatchStopsWithThePublisher(t *testing.T) {
+	// Not parallel: the goroutines counted are every test's.
+	broker, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer broker.Close()
+	const watcher = "relay/rocketmq.(*connWatch)"
+	before := testenv.Goroutines(watcher)
+	p, err := NewPublisher(Config{NameServers: []string{broker.NameServerAddr()}, Connections: 1, SendTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Send(context.Background(), message.Route{}, &message.Message{MsgID: "m-1", Topic: "watched", Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(testenv.Goroutines(watcher)) - len(before); n != 1 {
+		t.Fatalf("%d watchers run after the first send, want 1", n)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.NoGoroutinesLeft(t, before, watcher)
+}

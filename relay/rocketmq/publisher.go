@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -153,6 +154,9 @@ func (p *Publisher) producer(group string) (client, error) {
 		}
 		p.producers[group] = prods
 		p.reportWatch(group, prods)
+		if slices.ContainsFunc(prods, func(c client) bool { return c.watched }) {
+			p.watch.start()
+		}
 	}
 	return prods[p.next.Add(1)%uint32(len(prods))], nil
 }
@@ -464,6 +468,7 @@ func (p *Publisher) Close() error {
 		return nil
 	}
 	p.closed = true
+	p.watch.stop()
 	var errs []error
 	for group, prods := range p.producers {
 		for _, prod := range prods {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/mysqlerr"
 	"github.com/outbox-relay/outbox-relay/internal/outboxsql"
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 )
 
 // completion is one published page's outcome, waiting to be written back.
@@ -23,28 +24,31 @@ type completion struct {
 // into the same statements. When the database refuses a write-back (a read-only primary
 // after a failover, a missing grant, a trigger), the completer keeps the results, retries on
 // a backoff of its own, and holds the publish stage back (waitHealthy) so that no
-// acknowledged message is published again and again; it resumes when a write succeeds.
+// acknowledged message is published again and again; it resumes when a write succeeds. It
+// runs as a service (internal/startstop) from startCompleter until close.
 type completer struct {
 	r     *Engine
-	ctx   context.Context
 	fence func() bool
 	in    chan completion
+	svc   *startstop.Func
 
 	mu      sync.Mutex
 	cond    *sync.Cond
 	failing bool
 	stats   Stats
 	err     error
-
-	done chan struct{}
 }
 
 // writeBackRetryMax caps the completer's backoff while the database refuses write-backs.
 const writeBackRetryMax = 30 * time.Second
 
-func (r *Engine) newCompleter(ctx context.Context, fence func() bool) *completer {
-	c := &completer{r: r, ctx: ctx, fence: fence, in: make(chan completion, 4), done: make(chan struct{})}
+// startCompleter starts a completer whose write-backs run under ctx (the pass's): once ctx
+// is done, a write-back refused is tried once more, acknowledged sends still written back.
+func (r *Engine) startCompleter(ctx context.Context, fence func() bool) *completer {
+	c := &completer{r: r, fence: fence, in: make(chan completion, 4)}
 	c.cond = sync.NewCond(&c.mu)
+	c.svc = startstop.New(c.run)
+	_ = c.svc.Start(ctx) // a Func never fails to start
 	return c
 }
 
@@ -67,7 +71,7 @@ func (c *completer) waitHealthy(stop, ctx context.Context) bool {
 // close waits for every queued result to be written back and returns the pass's stats.
 func (c *completer) close() (Stats, error) {
 	close(c.in)
-	<-c.done
+	<-c.svc.Stopped()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.stats, c.err
@@ -80,9 +84,9 @@ func (c *completer) wake() {
 	c.mu.Unlock()
 }
 
-func (c *completer) run() {
-	defer close(c.done)
-	stopWake := context.AfterFunc(c.ctx, c.wake)
+// run writes back what is submitted until close, under ctx.
+func (c *completer) run(ctx context.Context) {
+	stopWake := context.AfterFunc(ctx, c.wake)
 	defer stopWake()
 	for first := range c.in {
 		batch := []completion{first}
@@ -98,7 +102,7 @@ func (c *completer) run() {
 				break more
 			}
 		}
-		st, err := c.writeWithRetry(batch)
+		st, err := c.writeWithRetry(ctx, batch)
 		c.mu.Lock()
 		c.stats.add(st)
 		if err != nil {
@@ -109,9 +113,9 @@ func (c *completer) run() {
 }
 
 // writeWithRetry writes batch back, retrying with backoff while the database refuses; it
-// gives up (the rows stay due and will be published again) only when the pass's context
-// ends and a last attempt fails.
-func (c *completer) writeWithRetry(batch []completion) (Stats, error) {
+// gives up (the rows stay due and will be published again) only when pass (the pass's
+// context) ends and a last attempt fails.
+func (c *completer) writeWithRetry(pass context.Context, batch []completion) (Stats, error) {
 	rows, results := batch[0].rows, batch[0].results
 	if len(batch) > 1 {
 		n := 0
@@ -128,11 +132,11 @@ func (c *completer) writeWithRetry(batch []completion) (Stats, error) {
 	wait := time.Second
 	attempt := 0
 	for {
-		ctx := c.ctx
+		ctx := pass
 		if ctx.Err() != nil {
 			// Acknowledged results are written back even after the pass was cancelled.
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(context.WithoutCancel(c.ctx), c.r.cfg.QueryTimeout)
+			ctx, cancel = context.WithTimeout(context.WithoutCancel(pass), c.r.cfg.QueryTimeout)
 			defer cancel()
 		}
 		var err error
@@ -159,7 +163,7 @@ func (c *completer) writeWithRetry(batch []completion) (Stats, error) {
 			c.r.redial(ctx)
 		}
 		attempt++
-		if c.ctx.Err() != nil {
+		if pass.Err() != nil {
 			c.setFailing(false)
 			return st, err
 		}
@@ -171,7 +175,7 @@ func (c *completer) writeWithRetry(batch []completion) (Stats, error) {
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
-		case <-c.ctx.Done():
+		case <-pass.Done():
 		}
 		t.Stop()
 		wait = min(2*wait, writeBackRetryMax)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/outboxsql"
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 )
 
 // dbClock is the database's clock as last read, carried forward on the relay's own clock in
@@ -94,26 +95,30 @@ func (r *Engine) CheckDatabase(ctx context.Context) {
 	}
 }
 
-// checkEvery bounds how often checkDatabaseAsync asks: an idle leader's load on its database
+// checkEvery bounds how often CheckDatabaseAsync asks: an idle leader's load on its database
 // grows by one cheap statement per second at most (a lock TTL of 2 s renews every 0.5 s).
 const checkEvery = time.Second
 
-// CheckDatabaseAsync runs CheckDatabase in a goroutine of its own, unless one still runs or
-// the last began less than checkEvery ago: the lock's extension never waits for the database.
+// CheckDatabaseAsync starts CheckDatabase under ctx as a service of its own (DatabaseCheck),
+// unless one still runs or the last began less than checkEvery ago: the lock's extension
+// never waits for the database.
 func (r *Engine) CheckDatabaseAsync(ctx context.Context) {
 	now := int64(time.Since(r.progress.start))
 	if last := r.lastCheck.Load(); last != 0 && now-last < int64(checkEvery) {
 		return
 	}
-	if !r.checking.CompareAndSwap(false, true) {
-		return
+	select {
+	case <-r.check.Stopped():
+	default:
+		return // the last check still runs
 	}
 	r.lastCheck.Store(now)
-	go func() {
-		defer r.checking.Store(false)
-		r.CheckDatabase(ctx)
-	}()
+	_ = r.check.Start(ctx) // a Func never fails to start
 }
+
+// DatabaseCheck is the service CheckDatabaseAsync starts: its caller stops it (Stop waits
+// for a check under way) before it ends.
+func (r *Engine) DatabaseCheck() startstop.Service { return r.check }
 
 // redial drops the pool's idle connections that reach a read-only server (or do not answer),
 // and returns how many it dropped: database/sql dials again for the next statements. A

@@ -56,8 +56,7 @@ func (r *Engine) Drain(stop, ctx context.Context, fence func() bool, detach bool
 		defer close(pages)
 		scanErr = r.scan(stop, scanCtx, nowMs, pages)
 	}()
-	comp := r.newCompleter(ctx, fence)
-	go comp.run()
+	comp := r.startCompleter(ctx, fence)
 	blocked := blockedKeys{}
 	defer context.AfterFunc(stop, comp.wake)()
 

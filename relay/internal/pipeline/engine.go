@@ -19,6 +19,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/outboxsql"
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 	"github.com/outbox-relay/outbox-relay/relay/internal/recorder"
 	"github.com/outbox-relay/outbox-relay/relay/message"
 	"github.com/outbox-relay/outbox-relay/schema"
@@ -85,9 +86,9 @@ type Engine struct {
 	log       zerolog.Logger
 	incidents *incidents
 	progress  Progress
-	clock     dbClock      // the database's clock (dbcheck.go)
-	checking  atomic.Bool  // a checkDatabaseAsync runs
-	lastCheck atomic.Int64 // when the last began, nanoseconds after progress.start
+	clock     dbClock         // the database's clock (dbcheck.go)
+	check     *startstop.Func // CheckDatabaseAsync's check of the database (dbcheck.go)
+	lastCheck atomic.Int64    // when the last began, nanoseconds after progress.start
 
 	metrics *TableMetrics // nil without metrics
 	tracer  trace.Tracer  // nil without a tracer provider
@@ -131,6 +132,7 @@ func New(cfg Config, db *sql.DB, pub Publisher, log zerolog.Logger, tm *TableMet
 		lateDone:  make(chan struct{}, 1),
 	}
 	e.batcher, _ = pub.(KeyBatcher)
+	e.check = startstop.New(e.CheckDatabase)
 	e.progress.mark()
 	e.store.Tracker = &e.progress
 	return e

@@ -58,8 +58,7 @@ func (r *Engine) goLate(ctx context.Context, ru *running, items []item, fence fu
 		<-ru.done
 		r.cfg.MemoryBudget.release(bodies) // sent or failed: the client holds the bodies no more
 		r.judge(ctx, lateItems, ru.out)
-		comp := r.newCompleter(ctx, fence)
-		go comp.run()
+		comp := r.startCompleter(ctx, fence)
 		comp.submit(rows, ru.out)
 		if _, err := comp.close(); err != nil {
 			r.log.Warn().Err(err).Int("rows", len(rows)).Msg("write-back of a late unit failed; its rows stay due")
