@@ -4,6 +4,7 @@ package pipeline
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"strconv"
 	"testing"
@@ -66,6 +67,15 @@ func newParkBook(clock *fakeClock, keys map[outboxsql.OrderKey]outboxsql.HeldHea
 	b.foundKeys(keys)
 	b.looked(clock.now())
 	return b
+}
+
+// wantStep fails t unless a review of b at now does want.
+func wantStep(t *testing.T, b *parkBook, now time.Time, want reviewStep, what string) {
+	t.Helper()
+	names := map[reviewStep]string{reviewNone: "do nothing", reviewFind: "find the parked keys", reviewHeads: "look at the heads"}
+	if got := b.next(now); got != want {
+		t.Fatalf("%s: the review would %s, want it to %s", what, names[got], names[want])
+	}
 }
 
 func newParkClock() *fakeClock { return &fakeClock{t: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)} }
@@ -290,76 +300,52 @@ func TestParkReviewEverySecondOneMorePerThousandKeys(t *testing.T) {
 	keys := map[outboxsql.OrderKey]outboxsql.HeldHead{parkKey: {ID: 5, DueMs: parkNow}}
 	b := newParkBook(clock, keys)
 	clock.advance(time.Second - time.Millisecond)
-	if s := b.next(clock.now()); s != reviewNone {
-		t.Fatalf("%v after the last look: step %d, want none", time.Second-time.Millisecond, s)
-	}
+	wantStep(t, b, clock.now(), reviewNone, fmt.Sprintf("%v after the last look", time.Second-time.Millisecond))
 	clock.advance(time.Millisecond)
-	if s := b.next(clock.now()); s != reviewHeads {
-		t.Fatalf("a second after the last look: step %d, want the heads looked at", s)
-	}
+	wantStep(t, b, clock.now(), reviewHeads, "a second after the last look")
 	for i := len(keys); i < 1000; i++ {
 		keys[outboxsql.OrderKey{Topic: "t", Key: strconv.Itoa(i)}] = outboxsql.HeldHead{ID: int64(i), DueMs: parkNow}
 	}
 	b.looked(clock.now())
 	clock.advance(2*time.Second - time.Millisecond)
-	if s := b.next(clock.now()); s != reviewNone {
-		t.Fatalf("1,000 keys, %v after the last look: step %d, want none", 2*time.Second-time.Millisecond, s)
-	}
+	wantStep(t, b, clock.now(), reviewNone, fmt.Sprintf("1,000 keys, %v after the last look", 2*time.Second-time.Millisecond))
 	clock.advance(time.Millisecond)
-	if s := b.next(clock.now()); s != reviewHeads {
-		t.Fatalf("1,000 keys, two seconds after the last look: step %d, want the heads looked at", s)
-	}
+	wantStep(t, b, clock.now(), reviewHeads, "1,000 keys, two seconds after the last look")
 }
 
 func TestParkReviewAtOnceAfterABrokersRecovery(t *testing.T) {
 	clock := newParkClock()
 	b := newParkBook(clock, map[outboxsql.OrderKey]outboxsql.HeldHead{parkKey: {ID: 5, DueMs: parkNow}})
 	b.reviewNow() // judge: a broker recovered and its deferred rows were brought forward
-	if s := b.next(clock.now()); s != reviewHeads {
-		t.Fatalf("asked at once after a broker's recovery: step %d, want the heads looked at", s)
-	}
+	wantStep(t, b, clock.now(), reviewHeads, "asked at once after a broker's recovery")
 	b.looked(clock.now())
-	if s := b.next(clock.now()); s != reviewNone {
-		t.Fatalf("the ask served, looked at again at once: step %d, want none until a second passed", s)
-	}
+	wantStep(t, b, clock.now(), reviewNone, "the ask served, looked at again at once")
 }
 
 func TestParkFindOncePerTerm(t *testing.T) {
 	clock := newParkClock()
 	b := &parkBook{}
-	if s := b.next(clock.now()); s != reviewFind {
-		t.Fatalf("a term's first review: step %d, want the parked keys found", s)
-	}
+	wantStep(t, b, clock.now(), reviewFind, "a term's first review")
 	b.foundKeys(map[outboxsql.OrderKey]outboxsql.HeldHead{})
 	b.looked(clock.now())
 	for i := 0; i < 3; i++ {
 		clock.advance(time.Hour)
-		if s := b.next(clock.now()); s != reviewHeads {
-			t.Fatalf("review %d of the term: step %d, want the heads looked at, not another search", i+2, s)
-		}
+		wantStep(t, b, clock.now(), reviewHeads, fmt.Sprintf("review %d of the term (no second search)", i+2))
 		b.looked(clock.now())
 	}
 	b.newTerm() // another leader may have parked rows meanwhile
-	if s := b.next(clock.now()); s != reviewFind {
-		t.Fatalf("a new term's first review: step %d, want the parked keys found again", s)
-	}
+	wantStep(t, b, clock.now(), reviewFind, "a new term's first review")
 }
 
 func TestParkFindAgainAMinuteAfterAFailedSearch(t *testing.T) {
 	clock := newParkClock()
 	b := &parkBook{}
-	if s := b.next(clock.now()); s != reviewFind {
-		t.Fatalf("a term's first review: step %d, want the parked keys found", s)
-	}
+	wantStep(t, b, clock.now(), reviewFind, "a term's first review")
 	b.searchFailed(clock.now())
 	clock.advance(parkFindAgain - time.Millisecond)
-	if s := b.next(clock.now()); s != reviewNone {
-		t.Fatalf("just under a minute after a failed search: step %d, want none", s)
-	}
+	wantStep(t, b, clock.now(), reviewNone, "just under a minute after a failed search")
 	clock.advance(time.Millisecond)
-	if s := b.next(clock.now()); s != reviewFind {
-		t.Fatalf("a minute after a failed search: step %d, want it tried again", s)
-	}
+	wantStep(t, b, clock.now(), reviewFind, "a minute after a failed search")
 }
 
 func TestParkUnparkedEarlyRowsAreHeldAndParkedAgain(t *testing.T) {
