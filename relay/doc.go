@@ -24,26 +24,29 @@
 //  2. pipeline/scan.go (scan, ReadPage): reads the due rows a page at a time with the page
 //     query of internal/outboxsql/store.go (Store.PageQuery), each an outboxsql.Row, within
 //     the memory budget (pipeline/budget.go).
-//  3. pipeline/drain.go (processPage) and pipeline/prepare.go (prepare, routeOf): the Row
-//     becomes a message.Message with its message.Route (relay/message); a malformed row fails
-//     here, to be written back dead.
-//  4. internal/outboxsql/ordercheck.go (Store.OrderedHeads): which unsent row holds each
-//     ordered key of the page; then pipeline/plan.go (plan, laneOf) groups the items into units.
+//  3. pipeline/drain.go (processPage) and pipeline/prepare.go (prepareItems, prepare,
+//     routeOf): the Row becomes a message.Message with its message.Route (relay/message); a
+//     malformed row fails here, to be written back dead, and a row behind a head an earlier
+//     page of the pass found is held (pipeline/plan.go, blockedKeys.holds).
+//  4. pipeline/plan.go (plan): group sorts the items into ordered keys' chains, batches and
+//     single messages; heldHeads asks internal/outboxsql/ordercheck.go (Store.OrderedHeads)
+//     which unsent row holds each ordered key of the page; laneUnits (sendablePrefix, laneOf)
+//     and batchUnits make the units.
 //  5. pipeline/publish.go (publish, runUnit, runLane, send) sends the units,
 //     pipeline/tracing.go giving each message its span, through the message.Publisher:
 //     relay/rocketmq/publisher.go (Send), whose failures relay/rocketmq/classify.go gives a
 //     kind. A unit still sending when the page is done goes on detached (pipeline/late.go,
 //     goLate).
-//  6. pipeline/park.go (parkHeld) parks the rows held behind a head due later (Store.Park),
-//     and pipeline/incidents.go (judge) turns each failure into a counted retry, a deferral
-//     or a dead row.
+//  6. pipeline/park.go (heldRows.addUnscheduled, parkHeld, the rules in parkBook) parks the
+//     rows held behind a head due later (Store.Park), and pipeline/incidents.go (judge) turns
+//     each failure into a counted retry, a deferral or a dead row.
 //  7. pipeline/complete.go (completer, writeBack) writes the results back with the guarded
 //     UPDATEs of internal/outboxsql/store.go (Store.MarkSent, MarkRetry, MarkTransientRetry,
 //     MarkDeferred, MarkDead).
 //
 // Where each guarantee is enforced (one place each):
 //   - Per-key order (a key's rows in id order, one in flight): pipeline/plan.go. It lets an ordered
-//     key's rows go only as the prefix of its unsent rows present in the page, the nearest
+//     key's rows go only as the prefix of its unsent rows present in the page (sendablePrefix), the nearest
 //     older row of the key deciding (a row of an unordered route is no part of the stream;
 //     a late row, committed after a higher id of its key was sent, holds nothing behind it;
 //     internal/outboxsql/ordercheck.go reads the key's rows that decide it, alike on every index layout), as
@@ -55,7 +58,7 @@
 //     goLate): its rows are skipped by later passes until written back (and by a pass that
 //     read them before the write-back: heldByLateUnit), and pipeline/plan.go sees
 //     them unsent, so the key's later rows wait while other keys go on. Rows held behind a
-//     head due more than a second later are parked until it is due (pipeline/park.go, parkHeld): the
+//     head due more than a second later are parked until it is due (pipeline/park.go, parkHeld, parkBook): the
 //     scan skips them instead of reading them pass after pass. Parked rows name their head
 //     (internal/outboxsql/park.go), and follow it whatever happens to it: sent, dead, deleted, brought due or
 //     put off, under this leader or the next (ReviewParked).

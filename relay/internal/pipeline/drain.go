@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"time"
-
-	"github.com/outbox-relay/outbox-relay/internal/outboxsql"
 )
 
 // Stats counts what one pass (relay.DrainOnce) did.
@@ -81,85 +79,34 @@ func (r *Engine) Drain(stop, ctx context.Context, fence func() bool, detach bool
 // (plan).
 func (r *Engine) processPage(ctx context.Context, pg *page, pass uint64, fence func() bool, blocked blockedKeys, detach bool) []result {
 	start := time.Now()
-	rows := pg.rows
-	results := make([]result, len(rows))
-	items := make([]item, len(rows))
-	routes := map[routeKey]routed{}
-	var hold heldRows
-	var inPage map[int64]bool // the page's ids, needed only when keys are blocked
-	if len(blocked) > 0 {
-		inPage = make(map[int64]bool, len(rows))
-		for i := range rows {
-			inPage[rows[i].ID] = true
-		}
-	}
-	r.inflightMu.Lock()
-	anyInflight := len(r.inflight) > 0 || len(r.settled) > 0
-	r.inflightMu.Unlock()
-	for i := range rows {
-		if anyInflight && r.heldByLateUnit(rows[i].ID, pass) {
-			// A late unit of an earlier page publishes it, or published it after this page
-			// was read: results[i] stays zero, which the completer leaves alone.
-			continue
-		}
-		msg, route, err := r.prepare(&rows[i], routes)
-		if err != nil {
-			results[i] = result{kind: dead, reason: err.Error()}
-			continue
-		}
-		if route.Ordered && msg.ShardingKey != "" {
-			k := outboxsql.OrderKey{Topic: msg.Topic, Key: msg.ShardingKey}
-			if h, ok := blocked[k]; ok && rows[i].ID > h.ID && !inPage[h.ID] {
-				// Held behind an unsent row of its key that an earlier page of this pass
-				// found and that is not in this page: no need to ask the database again.
-				hold.add(k, h, rows[i].ID)
-				continue
-			}
-		}
-		if wait, last, held := r.incidents.holdMisconfigured(msg.Topic, start); held {
-			// The broker refuses the topic for the relay's configuration: one row probes it
-			// per backoff, the others wait unsent (their retry count untouched).
-			results[i] = result{kind: deferred, delay: wait, reason: last + misconfiguredMark, unsent: true}
-			continue
-		}
-		items[i] = item{row: &rows[i], msg: msg, route: route}
-	}
+	results := make([]result, len(pg.rows))
+	items, hold := r.prepareItems(pg.rows, pass, blocked, results, start)
 	units, err := r.plan(ctx, items, blocked)
 	if err != nil {
 		// The ordered-key check could not run: hold the page's ordered rows, send the rest.
 		r.log.Warn().Err(err).Msg("ordered-key check failed; ordered rows of this page wait for the next pass")
 		units = r.unorderedUnits(items)
 	}
-	if len(blocked) > 0 {
-		scheduled := map[int]bool{}
-		for _, u := range units {
-			for _, i := range u.idx {
-				scheduled[i] = true
-			}
-		}
-		for i, it := range items {
-			if it.msg == nil || !it.route.Ordered || it.msg.ShardingKey == "" || scheduled[i] {
-				continue
-			}
-			k := outboxsql.OrderKey{Topic: it.msg.Topic, Key: it.msg.ShardingKey}
-			if h, ok := blocked[k]; ok && it.row.ID > h.ID {
-				hold.add(k, h, it.row.ID)
-			}
-		}
-	}
+	hold.addUnscheduled(items, units, blocked)
 	late := r.publish(ctx, units, items, results, fence, detach)
 	for _, ru := range late {
 		pg.bytes -= r.goLate(ctx, ru, items, fence) // the late unit holds its bodies' bytes now
 	}
 	r.parkHeld(ctx, hold, items, results)
 	r.judge(ctx, items, results)
-	for i := range rows {
-		rows[i].Content = nil // published: the completer needs ids and counts only
+	r.releasePage(pg)
+	r.metrics.ObserveBatch(time.Since(start))
+	return results
+}
+
+// releasePage drops the bodies of a published page (the completer needs ids and counts
+// only) and gives the bytes it still holds back to the memory budget.
+func (r *Engine) releasePage(pg *page) {
+	for i := range pg.rows {
+		pg.rows[i].Content = nil
 	}
 	r.cfg.MemoryBudget.release(pg.bytes)
 	pg.bytes = 0
-	r.metrics.ObserveBatch(time.Since(start))
-	return results
 }
 
 // judge turns failed sends into retries or deferrals (incidents.judge) and, when a broker
@@ -178,7 +125,7 @@ func (r *Engine) judge(ctx context.Context, items []item, results []result) {
 			r.log.Warn().Err(err).Msg("broker recovered; rows deferred during its incident wait out their deferral")
 		} else if n > 0 {
 			r.log.Info().Int64("rows", n).Msg("broker recovered: rows deferred during its incident are due now")
-			r.parkReview.Store(true) // the rows parked behind them follow
+			r.parks.reviewNow() // the rows parked behind them follow
 		}
 	}
 }

@@ -108,14 +108,8 @@ type Engine struct {
 	// late counts the late units running; lateDone wakes the leader when one has ended.
 	late     sync.WaitGroup
 	lateDone chan struct{}
-	// parked remembers, per ordered key whose held rows were parked (parkHeld), the head
-	// they wait for; parkedFound says whether those parked before this term were found
-	// (ReviewParked), parkReviewed when the heads were last looked at. Used by the pass's
-	// goroutine only. parkReview asks for a look at once (a broker's recovery moved heads).
-	parked       map[outboxsql.OrderKey]outboxsql.HeldHead
-	parkedFound  bool
-	parkReviewed time.Time
-	parkReview   atomic.Bool
+	// parks is what the engine knows of the keys whose held rows it parked (park.go).
+	parks parkBook
 }
 
 // New returns the engine of one relay: cfg with defaults applied, db its database, log its
@@ -152,7 +146,7 @@ func (r *Engine) LateDone() <-chan struct{} { return r.lateDone }
 
 // NewTerm forgets what the engine knew of the keys parked under an earlier term: the next
 // pass looks for them again.
-func (r *Engine) NewTerm() { r.parkedFound, r.parkReviewed = false, time.Time{} }
+func (r *Engine) NewTerm() { r.parks.newTerm() }
 
 // FailingBrokers are the brokers in an incident and since when.
 func (r *Engine) FailingBrokers() map[string]time.Time { return r.incidents.failingBrokers() }

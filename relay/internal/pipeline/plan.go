@@ -34,20 +34,66 @@ type unit struct {
 // backlog's ids, a pass growing with the square of the backlog.
 type blockedKeys map[outboxsql.OrderKey]outboxsql.HeldHead
 
+// pageIDs returns the ids of a page's rows when some key is blocked (holds needs them), else
+// nil.
+func (b blockedKeys) pageIDs(rows []outboxsql.Row) map[int64]bool {
+	if len(b) == 0 {
+		return nil
+	}
+	in := make(map[int64]bool, len(rows))
+	for i := range rows {
+		in[rows[i].ID] = true
+	}
+	return in
+}
+
+// holds reports whether the row id, of message msg on route, waits behind the head that an
+// earlier page of this pass found holding its ordered key, a head not in this page (inPage):
+// the row is held without asking the database again. It returns the key and its head.
+func (b blockedKeys) holds(msg *Message, route Route, id int64, inPage map[int64]bool) (outboxsql.OrderKey, outboxsql.HeldHead, bool) {
+	if !route.Ordered || msg.ShardingKey == "" {
+		return outboxsql.OrderKey{}, outboxsql.HeldHead{}, false
+	}
+	k := outboxsql.OrderKey{Topic: msg.Topic, Key: msg.ShardingKey}
+	h, ok := b[k]
+	return k, h, ok && id > h.ID && !inPage[h.ID]
+}
+
 // plan groups the prepared items into units. An ordered key's rows may go only as the prefix
 // of its unsent rows that is present in this batch: a row behind an earlier unsent row
 // (failed and waiting, or not yet due) is held back, and the key noted in blocked.
+// The units come in this order: single messages, lanes, batch requests.
 func (r *Engine) plan(ctx context.Context, items []item, blocked blockedKeys) ([]unit, error) {
-	chains := map[outboxsql.OrderKey][]int{}
-	var chainOrder []outboxsql.OrderKey
-	type batchKey struct {
-		group, topic string
-		timeout      time.Duration
-		queue        string // the keys' queue of a batch of keyed rows (KeyBatcher)
+	g := r.group(items)
+	heads, err := r.heldHeads(ctx, items, g)
+	if err != nil {
+		return nil, err
 	}
-	batches := map[batchKey][]int{}
-	var batchOrder []batchKey
-	var units []unit
+	units := r.laneUnits(g.singles, items, g, heads, blocked)
+	return r.batchUnits(units, items, g), nil
+}
+
+// batchKey is what the rows of one batch request share: producer group, topic and send
+// timeout, and the keys' queue of a batch of keyed rows (KeyBatcher).
+type batchKey struct {
+	group, topic string
+	timeout      time.Duration
+	queue        string
+}
+
+// grouping is a page's items sorted by how they may go, each kind in the order first seen.
+type grouping struct {
+	chains     map[outboxsql.OrderKey][]int // the items of each ordered key
+	chainOrder []outboxsql.OrderKey
+	batches    map[batchKey][]int // the items that may share batch requests
+	batchOrder []batchKey
+	singles    []unit // the items that go one request each
+}
+
+// group sorts the items into the chains of ordered keys, the batches and the single
+// messages.
+func (r *Engine) group(items []item) grouping {
+	g := grouping{chains: map[outboxsql.OrderKey][]int{}, batches: map[batchKey][]int{}}
 	for i, it := range items {
 		if it.msg == nil {
 			continue
@@ -55,61 +101,71 @@ func (r *Engine) plan(ctx context.Context, items []item, blocked blockedKeys) ([
 		switch {
 		case it.route.Ordered && it.msg.ShardingKey != "":
 			k := outboxsql.OrderKey{Topic: it.msg.Topic, Key: it.msg.ShardingKey}
-			if _, ok := chains[k]; !ok {
-				chainOrder = append(chainOrder, k)
+			if _, ok := g.chains[k]; !ok {
+				g.chainOrder = append(g.chainOrder, k)
 			}
-			chains[k] = append(chains[k], i)
+			g.chains[k] = append(g.chains[k], i)
 		case !r.cfg.DisableBatchSend && it.route.DelayLevel == 0:
-			k := batchKey{it.route.Group, it.msg.Topic, it.route.SendTimeout, ""}
-			if it.msg.ShardingKey != "" {
-				// A keyed row keeps its key's queue: it shares batches with the keys of
-				// that queue, or goes on its own.
-				q, ok := r.queueOf(it.msg)
-				if !ok {
-					units = append(units, unit{idx: []int{i}})
-					continue
-				}
-				k.queue = q
+			k, ok := r.batchOf(it)
+			if !ok {
+				g.singles = append(g.singles, unit{idx: []int{i}})
+				continue
 			}
-			if _, ok := batches[k]; !ok {
-				batchOrder = append(batchOrder, k)
+			if _, ok := g.batches[k]; !ok {
+				g.batchOrder = append(g.batchOrder, k)
 			}
-			batches[k] = append(batches[k], i)
+			g.batches[k] = append(g.batches[k], i)
 		default:
-			units = append(units, unit{idx: []int{i}})
+			g.singles = append(g.singles, unit{idx: []int{i}})
 		}
 	}
-	var heads map[outboxsql.OrderKey]outboxsql.HeldHead
-	if len(chainOrder) > 0 {
-		streams := make(map[outboxsql.OrderKey][]int64, len(chainOrder))
-		for _, k := range chainOrder {
-			idx := chains[k]
-			slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(items[a].row.ID, items[b].row.ID) })
-			ids := make([]int64, len(idx))
-			for n, i := range idx {
-				ids[n] = items[i].row.ID
-			}
-			streams[k] = ids
+	return g
+}
+
+// batchOf returns the batch requests an unordered item may share, or false when it goes on
+// its own: a keyed row keeps its key's queue, sharing batches with the keys of that queue
+// only, and goes alone when the publisher cannot tell it.
+func (r *Engine) batchOf(it item) (batchKey, bool) {
+	k := batchKey{group: it.route.Group, topic: it.msg.Topic, timeout: it.route.SendTimeout}
+	if it.msg.ShardingKey != "" {
+		q, ok := r.queueOf(it.msg)
+		if !ok {
+			return batchKey{}, false
 		}
-		var err error
-		if heads, err = r.store.OrderedHeads(ctx, streams, r.ordered); err != nil {
-			return nil, err
-		}
+		k.queue = q
 	}
+	return k, true
+}
+
+// heldHeads sorts each ordered key's chain by id and reads which unsent row, if any, holds
+// each key's rows of the page back (Store.OrderedHeads); a key absent goes whole.
+func (r *Engine) heldHeads(ctx context.Context, items []item, g grouping) (map[outboxsql.OrderKey]outboxsql.HeldHead, error) {
+	if len(g.chainOrder) == 0 {
+		return nil, nil
+	}
+	streams := make(map[outboxsql.OrderKey][]int64, len(g.chainOrder))
+	for _, k := range g.chainOrder {
+		idx := g.chains[k]
+		slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(items[a].row.ID, items[b].row.ID) })
+		ids := make([]int64, len(idx))
+		for n, i := range idx {
+			ids[n] = items[i].row.ID
+		}
+		streams[k] = ids
+	}
+	return r.store.OrderedHeads(ctx, streams, r.ordered)
+}
+
+// laneUnits appends to units the lanes of the ordered keys: each key's sendable prefix
+// (sendablePrefix), the keys of one queue together in one lane (laneOf), the others in a
+// lane of their own. A key cut short by its head is noted in blocked.
+func (r *Engine) laneUnits(units []unit, items []item, g grouping, heads map[outboxsql.OrderKey]outboxsql.HeldHead, blocked blockedKeys) []unit {
 	lanes := map[laneKey]int{} // index in units of each queue's lane
-	for _, k := range chainOrder {
-		idx := chains[k]
+	for _, k := range g.chainOrder {
 		head, held := heads[k]
-		var ok []int
-		for _, i := range idx {
-			if held && items[i].row.ID > head.ID {
-				// An earlier unsent row of this key is not in the batch: the rest wait for it.
-				if blocked != nil {
-					blocked[k] = head
-				}
-				break
-			}
-			ok = append(ok, i)
+		ok, cut := sendablePrefix(items, g.chains[k], head, held)
+		if cut && blocked != nil {
+			blocked[k] = head
 		}
 		if len(ok) == 0 {
 			continue
@@ -126,11 +182,30 @@ func (r *Engine) plan(ctx context.Context, items []item, blocked blockedKeys) ([
 		lanes[lk] = len(units)
 		units = append(units, unit{idx: ok, lane: true})
 	}
-	for _, k := range batchOrder {
-		idx := batches[k]
+	return units
+}
+
+// sendablePrefix returns the items of one ordered key's chain (ascending ids) that may go:
+// all of them when nothing holds the key (held false), else those below its head. cut says
+// whether the head held any back: an earlier unsent row of the key is not in the page, and
+// the rest wait for it.
+func sendablePrefix(items []item, chain []int, head outboxsql.HeldHead, held bool) (ok []int, cut bool) {
+	for _, i := range chain {
+		if held && items[i].row.ID > head.ID {
+			return ok, true
+		}
+		ok = append(ok, i)
+	}
+	return ok, false
+}
+
+// batchUnits appends to units the batch requests of each batch's items, each of at most
+// MaxBatchMessages messages and MaxBatchBytes bytes of bodies (a body larger goes alone).
+func (r *Engine) batchUnits(units []unit, items []item, g grouping) []unit {
+	for _, k := range g.batchOrder {
 		var cur []int
 		size := 0
-		for _, i := range idx {
+		for _, i := range g.batches[k] {
 			n := len(items[i].msg.Body)
 			if len(cur) > 0 && (len(cur) >= r.cfg.MaxBatchMessages || size+n > r.cfg.MaxBatchBytes) {
 				units = append(units, unit{idx: cur, batch: len(cur) > 1})
@@ -143,7 +218,7 @@ func (r *Engine) plan(ctx context.Context, items []item, blocked blockedKeys) ([
 			units = append(units, unit{idx: cur, batch: len(cur) > 1})
 		}
 	}
-	return units, nil
+	return units
 }
 
 // laneKey is one queue of one route's producer: the ordered keys whose rows go to it may

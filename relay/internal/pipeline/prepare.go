@@ -4,6 +4,7 @@ package pipeline
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/outboxsql"
 	"github.com/outbox-relay/outbox-relay/outbox"
@@ -59,4 +60,43 @@ func (r *Engine) prepare(rw *outboxsql.Row, routes map[routeKey]routed) (*Messag
 	}
 	m.RetryCount, m.MaxRetries = rw.RetryCount, rw.MaxRetries
 	return m, rt.route, nil
+}
+
+// prepareItems turns the rows of a page into items, at their row's index; a row that is not
+// sent this time is left out, with its result: a malformed row dead, a row of a topic the
+// broker refuses for the relay's configuration deferred (one probes it per backoff), a row
+// held by a late unit none at all. It returns the rows held behind the head of their ordered
+// key that an earlier page of the pass found (blocked): hold parks them (parkHeld).
+func (r *Engine) prepareItems(rows []outboxsql.Row, pass uint64, blocked blockedKeys, results []result, start time.Time) ([]item, heldRows) {
+	items := make([]item, len(rows))
+	routes := map[routeKey]routed{}
+	var hold heldRows
+	inPage := blocked.pageIDs(rows)
+	r.inflightMu.Lock()
+	anyInflight := len(r.inflight) > 0 || len(r.settled) > 0
+	r.inflightMu.Unlock()
+	for i := range rows {
+		if anyInflight && r.heldByLateUnit(rows[i].ID, pass) {
+			// A late unit of an earlier page publishes it, or published it after this page
+			// was read: results[i] stays zero, which the completer leaves alone.
+			continue
+		}
+		msg, route, err := r.prepare(&rows[i], routes)
+		if err != nil {
+			results[i] = result{kind: dead, reason: err.Error()}
+			continue
+		}
+		if k, h, held := blocked.holds(msg, route, rows[i].ID, inPage); held {
+			hold.add(k, h, rows[i].ID)
+			continue
+		}
+		if wait, last, held := r.incidents.holdMisconfigured(msg.Topic, start); held {
+			// The broker refuses the topic for the relay's configuration: one row probes it
+			// per backoff, the others wait unsent (their retry count untouched).
+			results[i] = result{kind: deferred, delay: wait, reason: last + misconfiguredMark, unsent: true}
+			continue
+		}
+		items[i] = item{row: &rows[i], msg: msg, route: route}
+	}
+	return items, hold
 }
