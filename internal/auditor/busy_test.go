@@ -68,7 +68,7 @@ func TestAuditStatementsUnderBusyWriters(t *testing.T) {
 	ids := []int64{1, 2, 3}
 	for name, q := range map[string]string{
 		"present": "UPDATE `local_message` FORCE INDEX (PRIMARY) SET audited_time = ? WHERE id IN (?, ?, ?) AND status = 2 AND next_retry_time <= ?",
-		"repair":  "UPDATE `local_message` FORCE INDEX (PRIMARY) SET status = 1, next_retry_time = ?, fail_reason = 'x', broker_name = NULL WHERE id IN (?, ?, ?) AND status = 2 AND next_retry_time <= ?",
+		"repair":  "UPDATE `local_message` FORCE INDEX (PRIMARY) SET status = 1, next_retry_time = ?, fail_reason = CASE id WHEN 1 THEN 'x' WHEN 2 THEN 'y' WHEN 3 THEN 'z' END, broker_name = NULL WHERE id IN (?, ?, ?) AND status = 2 AND next_retry_time <= ?",
 	} {
 		for _, p := range testenv.Explain(t, db.DB, q, now, ids[0], ids[1], ids[2], now) {
 			if p["key"] != "PRIMARY" || p["type"] != "range" {
