@@ -128,17 +128,7 @@ func drainOnce(b *testing.B, pub relay.Publisher, broker *rmqtest.Server, rows i
 	}
 	stopBusy := loadgen.StartBusy(b, db.DB, w, "bench")
 	start := time.Now()
-	sent := 0
-	for sent < rows {
-		st, err := r.DrainOnce(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if st.Sent == 0 && st.Read == 0 {
-			b.Fatalf("drain stalled at %d of %d rows", sent, rows)
-		}
-		sent += st.Sent
-	}
+	sent := auditor.DrainAll(b, r, rows)
 	took := time.Since(start)
 	stopBusy()
 	cancel()

@@ -15,7 +15,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
 	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
-	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 // What one round of the audit costs the database, counted at the driver (testenv.CountedDB
@@ -24,18 +23,8 @@ import (
 // lost (each with a reason of its own, naming its offset) the same three, the UPDATE setting
 // each row's reason. A statement per row, or a second clock read, fails it.
 func TestAuditBatchStatementCount(t *testing.T) {
-	db := testenv.MySQL(t)
+	db, broker := AuditTable(t, "held", "lost")
 	ctx := context.Background()
-	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
-		t.Fatal(err)
-	}
-	broker, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer broker.Close()
-	broker.CreateTopic("held", 4)
-	broker.CreateTopic("lost", 4)
 	sendRows(t, db, broker, 100)
 	// Sent a minute ago by the database's clock, so that the window (MinAge 1 s) holds them.
 	if _, err := db.Exec("UPDATE local_message SET next_retry_time = next_retry_time - 60000 WHERE status = 2"); err != nil {
@@ -60,11 +49,7 @@ func TestAuditBatchStatementCount(t *testing.T) {
 	wantStatements(t, counter, "a batch of 100 rows present", 2, 1)
 
 	// 100 rows recorded at offsets 1000+ of empty queues: the tail the broker lost.
-	if _, err := db.Exec(`INSERT INTO local_message (msg_id, topic, content, status, next_retry_time, sent_time, broker_name, queue_id, queue_offset)
-		SELECT CONCAT('l-', seq), 'lost', '{}', 2, CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) - 30000 + seq, 1, 'broker-a', seq % 4, 1000 + seq
-		FROM seq_1_to_100`); err != nil {
-		t.Fatal(err)
-	}
+	insertSent(t, db, "lost", 100, 30000, 1000)
 	counter.Keep()
 	a.round(ctx, cursor{})
 	if s := a.State(); s.Checked != 200 || s.Missing != 100 || s.Repaired != 100 {
@@ -118,14 +103,5 @@ func sendRows(t *testing.T, db *testenv.DB, broker *rmqtest.Server, n int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for sent := 0; sent < n; {
-		st, err := r.DrainOnce(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Sent == 0 && st.Read == 0 {
-			t.Fatalf("drain stalled at %d of %d rows", sent, n)
-		}
-		sent += st.Sent
-	}
+	DrainAll(t, r, n)
 }
