@@ -42,7 +42,9 @@ func (c *countingLookup) Check(ctx context.Context, ps []brokeraudit.Position) (
 // rmqtest broker six times in one run under busy writers (loadgen.StartBusy), alternating
 // the audit off and on (checking rows 1 ms after they are sent, at the default 200 rows/s,
 // or AUDIT_BENCH_RATE), and reports each drain rate, the median of the on/off ratios, and
-// the audit's lookups and broker requests per 100k rows checked. Run with -benchtime=1x.
+// the audit's lookups, broker requests and database statements (reads and writes, counted
+// by a connector wrapping the MySQL driver's own, testenv.CountedDB) per 100k rows checked.
+// Run with -benchtime=1x.
 func BenchmarkDrainWithAudit(b *testing.B) {
 	rows := 30000
 	if v, err := strconv.Atoi(os.Getenv("AUDIT_BENCH_ROWS")); err == nil && v > 0 {
@@ -63,11 +65,13 @@ func BenchmarkDrainWithAudit(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		var ratios []float64
 		var checked, checks, requests int64
+		var stmts testenv.Counts
 		for round := 1; round <= 3; round++ {
-			off := drainOnce(b, pub, broker, rows, nil)
+			off, _ := drainOnce(b, pub, broker, rows, nil)
 			rq := brokeraudit.NewRocketMQ(brokeraudit.RocketMQConfig{NameServers: []string{broker.NameServerAddr()}})
 			lookup := &countingLookup{Lookup: rq}
-			on := drainOnce(b, pub, broker, rows, lookup)
+			on, n := drainOnce(b, pub, broker, rows, lookup)
+			stmts.Reads, stmts.Writes, stmts.Catalog = stmts.Reads+n.Reads, stmts.Writes+n.Writes, stmts.Catalog+n.Catalog
 			b.ReportMetric(off, fmt.Sprintf("rows/s-off-%d", round))
 			b.ReportMetric(on, fmt.Sprintf("rows/s-on-%d", round))
 			ratios = append(ratios, on/off)
@@ -80,12 +84,16 @@ func BenchmarkDrainWithAudit(b *testing.B) {
 		b.ReportMetric(float64(checked), "rows-checked")
 		b.ReportMetric(float64(checks)*100000/float64(max(1, checked)), "lookups/100k-rows")
 		b.ReportMetric(float64(requests)*100000/float64(max(1, checked)), "broker-requests/100k-rows")
+		b.ReportMetric(float64(stmts.Reads)*100000/float64(max(1, checked)), "db-reads/100k-rows")
+		b.ReportMetric(float64(stmts.Writes)*100000/float64(max(1, checked)), "db-writes/100k-rows")
+		b.ReportMetric(float64(stmts.Catalog)/3, "db-catalog-reads/start")
 	}
 }
 
 // drainOnce fills a table with rows due rows and drains it with one relay, the audit running
-// beside it when lookup is set; it returns rows per second.
-func drainOnce(b *testing.B, pub relay.Publisher, broker *rmqtest.Server, rows int, lookup brokeraudit.Lookup) float64 {
+// beside it when lookup is set, on a pool of its own whose statements are counted; it
+// returns rows per second and the audit's statements.
+func drainOnce(b *testing.B, pub relay.Publisher, broker *rmqtest.Server, rows int, lookup brokeraudit.Lookup) (float64, testenv.Counts) {
 	b.Helper()
 	db := testenv.MySQL(b)
 	ctx := context.Background()
@@ -103,8 +111,9 @@ func drainOnce(b *testing.B, pub relay.Publisher, broker *rmqtest.Server, rows i
 	}
 	actx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
+	adb, counter := testenv.CountedDB(b, db.DSN)
 	if lookup != nil {
-		a, err := auditor.New(db.DB, lookup, auditor.Config{Database: "bench", Table: "local_message", MinAge: time.Millisecond,
+		a, err := auditor.New(adb, lookup, auditor.Config{Database: "bench", Table: "local_message", MinAge: time.Millisecond,
 			MaxAge: time.Hour, Rate: benchRate(), Batch: 100, Idle: 50 * time.Millisecond, Log: zerolog.Nop()})
 		if err != nil {
 			b.Fatal(err)
@@ -119,22 +128,12 @@ func drainOnce(b *testing.B, pub relay.Publisher, broker *rmqtest.Server, rows i
 	}
 	stopBusy := loadgen.StartBusy(b, db.DB, w, "bench")
 	start := time.Now()
-	sent := 0
-	for sent < rows {
-		st, err := r.DrainOnce(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if st.Sent == 0 && st.Read == 0 {
-			b.Fatalf("drain stalled at %d of %d rows", sent, rows)
-		}
-		sent += st.Sent
-	}
+	sent := auditor.DrainAll(b, r, rows)
 	took := time.Since(start)
 	stopBusy()
 	cancel()
 	<-done
-	return float64(sent) / took.Seconds()
+	return float64(sent) / took.Seconds(), counter.Counts()
 }
 
 // benchRate is audit.rate for the benchmark: AUDIT_BENCH_RATE, else the default 200.

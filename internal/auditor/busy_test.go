@@ -11,10 +11,8 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/brokeraudit"
 	"github.com/outbox-relay/outbox-relay/internal/loadgen"
-	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
-	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 // The auditor's statements under busy writers (8 writers, a quarter of their transactions
@@ -23,22 +21,9 @@ import (
 // ranges of the primary key; an audit of every sent row against a broker whose queues lost
 // them all (rmqtest, empty queues) repairs each one once, and leaves the writers' rows alone.
 func TestAuditStatementsUnderBusyWriters(t *testing.T) {
-	db := testenv.MySQL(t)
+	db, broker := AuditTable(t, "history")
 	ctx := context.Background()
-	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
-		t.Fatal(err)
-	}
-	broker, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer broker.Close()
-	broker.CreateTopic("history", 4)
-	if _, err := db.Exec(`INSERT INTO local_message (msg_id, topic, content, status, next_retry_time, sent_time, broker_name, queue_id, queue_offset)
-		SELECT CONCAT('h-', seq), 'history', '{}', 2, CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) - 600000 + seq, 1, 'broker-a', seq % 4, 100000 + seq
-		FROM seq_1_to_5000`); err != nil {
-		t.Fatal(err)
-	}
+	insertSent(t, db, "history", 5000, 600000, 100000)
 	if _, err := db.Exec("ANALYZE TABLE local_message"); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +53,7 @@ func TestAuditStatementsUnderBusyWriters(t *testing.T) {
 	ids := []int64{1, 2, 3}
 	for name, q := range map[string]string{
 		"present": "UPDATE `local_message` FORCE INDEX (PRIMARY) SET audited_time = ? WHERE id IN (?, ?, ?) AND status = 2 AND next_retry_time <= ?",
-		"repair":  "UPDATE `local_message` FORCE INDEX (PRIMARY) SET status = 1, next_retry_time = ?, fail_reason = 'x', broker_name = NULL WHERE id IN (?, ?, ?) AND status = 2 AND next_retry_time <= ?",
+		"repair":  "UPDATE `local_message` FORCE INDEX (PRIMARY) SET status = 1, next_retry_time = ?, fail_reason = CASE id WHEN 1 THEN 'x' WHEN 2 THEN 'y' WHEN 3 THEN 'z' END, broker_name = NULL WHERE id IN (?, ?, ?) AND status = 2 AND next_retry_time <= ?",
 	} {
 		for _, p := range testenv.Explain(t, db.DB, q, now, ids[0], ids[1], ids[2], now) {
 			if p["key"] != "PRIMARY" || p["type"] != "range" {

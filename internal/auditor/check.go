@@ -10,9 +10,10 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/brokeraudit"
 )
 
-// checkBatch looks cands up and, with repair, writes the verdicts back: Present rows get
-// nowMs as their audit time; Missing rows are made due again, one statement per distinct
-// reason; Unknown rows are only counted.
+// checkBatch looks cands up and, with repair, writes the verdicts back at nowMs (the
+// database's clock): Present rows get it as their audit time, in one statement; Missing rows
+// are made due again, in one statement with each row's reason; Unknown rows are only
+// counted.
 func (a *Auditor) checkBatch(ctx context.Context, cands []candidate, repair bool, nowMs int64) (Report, error) {
 	ps := make([]brokeraudit.Position, len(cands))
 	settledMax := int64(0)
@@ -32,7 +33,7 @@ func (a *Auditor) checkBatch(ctx context.Context, cands []candidate, repair bool
 	}
 	rep := Report{Checked: len(cands)}
 	var present []int64
-	missing := map[string][]int{} // by reason
+	var missing []int
 	for i, f := range found {
 		switch f.Verdict {
 		case brokeraudit.Present:
@@ -40,9 +41,7 @@ func (a *Auditor) checkBatch(ctx context.Context, cands []candidate, repair bool
 			present = append(present, cands[i].id)
 		case brokeraudit.Missing:
 			rep.Missing++
-			// The lookup's reason already names the broker ("lost by broker B after
-			// acknowledgement: ...", Finding.Reason).
-			missing[f.Reason] = append(missing[f.Reason], i)
+			missing = append(missing, i)
 		default:
 			rep.Unknown++
 		}
@@ -52,31 +51,31 @@ func (a *Auditor) checkBatch(ctx context.Context, cands []candidate, repair bool
 			return rep, err
 		}
 	}
-	for reason, idx := range missing {
-		if err := a.lost(ctx, cands, idx, reason, repair, settledMax, nowMs, &rep); err != nil {
-			return rep, err
-		}
+	if len(missing) > 0 {
+		err = a.lost(ctx, cands, found, missing, repair, settledMax, nowMs, &rep)
 	}
-	return rep, nil
+	return rep, err
 }
 
 // lost records the missing rows idx of cands in rep and, with repair, makes them due again.
-func (a *Auditor) lost(ctx context.Context, cands []candidate, idx []int, reason string, repair bool, settledMax, nowMs int64, rep *Report) error {
+// The lookup's reason already names the broker ("lost by broker B after acknowledgement:
+// ...", Finding.Reason).
+func (a *Auditor) lost(ctx context.Context, cands []candidate, found []brokeraudit.Finding, idx []int, repair bool, settledMax, nowMs int64, rep *Report) error {
 	var n int64
 	if repair {
-		ids := make([]int64, len(idx))
+		ids, reasons := make([]int64, len(idx)), make([]string, len(idx))
 		for j, i := range idx {
-			ids[j] = cands[i].id
+			ids[j], reasons[j] = cands[i].id, found[i].Reason
 		}
 		var err error
-		if n, err = a.st.repair(ctx, ids, reason, settledMax, nowMs); err != nil {
+		if n, err = a.st.repair(ctx, ids, reasons, settledMax, nowMs); err != nil {
 			return err
 		}
 		rep.Repaired += int(n)
 	}
 	for _, i := range idx {
 		c := cands[i]
-		l := Lost{ID: c.id, MsgID: c.msgID, Topic: c.topic, Tag: c.tag, ShardingKey: c.key, Reason: reason,
+		l := Lost{ID: c.id, MsgID: c.msgID, Topic: c.topic, Tag: c.tag, ShardingKey: c.key, Reason: found[i].Reason,
 			Ordered: c.key != "" && a.cfg.Ordered != nil && a.cfg.Ordered(c.topic, c.tag), Repaired: repair && n > 0,
 			Broker: c.broker, QueueID: c.queue, QueueOffset: c.offset, SentAtMs: c.settled}
 		if l.Ordered && l.Repaired {
@@ -120,24 +119,24 @@ func (a *Auditor) Audit(ctx context.Context, rg Range) (Report, error) {
 	var total Report
 	cur := cursor{settled: w.from, id: -1 << 62}
 	for {
-		rep, next, done, err := a.step(ctx, w, cur, rg.Repair)
+		rep, next, done, err := a.step(ctx, w, cur, rg.Repair, nowMs)
 		total.add(rep)
 		if err != nil || done {
 			return total, err
 		}
 		cur = next
+		if nowMs, err = a.st.now(ctx); err != nil { // the next batch's audit time
+			return total, err
+		}
 	}
 }
 
-// step checks the next batch of w after cur and returns where the next one starts, and
-// done once w has no rows left.
-func (a *Auditor) step(ctx context.Context, w window, cur cursor, repair bool) (Report, cursor, bool, error) {
+// step checks the next batch of w after cur, writing the verdicts back at nowMs (the
+// database's clock, read by the caller for the window), and returns where the next one
+// starts, and done once w has no rows left.
+func (a *Auditor) step(ctx context.Context, w window, cur cursor, repair bool, nowMs int64) (Report, cursor, bool, error) {
 	cands, err := a.st.read(ctx, w, cur, a.cfg.Batch)
 	if err != nil || len(cands) == 0 {
-		return Report{}, cur, true, err
-	}
-	nowMs, err := a.st.now(ctx)
-	if err != nil {
 		return Report{}, cur, true, err
 	}
 	rep, err := a.checkBatch(ctx, cands, repair, nowMs)

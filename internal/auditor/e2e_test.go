@@ -41,19 +41,7 @@ type rig struct {
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
-	db := testenv.MySQL(t)
-	ctx := context.Background()
-	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
-		t.Fatal(err)
-	}
-	broker, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(broker.Close)
-	for _, topic := range []string{"orders", "events"} {
-		broker.CreateTopic(topic, 4)
-	}
+	db, broker := auditor.AuditTable(t, "orders", "events")
 	w, err := outbox.NewWriter(outbox.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -68,7 +68,7 @@ func (a *Auditor) round(ctx context.Context, cur cursor) (cursor, bool) {
 	if cur.settled < w.from {
 		cur = cursor{settled: w.from, id: -1 << 62}
 	}
-	rep, next, done, err := a.step(ctx, w, cur, true)
+	rep, next, done, err := a.step(ctx, w, cur, true, nowMs)
 	a.cfg.Metrics.Add(a.cfg.Database, a.cfg.Table, rep)
 	a.count(rep)
 	a.logFindings(rep)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -15,8 +16,9 @@ import (
 )
 
 // store holds the auditor's statements on one table. Reads are plain consistent reads (no
-// locks); the two UPDATEs reach their rows through the primary key, guarded by status sent
-// and by the send the audit read, so that a row sent again meanwhile is left alone.
+// locks); the two UPDATEs (each at most once per batch) reach their rows through the
+// primary key, guarded by status sent and by the send the audit read, so that a row sent
+// again meanwhile is left alone.
 type store struct {
 	db          *sql.DB
 	table, name string // quoted for SQL; plain for messages
@@ -116,18 +118,42 @@ func (s *store) markPresent(ctx context.Context, ids []int64, settledMax, nowMs 
 		WHERE id IN (`+placeholders(len(ids))+`) AND status = 2 AND next_retry_time <= ?`, append(args, settledMax)...)
 }
 
-// repair makes the rows ids, still sent by the send read, due again at nowMs: status
-// failed-will-retry with reason, retry count untouched (the broker lost them, not the
-// message's fault), their recorded position cleared; msg_id and keys are the row's, so
-// the copy sent is the same message to consumers.
-func (s *store) repair(ctx context.Context, ids []int64, reason string, settledMax, nowMs int64) (int64, error) {
-	if s.reasonChars > 0 && utf8.RuneCountInString(reason) > s.reasonChars {
-		reason = string([]rune(reason)[:s.reasonChars])
-	}
-	args := append([]any{nowMs, reason}, idArgs(ids)...)
-	return s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET status = 1, next_retry_time = ?, fail_reason = ?,
+// repair makes the rows ids, still sent by the send read, due again at nowMs in one
+// statement: status failed-will-retry with each row's reason (reasons[i] is ids[i]'s), retry
+// count untouched (the broker lost them, not the message's fault), their recorded position
+// cleared; msg_id and keys are the row's, so the copy sent is the same message to consumers.
+func (s *store) repair(ctx context.Context, ids []int64, reasons []string, settledMax, nowMs int64) (int64, error) {
+	reason, reasonArgs := s.reasonExpr(ids, reasons)
+	args := append(append([]any{nowMs}, reasonArgs...), idArgs(ids)...)
+	return s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET status = 1, next_retry_time = ?, fail_reason = `+reason+`,
 			broker_name = NULL, queue_id = NULL, queue_offset = NULL, offset_msg_id = NULL, audited_time = NULL
 		WHERE id IN (`+placeholders(len(ids))+`) AND status = 2 AND next_retry_time <= ?`, append(args, settledMax)...)
+}
+
+// reasonExpr returns the SQL expression and arguments setting each row's reason: one
+// placeholder when they all agree, else CASE id (the lookup's reasons name each row's
+// offset, so the rows of a batch lost together mostly differ).
+func (s *store) reasonExpr(ids []int64, reasons []string) (string, []any) {
+	if !slices.ContainsFunc(reasons, func(r string) bool { return r != reasons[0] }) {
+		return "?", []any{s.cut(reasons[0])}
+	}
+	var b strings.Builder
+	args := make([]any, 0, 2*len(ids))
+	b.WriteString("CASE id")
+	for i, id := range ids {
+		b.WriteString(" WHEN ? THEN ?")
+		args = append(args, id, s.cut(reasons[i]))
+	}
+	b.WriteString(" END")
+	return b.String(), args
+}
+
+// cut keeps reason within the table's fail_reason width.
+func (s *store) cut(reason string) string {
+	if s.reasonChars > 0 && utf8.RuneCountInString(reason) > s.reasonChars {
+		return string([]rune(reason)[:s.reasonChars])
+	}
+	return reason
 }
 
 func (s *store) exec(ctx context.Context, q string, args ...any) (int64, error) {

@@ -3,11 +3,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,6 +36,12 @@ type loadFlags struct {
 	// partitions is outbox-relay's relay.partitions (its table is migrated for it); seed
 	// 002 ignores it.
 	partitions int
+	// audits are the audit.enabled values outbox-relay runs with ("off", "on"), set
+	// explicitly in each run; auditMinAge is audit.min_age with the audit on.
+	audits      []string
+	auditMinAge time.Duration
+	// repeat runs the whole grid this many times, interleaved.
+	repeat int
 }
 
 // scenario is one measured configuration.
@@ -42,12 +50,16 @@ type scenario struct {
 	poll   time.Duration
 	nudge  bool
 	relays int
+	audit  string // "off" or "on": outbox-relay's audit.enabled; "" for the classic relay
 }
 
 func (s scenario) String() string {
 	n := "poll only"
 	if s.nudge {
 		n = "nudge"
+	}
+	if s.audit != "" {
+		n += ", audit " + s.audit
 	}
 	return fmt.Sprintf("%s, poll %s, %s, %d relay(s)", s.algo, s.poll, n, s.relays)
 }
@@ -61,10 +73,15 @@ type loadResult struct {
 	rowsPerSec                       float64
 	cpuPct                           float64 // relay processes' CPU time / wall time, % of one core
 	idleQPS                          float64 // commands the relay processes sent at idle, per second
+	queriesPer1k                     float64 // commands the relay processes sent while busy, per 1,000 rows delivered
+	audited                          int     // rows the audit found at the broker (audited_time set)
+	load1                            float64 // the machine's load average over 1 minute, at the scenario's end
 }
 
-func runLoad(ctx context.Context, args []string) error {
+// parseLoadFlags reads the load command's flags.
+func parseLoadFlags(args []string) (loadFlags, error) {
 	var f loadFlags
+	var err error
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	f.servers.register(fs)
 	registerMix(fs, &f.writers, 200)
@@ -75,36 +92,51 @@ func runLoad(ctx context.Context, args []string) error {
 	fs.DurationVar(&f.idle, "idle", 10*time.Second, "idle time over which the relays' queries/s are counted")
 	fs.StringVar(&f.relayBin, "relay-bin", "", "outbox-relay binary (default: built from this checkout)")
 	fs.IntVar(&f.partitions, "partitions", 1, "outbox-relay's relay.partitions: the relays of a table share its partitions (the classic relay ignores it)")
+	audits := fs.String("audit", "off", "outbox-relay's audit.enabled, set explicitly: off, on, or off,on to run both in turn (the classic relay has none)")
+	fs.DurationVar(&f.auditMinAge, "audit-min-age", time.Second, "audit.min_age with the audit on: rows are checked this long after they are sent")
+	fs.IntVar(&f.repeat, "repeat", 1, "run the whole grid this many times, interleaved (e.g. --audit off,on --repeat 3: three pairs)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return f, err
+	}
+	if f.audits, err = parseAudits(*audits); err != nil {
+		return f, err
+	}
+	if f.repeat < 1 || f.auditMinAge <= 0 {
+		return f, errors.New("--repeat must be at least 1 and --audit-min-age positive")
 	}
 	if f.partitions < 1 || f.partitions > schema.MaxPartitions {
-		return fmt.Errorf("--partitions: must be between 1 and %d, got %d", schema.MaxPartitions, f.partitions)
+		return f, fmt.Errorf("--partitions: must be between 1 and %d, got %d", schema.MaxPartitions, f.partitions)
 	}
 	if err := f.writers.Validate(); err != nil {
-		return err
+		return f, err
 	}
-	var err error
 	if f.polls, err = parseDurations("--polls", *polls); err != nil {
-		return err
+		return f, err
 	}
 	for _, s := range strings.Split(*relays, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
-			return fmt.Errorf("--relays: %q is not a positive number", s)
+			return f, fmt.Errorf("--relays: %q is not a positive number", s)
 		}
 		f.relays = append(f.relays, n)
 	}
 	for _, a := range strings.Split(*algos, ",") {
 		if a = strings.TrimSpace(a); !slices.Contains([]string{"outbox-relay", "outbox-relay-poll", "classic"}, a) {
-			return fmt.Errorf("--algos: unknown %q (outbox-relay, outbox-relay-poll, classic)", a)
+			return f, fmt.Errorf("--algos: unknown %q (outbox-relay, outbox-relay-poll, classic)", a)
 		}
 		f.algos = append(f.algos, a)
 	}
 	if f.duration <= 0 || f.idle < 0 {
-		return errors.New("--duration must be positive and --idle not negative")
+		return f, errors.New("--duration must be positive and --idle not negative")
 	}
+	return f, nil
+}
 
+func runLoad(ctx context.Context, args []string) error {
+	f, err := parseLoadFlags(args)
+	if err != nil {
+		return err
+	}
 	bin, _, cleanup, err := scratch(ctx, f.relayBin)
 	if err != nil {
 		return err
@@ -122,21 +154,13 @@ func runLoad(ctx context.Context, args []string) error {
 	fmt.Printf("database %s on %s, Redis, in-process broker; relays are processes (%s, and the classic local-message relay's algorithm)\n\n",
 		w.cfg.DBName, w.cfg.Addr, f.relayBin)
 	var results []loadResult
-	for _, poll := range f.polls {
-		for _, n := range f.relays {
-			for _, a := range f.algos {
-				sc := scenario{algo: algoRelay, poll: poll, nudge: a == "outbox-relay", relays: n}
-				if a == "classic" {
-					sc.algo = algoSeed
-				}
-				r, err := runScenario(ctx, w, f, sc)
-				if err != nil {
-					return fmt.Errorf("%s: %w", sc, err)
-				}
-				results = append(results, r)
-				printResult(r)
-			}
+	for _, sc := range f.scenarios() {
+		r, err := runScenario(ctx, w, f, sc)
+		if err != nil {
+			return fmt.Errorf("%s: %w", sc, err)
 		}
+		results = append(results, r)
+		printResult(r)
 	}
 	fmt.Println()
 	printTable(results)
@@ -147,6 +171,40 @@ func runLoad(ctx context.Context, args []string) error {
 		}
 	}
 	return nil
+}
+
+// scenarios lists the runs in order: the grid of polls, relays, algorithms and audit
+// settings, repeated, so that the settings compared alternate in time.
+func (f loadFlags) scenarios() []scenario {
+	var out []scenario
+	for range f.repeat {
+		for _, poll := range f.polls {
+			for _, n := range f.relays {
+				for _, a := range f.algos {
+					if a == "classic" {
+						out = append(out, scenario{algo: algoSeed, poll: poll, relays: n})
+						continue
+					}
+					for _, audit := range f.audits {
+						out = append(out, scenario{algo: algoRelay, poll: poll, nudge: a == "outbox-relay", relays: n, audit: audit})
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// parseAudits reads --audit: off, on, or both, comma-separated.
+func parseAudits(s string) ([]string, error) {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "off" && a != "on" {
+			return nil, fmt.Errorf("--audit: %q is neither off nor on", a)
+		}
+		out = append(out, a)
+	}
+	return out, nil
 }
 
 func parseDurations(flagName, s string) ([]time.Duration, error) {
@@ -166,9 +224,9 @@ func runScenario(ctx context.Context, w *world, f loadFlags, sc scenario) (loadR
 	res := loadResult{scenario: sc}
 	table := "lm_" + randomHex(4)
 	topic := "load_" + table
-	parts, extra := 1, []string(nil)
+	parts, extra := 1, auditEnv(sc, f.auditMinAge)
 	if sc.algo == algoRelay && f.partitions > 1 {
-		parts, extra = f.partitions, []string{fmt.Sprintf("OUTBOX_RELAY_PARTITIONS=%d", f.partitions)}
+		parts, extra = f.partitions, append(extra, fmt.Sprintf("OUTBOX_RELAY_PARTITIONS=%d", f.partitions))
 	}
 	if err := schema.MigratePartitioned(ctx, w.db, table, parts); err != nil {
 		return res, err
@@ -194,14 +252,8 @@ func runScenario(ctx context.Context, w *world, f loadFlags, sc scenario) (loadR
 			p.stop(10 * time.Second)
 		}
 	}()
-	for i := 0; i < sc.relays; i++ {
-		p, err := startRelay(relaySpec{algo: sc.algo, relayBin: f.relayBin, dsn: w.dsnVia(proxy.Addr()), table: table,
-			redisAddr: w.rdb.Options().Addr, lockKey: w.prefix + "lock:" + table, nameSrv: w.broker.NameServerAddr(),
-			group: fmt.Sprintf("relay-%d", i), poll: sc.poll, nudge: sc.nudge, extra: extra})
-		if err != nil {
-			return res, err
-		}
-		procs = append(procs, p)
+	if err := startRelays(w, f, sc, table, proxy.Addr(), extra, &procs); err != nil {
+		return res, err
 	}
 	// Warm up: one row through, so every relay is connected and one of them leads.
 	if err := wr.InsertNoTx(ctx, w.db, []outbox.Message{{MsgID: topic + "-warm-up", Topic: topic, Body: []byte("{}")}}); err != nil {
@@ -212,7 +264,7 @@ func runScenario(ctx context.Context, w *world, f loadFlags, sc scenario) (loadR
 	}
 	time.Sleep(time.Second) // let the standbys connect too
 
-	cpu0 := cpuOf(procs)
+	cpu0, q0 := cpuOf(procs), proxy.Commands()
 	start := time.Now()
 	l := loadgen.NewLedger()
 	wctx, cancel := context.WithTimeout(ctx, f.duration)
@@ -224,21 +276,21 @@ func runScenario(ctx context.Context, w *world, f loadFlags, sc scenario) (loadR
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}
-	committed := l.Commits()
-	if err := waitStored(ctx, w.broker, topic, committed+1, 60*time.Second+3*sc.poll); err != nil {
+	if err := waitStored(ctx, w.broker, topic, l.Commits()+1, 60*time.Second+3*sc.poll); err != nil {
 		return res, fmt.Errorf("delivery: %w", err)
 	}
 	wall := time.Since(start)
 	res.cpuPct = 100 * (cpuOf(procs) - cpu0).Seconds() / wall.Seconds()
-
-	if f.idle > 0 {
-		time.Sleep(max(2*sc.poll, time.Second)) // the last pass ends
-		c0 := proxy.Commands()
-		time.Sleep(f.idle)
-		res.idleQPS = float64(proxy.Commands()-c0) / f.idle.Seconds()
+	busyQueries := proxy.Commands() - q0
+	if err := w.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table+" WHERE audited_time > 0").Scan(&res.audited); err != nil {
+		return res, fmt.Errorf("count the rows audited: %w", err)
 	}
+	res.load1 = loadAverage()
+
+	res.idleQPS = idleQueries(proxy, f.idle, sc.poll)
 	lat := measure(w.broker.Messages(topic), l, &res)
 	res.rowsPerSec = float64(res.delivered) / wall.Seconds()
+	res.queriesPer1k = 1000 * float64(busyQueries) / float64(max(1, res.delivered))
 	res.p50, res.p95, res.p99, res.max = percentile(lat, 0.50), percentile(lat, 0.95), percentile(lat, 0.99), percentile(lat, 1)
 	for _, p := range procs {
 		if p.exited() {
@@ -246,6 +298,63 @@ func runScenario(ctx context.Context, w *world, f loadFlags, sc scenario) (loadR
 		}
 	}
 	return res, nil
+}
+
+// auditEnv returns outbox-relay's audit settings for sc: audit.enabled set either way, never
+// left to the default, and audit.min_age with the audit on.
+func auditEnv(sc scenario, minAge time.Duration) []string {
+	switch sc.audit {
+	case "on":
+		return []string{"OUTBOX_AUDIT_ENABLED=true", "OUTBOX_AUDIT_MIN_AGE=" + minAge.String()}
+	case "off":
+		return []string{"OUTBOX_AUDIT_ENABLED=false"}
+	}
+	return nil
+}
+
+// loadAverage returns the machine's load average over the last minute (NaN where
+// /proc/loadavg cannot be read).
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return math.NaN()
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return math.NaN()
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return math.NaN()
+	}
+	return v
+}
+
+// idleQueries returns the commands per second the relays send over idle once their last
+// pass ended (0 when idle is 0).
+func idleQueries(proxy *tcpproxy.Proxy, idle, poll time.Duration) float64 {
+	if idle <= 0 {
+		return 0
+	}
+	time.Sleep(max(2*poll, time.Second)) // the last pass ends
+	c0 := proxy.Commands()
+	time.Sleep(idle)
+	return float64(proxy.Commands()-c0) / idle.Seconds()
+}
+
+// startRelays starts sc.relays processes relaying table, reaching the database through
+// proxyAddr, and adds them to procs.
+func startRelays(w *world, f loadFlags, sc scenario, table, proxyAddr string, extra []string, procs *[]*proc) error {
+	for i := 0; i < sc.relays; i++ {
+		p, err := startRelay(relaySpec{algo: sc.algo, relayBin: f.relayBin, dsn: w.dsnVia(proxyAddr), table: table,
+			redisAddr: w.rdb.Options().Addr, lockKey: w.prefix + "lock:" + table, nameSrv: w.broker.NameServerAddr(),
+			group: fmt.Sprintf("relay-%d", i), poll: sc.poll, nudge: sc.nudge, extra: extra})
+		if err != nil {
+			return err
+		}
+		*procs = append(*procs, p)
+	}
+	return nil
 }
 
 func cpuOf(procs []*proc) time.Duration {
@@ -315,20 +424,20 @@ func percentile(sorted []float64, p float64) float64 {
 
 func printResult(r loadResult) {
 	fmt.Printf("%-50s committed %d, rolled back %d, delivered %d (dups %d, from rolled back %d); "+
-		"p50 %.0f p95 %.0f p99 %.0f max %.0f ms; %.0f rows/s; relay CPU %.1f%%; idle %.1f queries/s\n",
+		"p50 %.0f p95 %.0f p99 %.0f max %.0f ms; %.0f rows/s; relay CPU %.1f%%; %.0f queries/1k rows; idle %.1f queries/s; audited %d; load %.1f\n",
 		r.scenario, r.committed, r.rolledBack, r.delivered, r.duplicates, r.fromRolledBack,
-		r.p50, r.p95, r.p99, r.max, r.rowsPerSec, r.cpuPct, r.idleQPS)
+		r.p50, r.p95, r.p99, r.max, r.rowsPerSec, r.cpuPct, r.queriesPer1k, r.idleQPS, r.audited, r.load1)
 }
 
 func printTable(rs []loadResult) {
-	fmt.Println("| poll | relays | relay | nudge | p50 ms | p95 ms | p99 ms | max lag ms | rows/s | relay CPU % | idle queries/s |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| poll | relays | relay | nudge | audit | p50 ms | p95 ms | p99 ms | max lag ms | rows/s | relay CPU % | queries/1k rows | idle queries/s | audited | load |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rs {
 		nudge := "no"
 		if r.nudge {
 			nudge = "yes"
 		}
-		fmt.Printf("| %s | %d | %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.1f |\n",
-			r.poll, r.relays, r.algo, nudge, r.p50, r.p95, r.p99, r.max, r.rowsPerSec, r.cpuPct, r.idleQPS)
+		fmt.Printf("| %s | %d | %s | %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.0f | %.1f | %d | %.1f |\n",
+			r.poll, r.relays, r.algo, nudge, cmp.Or(r.audit, "-"), r.p50, r.p95, r.p99, r.max, r.rowsPerSec, r.cpuPct, r.queriesPer1k, r.idleQPS, r.audited, r.load1)
 	}
 }
