@@ -134,7 +134,7 @@ func TestJavaTransactionalRecipeWarmsItsProducer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	testenv.Eventually(t, 90*time.Second, "the Java writer's producer started", func() bool {
+	testenv.Eventually(t, 110*time.Second, "the Java writer's producer started", func() bool {
 		return strings.Contains(out.String(), "producer started\n")
 	})
 	if ids := producerClients(t, w.b.brokerAddr, group); len(ids) == 0 {
