@@ -4,7 +4,9 @@ package brokersuite
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,9 +31,10 @@ var txRecipes = []recipe{
 		}},
 }
 
-// runTxRecipe runs the Java transactional recipe over orders ("order:mode", mode commit,
-// rollback or halt) and returns its output; a halted run exits with status 3.
-func (w *consumerWorld) runTxRecipe(t *testing.T, group string, halts bool, orders ...string) string {
+// txRecipeCmd returns the command that runs the Java transactional recipe over orders
+// ("order:mode", mode commit, rollback or halt), skipping the test when Java or the recipe's
+// dependencies are missing.
+func (w *consumerWorld) txRecipeCmd(ctx context.Context, t *testing.T, group string, orders ...string) *exec.Cmd {
 	t.Helper()
 	r := txRecipes[0]
 	argv, _, installed := r.command(w.deps)
@@ -46,15 +49,22 @@ func (w *consumerWorld) runTxRecipe(t *testing.T, group string, halts bool, orde
 		t.Fatal(err)
 	}
 	host, port, _ := strings.Cut(cfg.Addr, ":")
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = filepath.Join(recipesDir, r.lang)
 	cmd.Env = append(os.Environ(),
 		"RECIPE_MYSQL_HOST="+host, "RECIPE_MYSQL_PORT="+port, "RECIPE_MYSQL_USER="+cfg.User,
 		"RECIPE_MYSQL_PASSWORD="+cfg.Passwd, "RECIPE_MYSQL_DATABASE="+cfg.DBName, "RECIPE_TOPIC="+w.topic,
 		"RECIPE_GROUP="+group, "RECIPE_SECRET="+txSecret, "RECIPE_NAMESRV="+w.b.nameServer, "RECIPE_ORDERS="+strings.Join(orders, ","))
-	out, err := cmd.CombinedOutput()
+	return cmd
+}
+
+// runTxRecipe runs the Java transactional recipe over orders (txRecipeCmd) and returns its
+// output; a halted run exits with status 3.
+func (w *consumerWorld) runTxRecipe(t *testing.T, group string, halts bool, orders ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	out, err := w.txRecipeCmd(ctx, t, group, orders...).CombinedOutput()
 	var exit *exec.ExitError
 	switch {
 	case halts && errors.As(err, &exit) && exit.ExitCode() == 3:
@@ -64,6 +74,84 @@ func (w *consumerWorld) runTxRecipe(t *testing.T, group string, halts bool, orde
 		t.Fatalf("the Java writer: %v\n%s", err, out)
 	}
 	return string(out)
+}
+
+// producerClients returns the client ids the broker at addr lists as connected producers of
+// group (GET_PRODUCER_CONNECTION_LIST); none when it knows no producer of the group.
+func producerClients(t *testing.T, addr, group string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	const getProducerConnectionList = 204
+	r, err := remoting.Call(ctx, addr, getProducerConnectionList, map[string]string{"producerGroup": group}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Code != 0 {
+		if strings.Contains(r.Remark, "not exist") {
+			return nil
+		}
+		t.Fatalf("producer connections of %s at %s: code %d %s", group, addr, r.Code, r.Remark)
+	}
+	var list struct {
+		ConnectionSet []struct {
+			ClientID string `json:"clientId"`
+		} `json:"connectionSet"`
+	}
+	if err := json.Unmarshal(r.Body, &list); err != nil {
+		t.Fatalf("producer connections of %s: %v: %s", group, err, r.Body)
+	}
+	var ids []string
+	for _, c := range list.ConnectionSet {
+		ids = append(ids, c.ClientID)
+	}
+	return ids
+}
+
+// TestJavaTransactionalRecipeWarmsItsProducer: the Java recipe starts its producer warmed,
+// so that a deploy's first order does not pay for the producer's cold start (its topic's
+// route, the connection to the broker) within the half-send's timeout: once the producer has
+// started, before any order, the broker already lists it as a producer of the group (the route
+// was fetched and the broker connected). The first order then goes out as a half, and its row
+// stays handed.
+func TestJavaTransactionalRecipeWarmsItsProducer(t *testing.T) {
+	w := newConsumerWorld(t)
+	if _, err := w.cdb.Exec("CREATE TABLE orders (order_no varchar(32) PRIMARY KEY, amount decimal(10,2) NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	group := "outbox_tx_warm_" + testenv.RandomSuffix(8)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cmd := w.txRecipeCmd(ctx, t, group, "tx-first:commit")
+	cmd.Env = append(cmd.Env, "RECIPE_AWAIT_GO=1")
+	var out testenv.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	goOn, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	testenv.Eventually(t, 110*time.Second, "the Java writer's producer started", func() bool {
+		return strings.Contains(out.String(), "producer started\n")
+	})
+	if ids := producerClients(t, w.b.brokerAddr, group); len(ids) == 0 {
+		t.Fatalf("the started producer is unknown to the broker before its first order: its first half-send pays for the route and the connection\n%s", out.String())
+	}
+	if _, err := io.WriteString(goOn, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the Java writer: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "committed tx-first\n") {
+		t.Fatalf("the Java writer did not commit its order:\n%s", out.String())
+	}
+	if id := w.msgID(t, "tx-first"); w.e.count(t, "msg_id = ? AND status = 4", id) != 1 {
+		t.Fatalf("the first order's row is not handed (its half was not stored):\n%s", out.String())
+	}
 }
 
 // msgID returns the msg_id of the outbox row of an order ("" when there is none).

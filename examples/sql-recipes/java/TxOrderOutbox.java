@@ -8,8 +8,11 @@
 // commit and its END_TRANSACTION.
 //
 // Run: java -cp 'lib/*' TxOrderOutbox.java   (settings from RECIPE_* environment variables;
-// RECIPE_ORDERS lists order:mode pairs, mode commit, rollback or halt)
+// RECIPE_ORDERS lists order:mode pairs, mode commit, rollback or halt; with RECIPE_AWAIT_GO set it
+// prints "producer started" and waits for a line on its input before the first order)
 
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
 import java.math.BigDecimal;
 import java.nio.charset.StandardCharsets;
 import java.security.GeneralSecurityException;
@@ -20,12 +23,14 @@ import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.util.HexFormat;
+import java.util.List;
 import java.util.UUID;
 import java.util.concurrent.Callable;
 import javax.crypto.Mac;
 import javax.crypto.spec.SecretKeySpec;
 
 import org.apache.rocketmq.client.exception.MQClientException;
+import org.apache.rocketmq.client.impl.producer.DefaultMQProducerImpl;
 import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.client.producer.TransactionListener;
@@ -38,13 +43,44 @@ public class TxOrderOutbox {
     // recipe:start
     /** The producer: its group is one of the relay's rocketmq.transaction_check_groups. */
     static TransactionMQProducer newProducer(String checkGroup, String nameServer, String secret,
-                                             Callable<Connection> checkConnections) throws MQClientException {
+                                             Callable<Connection> checkConnections, List<String> topics)
+            throws MQClientException, InterruptedException {
         TransactionMQProducer producer = new TransactionMQProducer(checkGroup);
         producer.setNamesrvAddr(nameServer);
         producer.setRetryTimesWhenSendFailed(0); // a retried half leaves an orphan the check would commit
         producer.setTransactionListener(new OutboxListener(checkConnections, secret));
         producer.start();
+        if (!warm(producer, topics, 30_000)) {
+            System.err.println("producer not warmed: the first half-send fetches its route itself");
+        }
         return producer;
+    }
+
+    /**
+     * Warms a started producer before it serves writes: fetches the topics' routes and connects
+     * to their brokers (a heartbeat), which the client otherwise does on the first half-send,
+     * within its 3 s send timeout, right after a deploy, when the machine is busiest. Tries for
+     * at most maxMillis. Not setTopics(): start() then fails for good if the name server is late.
+     */
+    @SuppressWarnings("deprecation") // getDefaultMQProducerImpl: 5.x's only handle on the route table
+    static boolean warm(TransactionMQProducer producer, List<String> topics, long maxMillis) throws InterruptedException {
+        DefaultMQProducerImpl impl = producer.getDefaultMQProducerImpl();
+        for (long end = System.currentTimeMillis() + maxMillis; System.currentTimeMillis() < end; Thread.sleep(200)) {
+            try {
+                for (String topic : topics) {
+                    if (impl.isPublishTopicNeedUpdate(topic)) {
+                        impl.getMqClientFactory().updateTopicRouteInfoFromNameServer(topic);
+                    }
+                }
+                if (topics.stream().noneMatch(impl::isPublishTopicNeedUpdate)
+                        && impl.getMqClientFactory().sendHeartbeatToAllBrokerWithLock()) {
+                    return true; // else the client's own heartbeat held the lock: again
+                }
+            } catch (IllegalStateException e) {
+                // the name server did not answer in time: ask again
+            }
+        }
+        return false;
     }
 
     /** The business transaction after the half: the rest of it, then the commit. */
@@ -226,7 +262,12 @@ public class TxOrderOutbox {
             + env.get("RECIPE_MYSQL_DATABASE");
         String user = env.get("RECIPE_MYSQL_USER"), password = env.get("RECIPE_MYSQL_PASSWORD");
         TransactionMQProducer producer = newProducer(env.get("RECIPE_GROUP"), env.get("RECIPE_NAMESRV"), env.get("RECIPE_SECRET"),
-            () -> DriverManager.getConnection(url, user, password));
+            () -> DriverManager.getConnection(url, user, password), List.of(env.get("RECIPE_TOPIC")));
+        if (env.get("RECIPE_AWAIT_GO") != null) { // the test looks at the broker before the first order
+            System.out.println("producer started");
+            System.out.flush();
+            new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8)).readLine();
+        }
         // The test's fault: halt the JVM right after the commit, before the client sends END.
         TransactionListener recipe = producer.getTransactionListener();
         String[] halting = {null};
