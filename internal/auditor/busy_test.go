@@ -34,7 +34,7 @@ func TestAuditStatementsUnderBusyWriters(t *testing.T) {
 	}
 	defer broker.Close()
 	broker.CreateTopic("history", 4)
-	if _, err := db.Exec(`INSERT INTO local_message (msg_id, topic, content, status, next_retry_time, sent_time, broker_name, queue_id, queue_offset)
+	if _, err := db.Exec(`INSERT INTO local_message (msg_id, topic, content, status, next_retry_time, sent_time, stored_broker, stored_queue, stored_offset)
 		SELECT CONCAT('h-', seq), 'history', '{}', 2, CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) - 600000 + seq, 1, 'broker-a', seq % 4, 100000 + seq
 		FROM seq_1_to_5000`); err != nil {
 		t.Fatal(err)
@@ -67,8 +67,8 @@ func TestAuditStatementsUnderBusyWriters(t *testing.T) {
 	}
 	ids := []int64{1, 2, 3}
 	for name, q := range map[string]string{
-		"present": "UPDATE `local_message` FORCE INDEX (PRIMARY) SET audited_time = ? WHERE id IN (?, ?, ?) AND status = 2 AND next_retry_time <= ?",
-		"repair":  "UPDATE `local_message` FORCE INDEX (PRIMARY) SET status = 1, next_retry_time = ?, fail_reason = 'x', broker_name = NULL WHERE id IN (?, ?, ?) AND status = 2 AND next_retry_time <= ?",
+		"present": "UPDATE `local_message` FORCE INDEX (PRIMARY) SET stored_audit_time = ? WHERE id IN (?, ?, ?) AND status = 2 AND next_retry_time <= ?",
+		"repair":  "UPDATE `local_message` FORCE INDEX (PRIMARY) SET status = 1, next_retry_time = ?, fail_reason = 'x', stored_broker = '' WHERE id IN (?, ?, ?) AND status = 2 AND next_retry_time <= ?",
 	} {
 		for _, p := range testenv.Explain(t, db.DB, q, now, ids[0], ids[1], ids[2], now) {
 			if p["key"] != "PRIMARY" || p["type"] != "range" {
@@ -85,7 +85,7 @@ func TestAuditStatementsUnderBusyWriters(t *testing.T) {
 		t.Fatalf("audit under busy writers: %+v; want all 5000 checked, missing and repaired", rep)
 	}
 	var repaired, others int
-	if err := db.QueryRow(`SELECT COALESCE(SUM(topic = 'history' AND status = 1 AND retry_count = 0 AND broker_name IS NULL AND fail_reason LIKE 'lost by broker broker-a after acknowledgement: %'), 0),
+	if err := db.QueryRow(`SELECT COALESCE(SUM(topic = 'history' AND status = 1 AND retry_count = 0 AND stored_broker = '' AND fail_reason LIKE 'lost by broker broker-a after acknowledgement: %'), 0),
 		COALESCE(SUM(topic <> 'history' AND (status <> 0 OR fail_reason IS NOT NULL)), 0) FROM local_message`).Scan(&repaired, &others); err != nil {
 		t.Fatal(err)
 	}
