@@ -13,7 +13,7 @@ import (
 // MarkSentAt is MarkSent that also records where the broker stored each row (at[i] for
 // ids[i]; nil when unknown) in the table's audit columns, in the same statement: the same
 // access path (the primary key, the same guard) as markSent, with each column set by a
-// CASE on id, or by one value when every row of the statement shares it.
+// tree of IF on id (idTree), or by one value when every row of the statement shares it.
 func (s *Store) MarkSentAt(ctx context.Context, retryCount int, ids []int64, at []*message.Stored, nowMs int64) (int64, error) {
 	return s.inChunks(len(ids), "mark %d rows of %s sent", func(start, end int) (int64, error) {
 		q, args := s.SentAtQuery(retryCount, ids[start:end], at[start:end], nowMs)
@@ -44,28 +44,20 @@ func storedSets(ids []int64, at []*message.Stored) (string, []any) {
 		val  func(storedRow) any
 	}{
 		{"stored_broker", func(v storedRow) any { return v.broker }},
-		{"stored_queue", func(v storedRow) any { return v.queue }},
+		{"stored_queue", func(v storedRow) any { return int64(v.queue) }},
 		{"stored_offset", func(v storedRow) any { return v.offset }},
 		{"stored_commit_offset", func(v storedRow) any { return v.commit }},
 	}
 	var sets []string
 	var args []any
 	for _, c := range cols {
-		same := true
-		for _, v := range vals {
-			same = same && c.val(v) == c.val(vals[0])
-		}
-		if same {
-			sets, args = append(sets, c.name+" = ?"), append(args, c.val(vals[0]))
-			continue
+		col := make([]any, len(vals))
+		for i, v := range vals {
+			col[i] = c.val(v)
 		}
 		var b strings.Builder
-		b.WriteString(c.name + " = CASE id")
-		for i, id := range ids {
-			b.WriteString(" WHEN ? THEN ?")
-			args = append(args, id, c.val(vals[i]))
-		}
-		b.WriteString(" END")
+		b.WriteString(c.name + " = ")
+		args = idTree(&b, args, sortedByID(ids, col))
 		sets = append(sets, b.String())
 	}
 	return strings.Join(append(sets, "stored_audit_time = 0"), ", "), args
