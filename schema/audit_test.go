@@ -4,6 +4,7 @@ package schema_test
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"testing"
 
@@ -18,17 +19,7 @@ func TestAuditColumnsAddedInstantly(t *testing.T) {
 	t.Parallel()
 	db := testenv.MySQL(t)
 	ctx := context.Background()
-	ddl, _ := schema.DDL("local_message")
-	if _, err := db.Exec(ddl); err != nil {
-		t.Fatal(err)
-	}
-	drops := make([]string, 0, 5)
-	for _, c := range schema.AuditColumns() {
-		drops = append(drops, "DROP COLUMN "+c)
-	}
-	if _, err := db.Exec("ALTER TABLE local_message " + strings.Join(drops, ", ")); err != nil {
-		t.Fatal(err)
-	}
+	withoutAuditColumns(t, db.DB)
 	if _, err := db.Exec("INSERT INTO local_message (msg_id, topic, content) VALUES ('a', 'T', 'x'), ('b', 'T', 'y')"); err != nil {
 		t.Fatal(err)
 	}
@@ -86,12 +77,8 @@ func TestCostlyAuditColumnsMigrated(t *testing.T) {
 	t.Parallel()
 	db := testenv.MySQL(t)
 	ctx := context.Background()
-	ddl, _ := schema.DDL("local_message")
-	drops := make([]string, 0, 5)
-	for _, c := range schema.AuditColumns() {
-		drops = append(drops, "DROP COLUMN "+c)
-	}
-	for _, q := range []string{ddl, "ALTER TABLE local_message " + strings.Join(drops, ", "), legacyAuditDDL,
+	withoutAuditColumns(t, db.DB)
+	for _, q := range []string{legacyAuditDDL,
 		`INSERT INTO local_message (id, msg_id, topic, content, status, broker_name, queue_id, queue_offset, offset_msg_id, audited_time) VALUES
 			(1, 'v4', 'T', 'x', 2, 'broker-a', 3, 42, 'C0A8000100002A9F000000000000ABCD', 1800000090000),
 			(2, 'v6', 'T', 'x', 2, 'broker-b', 0, 7, '20010DB800000000000000000000000100002A9F00000000000000FF', NULL),
@@ -160,5 +147,20 @@ func TestCostlyAuditColumnsMigrated(t *testing.T) {
 	}
 	if len(want) != 0 {
 		t.Errorf("rows lost by the migration: %v", want)
+	}
+}
+
+// withoutAuditColumns creates local_message as the contract has it, less the audit columns.
+func withoutAuditColumns(t *testing.T, db *sql.DB) {
+	t.Helper()
+	ddl, _ := schema.DDL("local_message")
+	drops := make([]string, 0, 5)
+	for _, c := range schema.AuditColumns() {
+		drops = append(drops, "DROP COLUMN "+c)
+	}
+	for _, q := range []string{ddl, "ALTER TABLE local_message " + strings.Join(drops, ", ") + ", FORCE"} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
