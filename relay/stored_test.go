@@ -9,12 +9,14 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
+	"github.com/outbox-relay/outbox-relay/relay/message"
 )
 
 // Every sent row records where the broker stored it, in the write-back that marks it sent:
 // batches (unordered rows of one topic), ordered lanes (keys of one queue batched) and single
 // sends alike. Each recorded (broker, queue, offset, offset msg id) is the broker's own
-// position of that message, found by its OUTBOX_MSG_ID.
+// position of that message, found by its OUTBOX_MSG_ID (the commit log offset of its offset
+// msg id).
 func TestSentRowsRecordWhereTheBrokerStoredThem(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -41,14 +43,13 @@ func TestSentRowsRecordWhereTheBrokerStoredThem(t *testing.T) {
 		}
 	}
 	type pos struct {
-		broker        string
-		queue         int
-		offset        int64
-		offsetMsgID   string
-		audited, null bool
+		broker         string
+		queue          int
+		offset, commit int64
+		audited        bool
 	}
 	recorded := map[string]pos{}
-	rows, err := b.db.Query("SELECT msg_id, COALESCE(broker_name, ''), COALESCE(queue_id, -1), COALESCE(queue_offset, -1), COALESCE(offset_msg_id, ''), audited_time IS NOT NULL FROM local_message")
+	rows, err := b.db.Query("SELECT msg_id, stored_broker, stored_queue, stored_offset, stored_commit_offset, stored_audit_time <> 0 FROM local_message")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func TestSentRowsRecordWhereTheBrokerStoredThem(t *testing.T) {
 	for rows.Next() {
 		var id string
 		var p pos
-		if err := rows.Scan(&id, &p.broker, &p.queue, &p.offset, &p.offsetMsgID, &p.audited); err != nil {
+		if err := rows.Scan(&id, &p.broker, &p.queue, &p.offset, &p.commit, &p.audited); err != nil {
 			t.Fatal(err)
 		}
 		recorded[id] = p
@@ -66,8 +67,9 @@ func TestSentRowsRecordWhereTheBrokerStoredThem(t *testing.T) {
 		for _, m := range b.broker.Messages(topic) {
 			id := m.Properties[outbox.MsgIDProperty]
 			got, ok := recorded[id]
-			want := pos{broker: m.BrokerName, queue: m.QueueID, offset: m.QueueOffset, offsetMsgID: m.OffsetMsgID}
-			if !ok || got != want {
+			commit, valid := (&message.Stored{OffsetMsgID: m.OffsetMsgID}).CommitLogOffset()
+			want := pos{broker: m.BrokerName, queue: m.QueueID, offset: m.QueueOffset, commit: commit}
+			if !ok || !valid || got != want {
 				t.Errorf("%s: recorded %+v, the broker stored it at %+v", id, got, want)
 			}
 			checked++
@@ -83,7 +85,7 @@ func TestSentRowsRecordWhereTheBrokerStoredThem(t *testing.T) {
 func TestSentWithoutAuditColumns(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	if _, err := b.db.Exec("ALTER TABLE local_message DROP COLUMN broker_name, DROP COLUMN queue_id, DROP COLUMN queue_offset, DROP COLUMN offset_msg_id, DROP COLUMN audited_time"); err != nil {
+	if _, err := b.db.Exec("ALTER TABLE local_message DROP COLUMN stored_broker, DROP COLUMN stored_queue, DROP COLUMN stored_offset, DROP COLUMN stored_commit_offset, DROP COLUMN stored_audit_time"); err != nil {
 		t.Fatal(err)
 	}
 	cfg := b.config()
@@ -120,7 +122,7 @@ func TestPositionsNotRecordedByDefault(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := countWhere(t, b.db.DB, "broker_name IS NOT NULL OR queue_offset IS NOT NULL OR offset_msg_id IS NOT NULL"); n != 0 {
+	if n := countWhere(t, b.db.DB, "stored_broker <> '' OR stored_queue <> -1 OR stored_offset <> -1 OR stored_commit_offset <> -1"); n != 0 {
 		t.Fatalf("%d sent rows have a position recorded with RecordPositions off", n)
 	}
 }

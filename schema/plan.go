@@ -45,6 +45,9 @@ type Step struct {
 	// Instant marks an ALTER with ALGORITHM=INSTANT: a server that cannot run it instantly
 	// runs it with ALGORITHM=INPLACE, LOCK=NONE instead.
 	Instant bool
+	// Note says, for a person reading the plan, what the step is for and what it costs
+	// when that is not plain from its SQL (a table rebuilt, positions copied); may be empty.
+	Note string
 }
 
 // Plan returns the statements that bring table to the contract, in order, without running
@@ -70,7 +73,7 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 		ddl, _ := DDL(table)
 		return append([]Step{{SQL: strings.TrimSpace(ddl), Online: true}}, partitionSteps(table, partitions, st)...), nil
 	}
-	var online, wrong, widen, nullable, audit []string
+	var online, wrong, widen, nullable, audit, legacy []string
 	autoInc := false
 	for _, p := range problems {
 		switch {
@@ -88,6 +91,8 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 			nullable = append(nullable, p.Object)
 		case MissingAuditColumn:
 			audit = append(audit, p.Object)
+		case CostlyAuditColumn:
+			legacy = append(legacy, p.Object)
 		case "obsolete index":
 			online = append(online, "DROP INDEX "+QuoteIdent(p.Object))
 		case "missing index":
@@ -120,6 +125,9 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 			SQL:   fmt.Sprintf("ALTER TABLE %s %s, %s", QuoteIdent(table), alter, onlineClause),
 			Alter: alter, Online: true,
 		})
+	}
+	if len(legacy) > 0 {
+		steps = append(steps, legacySteps(table, legacy)...)
 	}
 	var found map[string]columnInfo // for the definitions and comments, which MODIFY replaces
 	if autoInc || len(widen) > 0 || len(nullable) > 0 {

@@ -101,8 +101,8 @@ var obsoleteIndexes = []index{
 // Problem is one way a table differs from the contract.
 type Problem struct {
 	// Kind is "missing table", "missing column", "wrong type", "not auto_increment",
-	// "missing index", "not unique", "narrow column", "obsolete index", "nullable column"
-	// or "missing audit column".
+	// "missing index", "not unique", "narrow column", "obsolete index", "nullable column",
+	// "missing audit column" or "costly audit column".
 	Kind string
 	// Object names the column or index concerned; empty for a missing table.
 	Object string
@@ -114,10 +114,12 @@ type Problem struct {
 // column, which only limits what writers can insert (longer values are refused with error
 // 1406, or cut silently when the server's sql_mode is not strict), an obsolete index, which
 // only slows the write-back down, a missing audit column, without which the relay records
-// no broker positions and does not audit, and a nullable column, whose NULLs every statement reads
+// no broker positions and does not audit, an audit column of the earlier, costly kind (the
+// same), and a nullable column, whose NULLs every statement reads
 // as the contract says (see nulls.go).
 func (p Problem) Fatal() bool {
-	return p.Kind != "narrow column" && p.Kind != "obsolete index" && p.Kind != "nullable column" && p.Kind != MissingAuditColumn
+	return p.Kind != "narrow column" && p.Kind != "obsolete index" && p.Kind != "nullable column" && p.Kind != MissingAuditColumn &&
+		p.Kind != CostlyAuditColumn
 }
 
 func (p Problem) String() string {

@@ -113,8 +113,8 @@ func TestMigrateUpgradesSeedTable(t *testing.T) {
 		"not auto_increment id", "narrow column content",
 		"missing column msg_keys", "missing column sharding_key", "missing column properties", "missing column sent_time",
 		"missing index idx_sharding_id",
-		"missing audit column broker_name", "missing audit column queue_id", "missing audit column queue_offset",
-		"missing audit column offset_msg_id", "missing audit column audited_time",
+		"missing audit column stored_broker", "missing audit column stored_queue", "missing audit column stored_offset",
+		"missing audit column stored_commit_offset", "missing audit column stored_audit_time",
 	}
 	got := map[string]bool{}
 	for _, p := range problems {

@@ -26,7 +26,7 @@ func TestAuditCommandDryRunThenRepair(t *testing.T) {
 	}
 	defer broker.Close()
 	broker.CreateTopic("history", 4) // empty: every recorded message is gone
-	if _, err := db.Exec(`INSERT INTO local_message (msg_id, topic, content, status, next_retry_time, sent_time, broker_name, queue_id, queue_offset)
+	if _, err := db.Exec(`INSERT INTO local_message (msg_id, topic, content, status, next_retry_time, sent_time, stored_broker, stored_queue, stored_offset)
 		SELECT CONCAT('h-', seq), 'history', '{}', 2, CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) - 60000, 1, 'broker-a', seq % 4, 10 + seq
 		FROM seq_1_to_10`); err != nil {
 		t.Fatal(err)
@@ -38,7 +38,7 @@ func TestAuditCommandDryRunThenRepair(t *testing.T) {
 		t.Fatalf("dry run: exit %d\n%s\n%s", r.code, r.out, r.errOut)
 	}
 	var sent int
-	if err := db.QueryRow("SELECT COUNT(*) FROM local_message WHERE status = 2 AND broker_name IS NOT NULL").Scan(&sent); err != nil || sent != 10 {
+	if err := db.QueryRow("SELECT COUNT(*) FROM local_message WHERE status = 2 AND stored_broker <> ''").Scan(&sent); err != nil || sent != 10 {
 		t.Fatalf("the dry run changed rows: %d of 10 as they were (%v)", sent, err)
 	}
 	if r := cli(t, "", false, "audit", dsn, "--since", "soon"); r.code != exitUsage {

@@ -53,6 +53,7 @@ test broker), run the development tool from a checkout: make bench-local.`,
 	fs.IntVar(&o.Rows, "rows", 100000, "due rows to fill and relay")
 	fs.IntVar(&o.BodyBytes, "body-bytes", 200, "bytes of each message body")
 	fs.BoolVar(&o.BatchSend, "batch-send", true, "send messages of one topic in batch requests (default: relay.batch_send)")
+	fs.BoolVar(&o.RecordPositions, "positions", false, "record where the broker stored each row in the write-back, as with audit.enabled")
 	fs.StringVar(&o.Topic, "topic", "outbox_bench", "topic of the messages")
 	addDatabaseFlag(cmd, &dbName)
 	return cmd

@@ -115,6 +115,9 @@ func (d *runDatabase) check(ctx context.Context, partitions int, log zerolog.Log
 				msg = "index the relay no longer uses: every write-back still moves the row's entry in it; `outbox-relay migrate` drops it online"
 			case schema.MissingAuditColumn:
 				msg = "audit column missing: broker positions are not recorded and the broker audit is off for this table; `outbox-relay migrate` adds them online"
+			case schema.CostlyAuditColumn:
+				msg = "audit column of the earlier NULLable kind, which made drains about 2x slower: the relay no longer records positions in it; " +
+					"`outbox-relay migrate` copies its values into the fixed-width audit columns and drops it (an online rebuild of the table)"
 			}
 			log.Warn().Str("table", table).Str("problem", p.String()).Msg(msg)
 		}

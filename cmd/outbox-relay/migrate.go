@@ -325,8 +325,15 @@ func printSteps(w io.Writer, table string, steps []schema.Step) {
 		if st.Alter != "" {
 			fmt.Fprintf(w, "-- gh-ost / pt-online-schema-change --alter: %s\n", st.Alter)
 		}
+		if st.Note != "" {
+			fmt.Fprintf(w, "-- %s\n", st.Note)
+		}
 		if st.Backfill {
-			fmt.Fprintf(w, "-- backfill of NULLs: migrate runs it in primary key ranges (AND id BETWEEN ...), one short transaction each\n")
+			what := "backfill of NULLs"
+			if st.Note != "" {
+				what = "backfill"
+			}
+			fmt.Fprintf(w, "-- %s: migrate runs it in primary key ranges (AND id BETWEEN ...), one short transaction each\n", what)
 		}
 		fmt.Fprintf(w, "%s;\n", strings.TrimSpace(st.SQL))
 	}

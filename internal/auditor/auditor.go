@@ -114,7 +114,8 @@ func (a *Auditor) Ready(ctx context.Context) error {
 	case err != nil:
 		return err
 	case !ok:
-		return fmt.Errorf("table %s has no audit columns (%v): positions are not recorded; run `outbox-relay migrate`", a.cfg.Table, schema.AuditColumns())
+		return fmt.Errorf("table %s has no audit columns (%v; the older NULLable broker_name, queue_id, ... are no longer written, "+
+			"recording in them slowed drains about 2x): positions are not recorded; run `outbox-relay migrate`", a.cfg.Table, schema.AuditColumns())
 	}
 	if err := brokeraudit.CanAsk(ctx, a.lookup); err != nil {
 		return err

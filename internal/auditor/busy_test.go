@@ -52,8 +52,8 @@ func TestAuditStatementsUnderBusyWriters(t *testing.T) {
 	}
 	ids := []int64{1, 2, 3}
 	for name, q := range map[string]string{
-		"present": "UPDATE `local_message` FORCE INDEX (PRIMARY) SET audited_time = ? WHERE id IN (?, ?, ?) AND status = 2 AND next_retry_time <= ?",
-		"repair":  "UPDATE `local_message` FORCE INDEX (PRIMARY) SET status = 1, next_retry_time = ?, fail_reason = CASE id WHEN 1 THEN 'x' WHEN 2 THEN 'y' WHEN 3 THEN 'z' END, broker_name = NULL WHERE id IN (?, ?, ?) AND status = 2 AND next_retry_time <= ?",
+		"present": "UPDATE `local_message` FORCE INDEX (PRIMARY) SET stored_audit_time = ? WHERE id IN (?, ?, ?) AND status = 2 AND next_retry_time <= ?",
+		"repair":  "UPDATE `local_message` FORCE INDEX (PRIMARY) SET status = 1, next_retry_time = ?, fail_reason = CASE id WHEN 1 THEN 'x' WHEN 2 THEN 'y' WHEN 3 THEN 'z' END, stored_broker = '' WHERE id IN (?, ?, ?) AND status = 2 AND next_retry_time <= ?",
 	} {
 		for _, p := range testenv.Explain(t, db.DB, q, now, ids[0], ids[1], ids[2], now) {
 			if p["key"] != "PRIMARY" || p["type"] != "range" {
@@ -70,7 +70,7 @@ func TestAuditStatementsUnderBusyWriters(t *testing.T) {
 		t.Fatalf("audit under busy writers: %+v; want all 5000 checked, missing and repaired", rep)
 	}
 	var repaired, others int
-	if err := db.QueryRow(`SELECT COALESCE(SUM(topic = 'history' AND status = 1 AND retry_count = 0 AND broker_name IS NULL AND fail_reason LIKE 'lost by broker broker-a after acknowledgement: %'), 0),
+	if err := db.QueryRow(`SELECT COALESCE(SUM(topic = 'history' AND status = 1 AND retry_count = 0 AND stored_broker = '' AND fail_reason LIKE 'lost by broker broker-a after acknowledgement: %'), 0),
 		COALESCE(SUM(topic <> 'history' AND (status <> 0 OR fail_reason IS NOT NULL)), 0) FROM local_message`).Scan(&repaired, &others); err != nil {
 		t.Fatal(err)
 	}

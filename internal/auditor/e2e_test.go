@@ -167,7 +167,7 @@ func TestLostAfterAcknowledgementSentAgain(t *testing.T) {
 	// + Idle after it was sent; re-sent on the relay's next poll; its copy checked one round
 	// later. 30 s leaves room for a loaded machine, never for a row left behind.
 	testenv.Eventually(t, 30*time.Second, "every row sent and found at the broker", func() bool {
-		return g.count(t, "status = 2 AND audited_time IS NOT NULL") == total
+		return g.count(t, "status = 2 AND stored_audit_time > 0") == total
 	})
 	held := g.atBroker()
 	for _, prefix := range []string{"o1", "e1", "o2", "e2"} {
@@ -290,7 +290,7 @@ func TestAuditDryRunThenRepair(t *testing.T) {
 	if rep.Checked != 80 || rep.Missing != lost || rep.Present != 80-lost || rep.Repaired != 0 || len(rep.Lost) != lost {
 		t.Fatalf("dry run: %+v; want 80 checked, the %d lost missing, nothing repaired", rep, lost)
 	}
-	if n := g.count(t, "status = 2 AND audited_time IS NULL"); n != 80 {
+	if n := g.count(t, "status = 2 AND stored_audit_time = 0"); n != 80 {
 		t.Fatalf("the dry run changed rows: %d of 80 untouched", n)
 	}
 	if rep, err := a.Audit(ctx, auditor.Range{From: time.Now().Add(-time.Hour), Topic: "orders"}); err != nil || rep.Checked != 0 {

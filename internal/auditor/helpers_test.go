@@ -38,7 +38,7 @@ func AuditTable(tb testing.TB, topics ...string) (*testenv.DB, *rmqtest.Server) 
 // queues (round robin) but never sent: to a broker whose queues are empty, a lost tail.
 func insertSent(tb testing.TB, db *testenv.DB, topic string, n int, agoMs, offset int64) {
 	tb.Helper()
-	if _, err := db.Exec(`INSERT INTO local_message (msg_id, topic, content, status, next_retry_time, sent_time, broker_name, queue_id, queue_offset)
+	if _, err := db.Exec(`INSERT INTO local_message (msg_id, topic, content, status, next_retry_time, sent_time, stored_broker, stored_queue, stored_offset)
 		SELECT CONCAT(LEFT(?, 1), '-', seq), ?, '{}', 2, CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) - ? + seq, 1, 'broker-a', seq % 4, ? + seq
 		FROM seq_1_to_`+strconv.Itoa(n), topic, topic, agoMs, offset); err != nil {
 		tb.Fatal(err)

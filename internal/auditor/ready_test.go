@@ -44,7 +44,7 @@ func TestAuditSaysWhyItIsOff(t *testing.T) {
 		t.Errorf("unreachable brokers: status %v; log %s", err, logs.String())
 	}
 
-	if _, err := g.db.Exec("ALTER TABLE local_message DROP COLUMN audited_time"); err != nil {
+	if _, err := g.db.Exec("ALTER TABLE local_message DROP COLUMN stored_audit_time"); err != nil {
 		t.Fatal(err)
 	}
 	lookup := brokeraudit.NewRocketMQ(brokeraudit.RocketMQConfig{NameServers: []string{g.broker.NameServerAddr()}})

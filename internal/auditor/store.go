@@ -31,9 +31,10 @@ type store struct {
 type candidate struct {
 	id                       int64
 	msgID, topic, tag, key   string
-	broker, offsetMsgID      string
+	broker                   string
 	queue                    int
 	offset, settled, retries int64
+	commitOffset             int64 // schema.StoredNone: not recorded
 }
 
 // cursor is the keyset position of the audit in the (status, next_retry_time) index: sent
@@ -64,13 +65,13 @@ func (s *store) now(ctx context.Context) (int64, error) {
 func (s *store) readQuery(w window, cur cursor, limit int) (string, []any) {
 	from := max(w.from, cur.settled)
 	args := []any{w.to, from, cur.id, from}
-	q := `SELECT id, msg_id, topic, tag, sharding_key, broker_name, queue_id, queue_offset, COALESCE(offset_msg_id, ''),
+	q := `SELECT id, msg_id, topic, tag, sharding_key, stored_broker, stored_queue, stored_offset, stored_commit_offset,
 			next_retry_time, ` + schema.RetryCountSQL + `
 		FROM ` + s.table + s.hint + `
 		WHERE status = 2 AND next_retry_time <= ? AND ((next_retry_time = ? AND id > ?) OR next_retry_time > ?)
-			AND broker_name IS NOT NULL AND queue_id IS NOT NULL AND queue_offset IS NOT NULL`
+			AND stored_broker <> '' AND stored_queue >= 0 AND stored_offset >= 0`
 	if !w.all {
-		q += ` AND audited_time IS NULL`
+		q += ` AND stored_audit_time = 0`
 	}
 	if w.topic != "" {
 		q += ` AND topic = ?`
@@ -92,7 +93,7 @@ func (s *store) read(ctx context.Context, w window, cur cursor, limit int) ([]ca
 	var out []candidate
 	for rows.Next() {
 		var c candidate
-		if err := rows.Scan(&c.id, &c.msgID, &c.topic, &c.tag, &c.key, &c.broker, &c.queue, &c.offset, &c.offsetMsgID,
+		if err := rows.Scan(&c.id, &c.msgID, &c.topic, &c.tag, &c.key, &c.broker, &c.queue, &c.offset, &c.commitOffset,
 			&c.settled, &c.retries); err != nil {
 			return nil, fmt.Errorf("read sent rows of %s to audit: %w", s.name, err)
 		}
@@ -107,14 +108,25 @@ func (s *store) read(ctx context.Context, w window, cur cursor, limit int) ([]ca
 // position is what the lookup is asked about c.
 func (c candidate) position() brokeraudit.Position {
 	return brokeraudit.Position{Topic: c.topic, Broker: c.broker, QueueID: c.queue, Offset: c.offset,
-		OffsetMsgID: c.offsetMsgID, MsgID: c.msgID, SentAt: time.UnixMilli(c.settled)}
+		OffsetMsgID: offsetMsgID(c.commitOffset), MsgID: c.msgID, SentAt: time.UnixMilli(c.settled)}
+}
+
+// offsetMsgID returns an offset message id of the commit log offset commit, "" for none.
+// The table keeps only the offset (stored_commit_offset), not the store host the broker
+// put before it: the lookup reads the offset alone (it asks the broker it already talks
+// to), so the host part is left zero.
+func offsetMsgID(commit int64) string {
+	if commit < 0 {
+		return ""
+	}
+	return fmt.Sprintf("%016X%016X", 0, commit)
 }
 
 // markPresent records nowMs as the audit time of the rows ids, still sent by the send read
 // (settled at or before settledMax).
 func (s *store) markPresent(ctx context.Context, ids []int64, settledMax, nowMs int64) (int64, error) {
 	args := append([]any{nowMs}, idArgs(ids)...)
-	return s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET audited_time = ?
+	return s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET stored_audit_time = ?
 		WHERE id IN (`+placeholders(len(ids))+`) AND status = 2 AND next_retry_time <= ?`, append(args, settledMax)...)
 }
 
@@ -126,7 +138,7 @@ func (s *store) repair(ctx context.Context, ids []int64, reasons []string, settl
 	reason, reasonArgs := s.reasonExpr(ids, reasons)
 	args := append(append([]any{nowMs}, reasonArgs...), idArgs(ids)...)
 	return s.exec(ctx, `UPDATE `+s.table+` FORCE INDEX (PRIMARY) SET status = 1, next_retry_time = ?, fail_reason = `+reason+`,
-			broker_name = NULL, queue_id = NULL, queue_offset = NULL, offset_msg_id = NULL, audited_time = NULL
+			stored_broker = '', stored_queue = -1, stored_offset = -1, stored_commit_offset = -1, stored_audit_time = 0
 		WHERE id IN (`+placeholders(len(ids))+`) AND status = 2 AND next_retry_time <= ?`, append(args, settledMax)...)
 }
 

@@ -70,7 +70,7 @@ func TestRelayAuditRepairsLostStore(t *testing.T) {
 	if n := c.consume(t); n != e2eRows {
 		t.Fatalf("the consumer read %d messages before the loss; want %d", n, e2eRows)
 	}
-	if n := countRows(t, db.DB, "audited_time IS NOT NULL"); n != 0 {
+	if n := countRows(t, db.DB, "stored_audit_time > 0"); n != 0 {
 		t.Fatalf("%d rows were found present before the broker was killed: min_age %v is too short for this machine", n, e2eMinAge)
 	}
 
@@ -94,7 +94,7 @@ func TestRelayAuditRepairsLostStore(t *testing.T) {
 	})
 	t.Logf("every lost row sent again %v after the broker was back (bound %v)", time.Since(back).Round(time.Millisecond), bound)
 	testenv.Eventually(t, bound+e2eMinAge, "every row sent again found present", func() bool {
-		return countRows(t, db.DB, "status = 2 AND audited_time IS NOT NULL") == e2eRows
+		return countRows(t, db.DB, "status = 2 AND stored_audit_time > 0") == e2eRows
 	})
 	if n := repairedTotal(t, reg); n != e2eRows {
 		t.Errorf("the audit repaired %v rows; want each of the %d once", n, e2eRows)
@@ -180,7 +180,7 @@ func repairedTotal(t *testing.T, reg *prometheus.Registry) float64 {
 // rowStates says how many rows are in each status, repaired or not, audited or not.
 func rowStates(t *testing.T, db *sql.DB) string {
 	t.Helper()
-	rows, err := db.Query("SELECT status, COALESCE(fail_reason, '') LIKE 'lost by broker%', audited_time IS NOT NULL, COUNT(*) FROM local_message GROUP BY 1, 2, 3")
+	rows, err := db.Query("SELECT status, COALESCE(fail_reason, '') LIKE 'lost by broker%', stored_audit_time > 0, COUNT(*) FROM local_message GROUP BY 1, 2, 3")
 	if err != nil {
 		t.Fatal(err)
 	}

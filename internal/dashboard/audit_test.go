@@ -33,7 +33,7 @@ func TestAuditPanelReadsTheAuditors(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(broker.Close)
-	if _, err := b.db.Exec("ALTER TABLE `" + otherTable + "` DROP COLUMN audited_time"); err != nil {
+	if _, err := b.db.Exec("ALTER TABLE `" + otherTable + "` DROP COLUMN stored_audit_time"); err != nil {
 		t.Fatal(err)
 	}
 	lookup := brokeraudit.NewRocketMQ(brokeraudit.RocketMQConfig{NameServers: []string{broker.NameServerAddr()}})

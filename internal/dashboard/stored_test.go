@@ -23,13 +23,13 @@ func TestTimelineShowsWhereStoredAndTheAudit(t *testing.T) {
 		}
 	}
 	lost := "lost by broker broker-a after acknowledgement: queue 3 truncated below offset 42"
-	cols := "(id, msg_id, topic, content, status, fail_reason, sent_time, next_retry_time, broker_name, queue_id, queue_offset, offset_msg_id, audited_time)"
+	cols := "(id, msg_id, topic, content, status, fail_reason, sent_time, next_retry_time, stored_broker, stored_queue, stored_offset, stored_commit_offset, stored_audit_time)"
 	exec("INSERT INTO `"+table+"` "+cols+" VALUES"+
-		" (1, 'present', 'orders', 'x', 2, NULL, 1800000000000, 1800000000000, 'broker-a', 3, 42, 'C0A8000100002A9F000000000000ABCD', 1800000090000),"+
-		" (2, 'resent', 'orders', 'x', 2, ?, 1800000100000, 1800000100000, 'broker-b', 0, 7, NULL, NULL),"+
-		" (3, 'waiting', 'orders', 'x', 1, ?, 0, 0, NULL, NULL, NULL, NULL, NULL),"+
-		" (4, 'older', 'orders', 'x', 2, NULL, 1800000000000, 1800000000000, NULL, NULL, NULL, NULL, NULL)", lost, lost)
-	exec("ALTER TABLE `" + otherTable + "` DROP COLUMN broker_name, DROP COLUMN queue_id, DROP COLUMN queue_offset, DROP COLUMN offset_msg_id, DROP COLUMN audited_time")
+		" (1, 'present', 'orders', 'x', 2, NULL, 1800000000000, 1800000000000, 'broker-a', 3, 42, 43981, 1800000090000),"+
+		" (2, 'resent', 'orders', 'x', 2, ?, 1800000100000, 1800000100000, 'broker-b', 0, 7, -1, 0),"+
+		" (3, 'waiting', 'orders', 'x', 1, ?, 0, 0, '', -1, -1, -1, 0),"+
+		" (4, 'older', 'orders', 'x', 2, NULL, 1800000000000, 1800000000000, '', -1, -1, -1, 0)", lost, lost)
+	exec("ALTER TABLE `" + otherTable + "` DROP COLUMN stored_broker, DROP COLUMN stored_queue, DROP COLUMN stored_offset, DROP COLUMN stored_commit_offset, DROP COLUMN stored_audit_time")
 	exec("INSERT INTO `" + otherTable + "` (id, msg_id, topic, content, status, sent_time) VALUES (1, 'plain', 'payments', 'p', 2, 1800000000000)")
 
 	row := func(tb string, id int) (string, RowAnswer) {
@@ -55,7 +55,7 @@ func TestTimelineShowsWhereStoredAndTheAudit(t *testing.T) {
 
 	steps, r := row(table, 1)
 	if steps != "written sent stored audited audit" ||
-		detail(r, "stored") != "stored at broker broker-a, queue 3, offset 42 (offset msg id C0A8000100002A9F000000000000ABCD), topic orders" ||
+		detail(r, "stored") != "stored at broker broker-a, queue 3, offset 42 (commit log offset 43981), topic orders" ||
 		r.Timeline[3].At == nil || r.Timeline[3].At.UnixMilli() != 1800000090000 {
 		t.Fatalf("present: %s %+v", steps, r.Timeline)
 	}

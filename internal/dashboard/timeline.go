@@ -122,8 +122,8 @@ func stored(m ops.Found, pos ops.StoredAt) Event {
 	switch {
 	case pos.BrokerName != "" && pos.QueueID != nil && pos.QueueOffset != nil:
 		d := fmt.Sprintf("stored at broker %s, queue %d, offset %d", pos.BrokerName, *pos.QueueID, *pos.QueueOffset)
-		if pos.OffsetMsgID != "" {
-			d += " (offset msg id " + pos.OffsetMsgID + ")"
+		if pos.CommitOffset != nil {
+			d += fmt.Sprintf(" (commit log offset %d)", *pos.CommitOffset)
 		}
 		return Event{Step: "stored", Kind: "info", Detail: d + ", topic " + m.Topic}
 	case pos.Recorded:

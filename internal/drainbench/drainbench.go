@@ -36,6 +36,9 @@ type Options struct {
 	BatchSize, Concurrency int
 	// MaxBodyBytes is the relay's relay.max_body_bytes (raised to BodyBytes if lower).
 	MaxBodyBytes int
+	// RecordPositions records where the broker stored each row in the write-back, as with
+	// audit.enabled (relay.Config.RecordPositions).
+	RecordPositions bool
 	// Database and Broker describe where the measure runs, for the report (no secrets).
 	Database, Broker string
 }
@@ -92,7 +95,7 @@ func Run(ctx context.Context, db *sql.DB, pub relay.Publisher, o Options, out io
 
 	r, err := relay.New(db, nil, pub, relay.Config{
 		Table: table, BatchSize: o.BatchSize, Concurrency: o.Concurrency,
-		DisableBatchSend: !o.BatchSend, MaxBodyBytes: max(o.MaxBodyBytes, o.BodyBytes),
+		DisableBatchSend: !o.BatchSend, MaxBodyBytes: max(o.MaxBodyBytes, o.BodyBytes), RecordPositions: o.RecordPositions,
 	})
 	if err != nil {
 		return err

@@ -13,7 +13,7 @@ import (
 // MarkSentAt is MarkSent that also records where the broker stored each row (at[i] for
 // ids[i]; nil when unknown) in the table's audit columns, in the same statement: the same
 // access path (the primary key, the same guard) as markSent, with each column set by a
-// CASE on id, or by one value when every row of the statement shares it.
+// tree of IF on id (idTree), or by one value when every row of the statement shares it.
 func (s *Store) MarkSentAt(ctx context.Context, retryCount int, ids []int64, at []*message.Stored, nowMs int64) (int64, error) {
 	return s.inChunks(len(ids), "mark %d rows of %s sent", func(start, end int) (int64, error) {
 		q, args := s.SentAtQuery(retryCount, ids[start:end], at[start:end], nowMs)
@@ -32,47 +32,72 @@ func (s *Store) SentAtQuery(retryCount int, ids []int64, at []*message.Stored, n
 }
 
 // storedSets returns the SET clauses of the audit columns for the rows ids and their
-// arguments. A previous audit's audited_time is cleared: the row was sent again.
+// arguments. A previous audit's time is cleared: the row was sent again. Every value has
+// its column's width (schema.AuditColumns), so the row keeps its length.
 func storedSets(ids []int64, at []*message.Stored) (string, []any) {
+	vals := make([]storedRow, len(at))
+	for i, p := range at {
+		vals[i] = storedValues(p)
+	}
 	cols := []struct {
 		name string
-		val  func(*message.Stored) any
+		val  func(storedRow) any
 	}{
-		{"broker_name", func(s *message.Stored) any { return s.Broker }},
-		{"queue_id", func(s *message.Stored) any { return s.QueueID }},
-		{"queue_offset", func(s *message.Stored) any { return s.Offset }},
-		{"offset_msg_id", func(s *message.Stored) any {
-			if s.OffsetMsgID == "" {
-				return nil
-			}
-			return s.OffsetMsgID
-		}},
+		{"stored_broker", func(v storedRow) any { return v.broker }},
+		{"stored_queue", func(v storedRow) any { return int64(v.queue) }},
+		{"stored_offset", func(v storedRow) any { return v.offset }},
+		{"stored_commit_offset", func(v storedRow) any { return v.commit }},
 	}
 	var sets []string
 	var args []any
 	for _, c := range cols {
-		vals := make([]any, len(ids))
-		same := true
-		for i, p := range at {
-			if p != nil {
-				vals[i] = c.val(p)
-			}
-			same = same && vals[i] == vals[0]
-		}
-		if same {
-			sets, args = append(sets, c.name+" = ?"), append(args, vals[0])
-			continue
+		col := make([]any, len(vals))
+		for i, v := range vals {
+			col[i] = c.val(v)
 		}
 		var b strings.Builder
-		b.WriteString(c.name + " = CASE id")
-		for i, id := range ids {
-			b.WriteString(" WHEN ? THEN ?")
-			args = append(args, id, vals[i])
-		}
-		b.WriteString(" END")
+		b.WriteString(c.name + " = ")
+		args = idTree(&b, args, sortedByID(ids, col))
 		sets = append(sets, b.String())
 	}
-	return strings.Join(append(sets, "audited_time = NULL"), ", "), args
+	return strings.Join(append(sets, "stored_audit_time = 0"), ", "), args
+}
+
+// storedRow is one row's values of the audit columns.
+type storedRow struct {
+	broker         string
+	queue          int
+	offset, commit int64
+}
+
+// storedValues returns what the audit columns record of p: the columns' defaults (not
+// recorded) for nil, or for a broker name the column cannot hold unchanged (see
+// schema.StoredBrokerMax), which a strict server would refuse and a lax one mangle.
+func storedValues(p *message.Stored) storedRow {
+	none := storedRow{broker: schema.StoredBrokerNone, queue: schema.StoredNone, offset: schema.StoredNone, commit: schema.StoredNone}
+	if p == nil || !brokerFits(p.Broker) || p.QueueID < 0 || p.Offset < 0 {
+		return none
+	}
+	commit, ok := p.CommitLogOffset()
+	if !ok {
+		commit = schema.StoredNone
+	}
+	return storedRow{broker: p.Broker, queue: p.QueueID, offset: p.Offset, commit: commit}
+}
+
+// brokerFits reports whether name is stored in stored_broker as it is: 1 to
+// schema.StoredBrokerMax printable ASCII characters, not starting or ending with a space
+// (which a CHAR column drops).
+func brokerFits(name string) bool {
+	if name == "" || len(name) > schema.StoredBrokerMax || name[0] == ' ' || name[len(name)-1] == ' ' {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] < ' ' || name[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // HasPositions reports whether the table has the audit columns, so that MarkSentAt can

@@ -6,6 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,8 +50,9 @@ func TestSentAtWriteBackPlan(t *testing.T) {
 		t.Fatalf("MarkSentAt changed %d rows: %v; want 1000", n, err)
 	}
 	var bad int
-	if err := db.QueryRow(`SELECT COUNT(*) FROM local_message WHERE msg_id LIKE 'due-%' AND NOT (status = 2 AND broker_name = CONCAT('broker-', (id - ?) % 2)
-		AND queue_id = (id - ?) % 8 AND queue_offset = id - ? AND offset_msg_id = CONCAT('7F00000100002A9F', 1000000000000000 + id - ?))`,
+	if err := db.QueryRow(`SELECT COUNT(*) FROM local_message WHERE msg_id LIKE 'due-%' AND NOT (status = 2 AND stored_broker = CONCAT('broker-', (id - ?) % 2)
+		AND stored_queue = (id - ?) % 8 AND stored_offset = id - ? AND stored_commit_offset = CAST(CONV(1000000000000000 + id - ?, 16, 10) AS SIGNED)
+		AND stored_audit_time = 0)`,
 		first, first, first, first).Scan(&bad); err != nil || bad != 0 {
 		t.Fatalf("%d rows not recorded as given (%v)", bad, err)
 	}
@@ -69,6 +71,34 @@ func seedTable(t *testing.T, db *sql.DB, stmts ...string) {
 	for _, stmt := range stmts {
 		if _, err := db.Exec(stmt); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// A position is recorded only as the fixed-width columns hold it unchanged: a broker name
+// over schema.StoredBrokerMax characters, not ASCII, or with a space the CHAR column would
+// drop records nothing (a strict server would refuse the whole write-back, a lax one store
+// another name); an offset msg id that is not one records the position without its commit
+// log offset.
+func TestStoredValuesFitTheColumns(t *testing.T) {
+	none := storedRow{broker: "", queue: -1, offset: -1, commit: -1}
+	long := strings.Repeat("b", schema.StoredBrokerMax)
+	for _, c := range []struct {
+		in   *message.Stored
+		want storedRow
+	}{
+		{nil, none},
+		{&message.Stored{Broker: "broker-a", QueueID: 3, Offset: 42, OffsetMsgID: "C0A8000100002A9F000000000000ABCD"}, storedRow{"broker-a", 3, 42, 0xABCD}},
+		{&message.Stored{Broker: long, QueueID: 0, Offset: 0, OffsetMsgID: "20010DB800000000000000000000000100002A9F00000000000000FF"}, storedRow{long, 0, 0, 255}},
+		{&message.Stored{Broker: "broker-a", QueueID: 1, Offset: 2, OffsetMsgID: "not hex"}, storedRow{"broker-a", 1, 2, -1}},
+		{&message.Stored{Broker: long + "b", QueueID: 1, Offset: 2}, none},
+		{&message.Stored{Broker: "brøker", QueueID: 1, Offset: 2}, none},
+		{&message.Stored{Broker: "broker-a ", QueueID: 1, Offset: 2}, none},
+		{&message.Stored{Broker: "", QueueID: 1, Offset: 2}, none},
+		{&message.Stored{Broker: "broker-a", QueueID: -1, Offset: 2}, none},
+	} {
+		if got := storedValues(c.in); got != c.want {
+			t.Errorf("storedValues(%+v) = %+v, want %+v", c.in, got, c.want)
 		}
 	}
 }

@@ -282,7 +282,7 @@ func runScenario(ctx context.Context, w *world, f loadFlags, sc scenario) (loadR
 	wall := time.Since(start)
 	res.cpuPct = 100 * (cpuOf(procs) - cpu0).Seconds() / wall.Seconds()
 	busyQueries := proxy.Commands() - q0
-	if err := w.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table+" WHERE audited_time > 0").Scan(&res.audited); err != nil {
+	if err := w.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table+" WHERE stored_audit_time > 0").Scan(&res.audited); err != nil {
 		return res, fmt.Errorf("count the rows audited: %w", err)
 	}
 	res.load1 = loadAverage()
