@@ -520,7 +520,6 @@ func (c Config) storeProblems(bad reporter) {
 	}
 	tableProblems(bad, KeyMySQLTables, c.MySQL.Tables)
 	c.databaseProblems(bad)
-
 }
 
 // redisProblems checks where the lock's Redis is and how to reach it.
@@ -532,7 +531,6 @@ func (c Config) redisProblems(bad reporter) {
 		bad(KeyRedisDB, "must be >= 0, got %d", c.Redis.DB)
 	}
 	reportAll(bad, c.Redis.problems())
-
 }
 
 // rocketMQProblems checks the name servers, credentials, producer group,
@@ -558,7 +556,6 @@ func (c Config) rocketMQProblems(bad reporter) {
 	}
 	c.RocketMQ.TLS.problems(bad)
 	reportAll(bad, c.checkGroupProblems())
-
 }
 
 // relayProblems checks the relay loop's pacing, sizes, retention and the audit.
@@ -587,7 +584,6 @@ func (c Config) relayProblems(bad reporter) {
 	if m := c.Relay.MemoryLimit; m != 0 && m < MinMemoryLimit {
 		bad(KeyRelayMemoryLimit, "must be 0 (the container's limit) or at least %d bytes (48 MiB), got %d", MinMemoryLimit, m)
 	}
-
 }
 
 // lockProblems checks the lock's TTL and that its key tells every relayed
@@ -611,7 +607,6 @@ func (c Config) lockProblems(bad reporter) {
 		}
 	}
 	reportAll(bad, c.Lock.redlockProblems())
-
 }
 
 // backoffProblems checks the retry backoff curve.
@@ -626,7 +621,6 @@ func (c Config) backoffProblems(bad reporter) {
 	if !(c.Backoff.Jitter >= 0 && c.Backoff.Jitter <= 1) {
 		bad(KeyBackoffJitter, "must be between 0 and 1, got %v", c.Backoff.Jitter)
 	}
-
 }
 
 // routeProblems checks each route's patterns, send timeout and delay level.
@@ -646,7 +640,6 @@ func (c Config) routeProblems(bad reporter) {
 		}
 		between(bad, key+".delay_level", r.DelayLevel, 0, MaxDelayLevel)
 	}
-
 }
 
 // httpLogProblems checks the HTTP listener, its tokens and hosts, and logging.
