@@ -20,6 +20,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/brokeraudit"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/relay/rocketmq"
 )
 
 func (a *app) newCheckCmd() *cobra.Command {
@@ -130,20 +131,45 @@ type routeReader interface {
 	FetchClusterList(topic string) ([]string, error)
 }
 
-// newAdmin returns the admin client of mq, reaching it through link.
+// newAdmin returns the admin client of mq, reaching it through link. It holds the client's
+// process-wide TLS switch until closed.
 func newAdmin(mq config.RocketMQ, link rocketMQLink) (admin.Admin, error) {
-	opts := []admin.AdminOption{admin.WithResolver(primitive.NewPassthroughResolver(link.nameServers)), admin.WithTls(link.clientTLS)}
+	opts := []admin.AdminOption{admin.WithResolver(primitive.NewPassthroughResolver(link.nameServers))}
 	if mq.AccessKey != "" {
 		opts = append(opts, admin.WithCredentials(primitive.Credentials{AccessKey: mq.AccessKey, SecretKey: mq.SecretKey}))
 	}
 	if mq.Namespace != "" {
 		opts = append(opts, admin.WithNamespace(mq.Namespace))
 	}
-	adm, err := admin.NewAdmin(opts...)
+	claim, err := rocketmq.ClaimClientTLS(link.clientTLS)
 	if err != nil {
 		return nil, fmt.Errorf("check: RocketMQ admin client: %w", err)
 	}
-	return adm, nil
+	var adm admin.Admin
+	err = claim.Build(func(writeTLS bool) (err error) {
+		if writeTLS {
+			opts = append(opts, admin.WithTls(link.clientTLS))
+		}
+		adm, err = admin.NewAdmin(opts...)
+		return err
+	})
+	if err != nil {
+		claim.Release()
+		return nil, fmt.Errorf("check: RocketMQ admin client: %w", err)
+	}
+	return claimedAdmin{Admin: adm, claim: claim}, nil
+}
+
+// claimedAdmin is an admin client that gives back its TLS claim when closed.
+type claimedAdmin struct {
+	admin.Admin
+	claim *rocketmq.TLSClaim
+}
+
+// Close closes the admin client, then releases its claim on the client's TLS switch.
+func (a claimedAdmin) Close() error {
+	defer a.claim.Release()
+	return a.Admin.Close()
 }
 
 // checkTopics asks for each topic's route (the admin client adds the namespace).

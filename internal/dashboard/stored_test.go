@@ -9,7 +9,7 @@ import (
 )
 
 // TestTimelineShowsWhereStoredAndTheAudit: with the audit columns set, a sent row's page
-// names the broker, queue, offset and offset msg id and when the broker audit found it
+// names the broker, queue, offset and commit log offset and when the broker audit found it
 // present; a row the audit found lost says so with the audit's reason, whether it waits or
 // was sent again; a row sent before the columns existed, and a table without them, show the
 // old story with no error.

@@ -42,6 +42,8 @@ type Config struct {
 	// TLS encrypts every connection to name servers and brokers with the client's own TLS,
 	// which does not verify the server's certificate; the publisher logs a warning saying so.
 	// For verified TLS, give NameServers of an internal/tlsbridge Bridge and leave TLS off.
+	// The client keeps one TLS setting per process: NewPublisher refuses a TLS differing
+	// from that of a publisher still open in the process (ClaimClientTLS).
 	TLS bool
 	// Connections is the number of connections to each broker, spread over as many
 	// clients per producer group; sends go round robin. A broker that drops a connection
@@ -74,6 +76,7 @@ type Publisher struct {
 	cfg      Config
 	instance string
 	queues   *queueChooser
+	tls      *TLSClaim // the client's process-wide TLS switch, held until Close
 
 	mu        sync.Mutex
 	producers map[string][]client // by group: Connections producers each
@@ -112,8 +115,13 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 	if cfg.Connections <= 0 {
 		cfg.Connections = 4
 	}
+	claim, err := ClaimClientTLS(cfg.TLS)
+	if err != nil {
+		return nil, err
+	}
 	return &Publisher{
 		cfg: cfg,
+		tls: claim,
 		// A distinct instance name per publisher lets several publishers of the same group
 		// live in one process (the client registers groups per instance).
 		instance:  fmt.Sprintf("outbox-relay-%d-%s", os.Getpid(), randomHex(4)),
@@ -177,13 +185,18 @@ func (p *Publisher) newProducer(group string, c int) (prod rocketmq.Producer, wa
 	if p.cfg.Namespace != "" {
 		opts = append(opts, producer.WithNamespace(p.cfg.Namespace))
 	}
-	// Set either way: the client keeps this switch in one process-wide configuration
-	// shared by every client, so a producer that left it alone would inherit another's.
-	opts = append(opts, producer.WithTls(p.cfg.TLS))
 	if p.cfg.AccessKey != "" {
 		opts = append(opts, producer.WithCredentials(primitive.Credentials{AccessKey: p.cfg.AccessKey, SecretKey: p.cfg.SecretKey}))
 	}
-	prod, err = rocketmq.NewProducer(opts...)
+	// The client keeps the TLS switch in one process-wide value read by every dial: the
+	// claim writes it only when it differs (clienttls.go).
+	err = p.tls.Build(func(writeTLS bool) (err error) {
+		if writeTLS {
+			opts = append(opts, producer.WithTls(p.cfg.TLS))
+		}
+		prod, err = rocketmq.NewProducer(opts...)
+		return err
+	})
 	if err != nil {
 		return nil, false, fmt.Errorf("relay: new producer %s: %w", group, err)
 	}
@@ -469,6 +482,7 @@ func (p *Publisher) Close() error {
 	}
 	p.closed = true
 	p.watch.stop()
+	defer p.tls.Release() // after the producers are shut down
 	var errs []error
 	for group, prods := range p.producers {
 		for _, prod := range prods {

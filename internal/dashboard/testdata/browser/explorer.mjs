@@ -67,7 +67,7 @@ async function explore(page) {
   const steps = await page.locator('#r-timeline li').evaluateAll((lis) => lis.map((li) => li.dataset.step));
   assert.deepEqual(steps, ['written', 'failed', 'sent', 'stored', 'audit']);
   assert.match(await page.locator('#r-timeline li[data-step="failed"]').textContent(), /no retry spent/);
-  assert.match(await page.locator('#r-timeline li[data-step="stored"]').textContent(), /stored at broker \S+, queue \d+, offset \d+ \(offset msg id [0-9A-F]+\), topic orders/);
+  assert.match(await page.locator('#r-timeline li[data-step="stored"]').textContent(), /stored at broker \S+, queue \d+, offset \d+ \(commit log offset \d+\), topic orders/);
   assert.match(await page.locator('#r-body').textContent(), /"event":"paid"/);
   assert.equal(await page.locator('#row img, #r-body *').count(), 0, 'data became elements');
   assert.equal(await page.evaluate(() => window.__pwned), undefined, 'a script from the data ran');
