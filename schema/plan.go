@@ -73,51 +73,92 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 		ddl, _ := DDL(table)
 		return append([]Step{{SQL: strings.TrimSpace(ddl), Online: true}}, partitionSteps(table, partitions, st)...), nil
 	}
-	var online, wrong, widen, nullable, audit, legacy []string
-	autoInc := false
+	r := sortRepairs(problems)
+	if len(r.wrong) > 0 {
+		return nil, fmt.Errorf("table %s cannot be upgraded automatically: %s", table, strings.Join(r.wrong, "; "))
+	}
+	steps := r.onlineSteps(table)
+	var found map[string]columnInfo // for the definitions and comments, which MODIFY replaces
+	if r.autoInc || len(r.widen) > 0 || len(r.nullable) > 0 {
+		if found, err = readColumns(ctx, db, table); err != nil {
+			return nil, err
+		}
+	}
+	if len(r.nullable) > 0 {
+		steps = append(steps, nullSteps(table, r.nullable, found)...)
+	}
+	if r.autoInc || len(r.widen) > 0 {
+		steps = append(steps, copyStep(table, r.autoInc, r.widen, found))
+	}
+	return append(steps, partitionSteps(table, partitions, st)...), nil
+}
+
+// repairs sorts a table's problems by the kind of statement that repairs them.
+type repairs struct {
+	online   []string // clauses of the one online ALTER
+	wrong    []string // problems no statement may repair
+	widen    []string // columns to widen by copying the table
+	nullable []string // columns to make NOT NULL
+	audit    []string // missing audit columns
+	legacy   []string // audit columns whose definition is costly
+	autoInc  bool     // id must become AUTO_INCREMENT, by copying the table
+}
+
+// sortRepairs decides which statement repairs each problem; the partition column and
+// index are left to partitionSteps.
+func sortRepairs(problems []Problem) repairs {
+	var r repairs
 	for _, p := range problems {
-		switch {
-		case p.Object == PartitionColumn || p.Object == partitionIndex.name:
+		if p.Object == PartitionColumn || p.Object == partitionIndex.name {
 			continue // partitionSteps
 		}
 		switch p.Kind {
 		case "missing column":
-			online = append(online, fmt.Sprintf("ADD COLUMN %s %s", QuoteIdent(p.Object), p.Want))
+			r.online = append(r.online, fmt.Sprintf("ADD COLUMN %s %s", QuoteIdent(p.Object), p.Want))
 		case "not auto_increment":
-			autoInc = true
+			r.autoInc = true
 		case "narrow column":
-			widen = append(widen, p.Object)
+			r.widen = append(r.widen, p.Object)
 		case "nullable column":
-			nullable = append(nullable, p.Object)
+			r.nullable = append(r.nullable, p.Object)
 		case MissingAuditColumn:
-			audit = append(audit, p.Object)
+			r.audit = append(r.audit, p.Object)
 		case CostlyAuditColumn:
-			legacy = append(legacy, p.Object)
+			r.legacy = append(r.legacy, p.Object)
 		case "obsolete index":
-			online = append(online, "DROP INDEX "+QuoteIdent(p.Object))
+			r.online = append(r.online, "DROP INDEX "+QuoteIdent(p.Object))
 		case "missing index":
-			ix := indexByName(p.Object)
-			kind := "INDEX"
-			if ix.unique {
-				kind = "UNIQUE INDEX"
-			}
-			cols := make([]string, len(ix.columns))
-			for i, c := range ix.columns {
-				cols[i] = QuoteIdent(c)
-			}
-			online = append(online, fmt.Sprintf("ADD %s %s (%s)", kind, QuoteIdent(ix.name), strings.Join(cols, ", ")))
+			r.online = append(r.online, addIndexClause(p.Object))
 		default:
-			wrong = append(wrong, p.String())
+			r.wrong = append(r.wrong, p.String())
 		}
 	}
-	if len(wrong) > 0 {
-		return nil, fmt.Errorf("table %s cannot be upgraded automatically: %s", table, strings.Join(wrong, "; "))
+	return r
+}
+
+// addIndexClause is the ALTER clause that creates the wanted index named name.
+func addIndexClause(name string) string {
+	ix := indexByName(name)
+	kind := "INDEX"
+	if ix.unique {
+		kind = "UNIQUE INDEX"
 	}
+	cols := make([]string, len(ix.columns))
+	for i, c := range ix.columns {
+		cols[i] = QuoteIdent(c)
+	}
+	return fmt.Sprintf("ADD %s %s (%s)", kind, QuoteIdent(ix.name), strings.Join(cols, ", "))
+}
+
+// onlineSteps are the steps that leave writes running: the audit columns (folded into the
+// online ALTER when the table is rebuilt anyway), that ALTER, then the legacy audit steps.
+func (r repairs) onlineSteps(table string) []Step {
 	var steps []Step
-	if len(audit) > 0 && len(online) == 0 {
-		steps = append(steps, auditStep(table, audit))
-	} else if len(audit) > 0 {
-		online = append(online, auditStep(table, audit).Alter) // rebuilt once anyway
+	online := r.online
+	if len(r.audit) > 0 && len(online) == 0 {
+		steps = append(steps, auditStep(table, r.audit))
+	} else if len(r.audit) > 0 {
+		online = append(online, auditStep(table, r.audit).Alter) // rebuilt once anyway
 	}
 	if len(online) > 0 {
 		alter := strings.Join(online, ", ")
@@ -126,44 +167,37 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 			Alter: alter, Online: true,
 		})
 	}
-	if len(legacy) > 0 {
-		steps = append(steps, legacySteps(table, legacy)...)
+	if len(r.legacy) > 0 {
+		steps = append(steps, legacySteps(table, r.legacy)...)
 	}
-	var found map[string]columnInfo // for the definitions and comments, which MODIFY replaces
-	if autoInc || len(widen) > 0 || len(nullable) > 0 {
-		if found, err = readColumns(ctx, db, table); err != nil {
-			return nil, err
+	return steps
+}
+
+// copyStep is the one blocking ALTER that changes column definitions: making id
+// AUTO_INCREMENT and widening the widen columns, keeping each column's comment (found).
+func copyStep(table string, autoInc bool, widen []string, found map[string]columnInfo) Step {
+	var mods, what []string
+	if autoInc {
+		sign := "" // MODIFY replaces the whole definition: keep an unsigned id unsigned
+		if strings.Contains(strings.ToLower(found["id"].columnType), "unsigned") {
+			sign = " unsigned"
 		}
+		mods = append(mods, "MODIFY COLUMN `id` bigint"+sign+" NOT NULL AUTO_INCREMENT"+commentClause(found["id"].comment))
+		what = append(what, "making id AUTO_INCREMENT")
 	}
-	if len(nullable) > 0 {
-		steps = append(steps, nullSteps(table, nullable, found)...)
-	}
-	if autoInc || len(widen) > 0 {
-		// One copy of the table for every change of a column's definition.
-		var mods, what []string
-		if autoInc {
-			sign := "" // MODIFY replaces the whole definition: keep an unsigned id unsigned
-			if strings.Contains(strings.ToLower(found["id"].columnType), "unsigned") {
-				sign = " unsigned"
-			}
-			mods = append(mods, "MODIFY COLUMN `id` bigint"+sign+" NOT NULL AUTO_INCREMENT"+commentClause(found["id"].comment))
-			what = append(what, "making id AUTO_INCREMENT")
+	if len(widen) > 0 {
+		for _, name := range widen {
+			mods = append(mods, fmt.Sprintf("MODIFY COLUMN %s %s%s", QuoteIdent(name), columnByName(name).def, commentClause(found[name].comment)))
 		}
-		if len(widen) > 0 {
-			for _, name := range widen {
-				mods = append(mods, fmt.Sprintf("MODIFY COLUMN %s %s%s", QuoteIdent(name), columnByName(name).def, commentClause(found[name].comment)))
-			}
-			what = append(what, "widening "+strings.Join(widen, ", "))
-		}
-		alter := strings.Join(mods, ", ")
-		steps = append(steps, Step{
-			SQL:   fmt.Sprintf("ALTER TABLE %s %s, ALGORITHM=COPY, LOCK=SHARED", QuoteIdent(table), alter),
-			Alter: alter,
-			Blocking: strings.Join(what, " and ") + " changes column definitions, which InnoDB does by copying the table: " +
-				"reads continue, writes wait until the copy ends (minutes on a large table)",
-		})
+		what = append(what, "widening "+strings.Join(widen, ", "))
 	}
-	return append(steps, partitionSteps(table, partitions, st)...), nil
+	alter := strings.Join(mods, ", ")
+	return Step{
+		SQL:   fmt.Sprintf("ALTER TABLE %s %s, ALGORITHM=COPY, LOCK=SHARED", QuoteIdent(table), alter),
+		Alter: alter,
+		Blocking: strings.Join(what, " and ") + " changes column definitions, which InnoDB does by copying the table: " +
+			"reads continue, writes wait until the copy ends (minutes on a large table)",
+	}
 }
 
 // DedupePlan returns the CREATE TABLE of the consumer dedupe table named table (see

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -113,95 +114,121 @@ const givenUpListed = 20
 // migrateDatabase migrates (or checks, or prints) the tables of d and the dedupe tables, and
 // returns how many tables o.check found out of date.
 func (a *app) migrateDatabase(cmd *cobra.Command, d opDatabase, o migrateOptions) (pending int, err error) {
-	ctx, db, out := cmd.Context(), d.db, cmd.OutOrStdout()
 	if o.printSQL {
-		fmt.Fprintf(out, "-- outbox-relay migrate --print-sql for %s: nothing was run.\n", d.Label())
+		fmt.Fprintf(cmd.OutOrStdout(), "-- outbox-relay migrate --print-sql for %s: nothing was run.\n", d.Label())
 	}
 	tables := d.Tables
 	if o.dedupeOnly {
 		tables = nil
 	}
 	for _, tbl := range tables {
-		table := d.qualified(tbl) // as printed; tbl is the table's name in SQL
-		before, err := schema.CheckPartitioned(ctx, db, tbl, a.cfg.Relay.Partitions)
-		if err != nil {
-			return pending, fmt.Errorf("check table %s: %w", table, err)
-		}
-		givenUp, err := a.givenUp(cmd, d, tbl, before, o)
-		if err != nil {
-			return pending, err
-		}
-		if err := reportUnknown(cmd, d, tbl, before); err != nil {
-			return pending, err
-		}
-		if o.check {
-			if len(before) == 0 && givenUp == 0 {
-				fmt.Fprintf(out, "%s: up to date\n", table)
-				continue
-			}
+		stale, err := a.migrateTable(cmd, d, tbl, o)
+		if stale {
 			pending++
-			for _, p := range before {
-				fmt.Fprintf(out, "%s: %s\n", table, p)
-			}
-			continue
 		}
-		steps, err := schema.PlanPartitioned(ctx, db, tbl, a.cfg.Relay.Partitions)
 		if err != nil {
 			return pending, err
 		}
-		if o.printSQL {
-			printSteps(out, table, steps)
-			continue
-		}
-		if len(steps) == 0 {
-			fmt.Fprintf(out, "%s: up to date\n", table)
-			continue
-		}
-		if err := a.applySteps(cmd, d, tbl, steps, o.allowBlocking); err != nil {
-			return pending, err
-		}
-		// Trust the table, not the statements: an account that cannot see what it changed,
-		// or a server that ignored a clause, must not pass for a migrated table.
-		after, err := schema.CheckPartitioned(ctx, db, tbl, a.cfg.Relay.Partitions)
-		if err != nil {
-			return pending, fmt.Errorf("check table %s after migrating: %w", table, err)
-		}
-		if len(after) > 0 {
-			return pending, fmt.Errorf("table %s still differs after migrate ran its steps: %s", table, problemList(after))
-		}
-		if len(before) == 1 && before[0].Kind == "missing table" {
-			fmt.Fprintf(out, "%s: created\n", table)
-		} else {
-			fmt.Fprintf(out, "%s: upgraded (%d change(s))\n", table, len(before))
-			for _, p := range before {
-				fmt.Fprintf(out, "  fixed: %s\n", p)
-			}
-		}
-		a.log.Info().Str("database_name", d.Name).Str("database", d.Label()).Str("table", tbl).Int("changes", len(before)).Msg("migrated")
 	}
 	for _, table := range o.dedupeTables {
-		steps, err := schema.DedupePlan(ctx, db, table)
-		switch {
-		case err != nil:
-			return pending, fmt.Errorf("dedupe table %s: %w", table, err)
-		case o.printSQL:
-			printSteps(out, table, steps)
-		case o.check && len(steps) > 0:
+		stale, err := migrateDedupe(cmd, d.db, table, o)
+		if stale {
 			pending++
-			fmt.Fprintf(out, "%s: missing dedupe table\n", table)
-		case len(steps) == 0:
-			fmt.Fprintf(out, "%s: dedupe table exists\n", table)
-		case !o.check:
-			if err := schema.Apply(ctx, db, table, steps, false); err != nil {
-				return pending, err
-			}
-			if again, err := schema.DedupePlan(ctx, db, table); err != nil || len(again) > 0 {
-				return pending, fmt.Errorf("dedupe table %s: not there after CREATE TABLE (%v)", table, err)
-			}
-			fmt.Fprintf(out, "%s: dedupe table created\n", table)
+		}
+		if err != nil {
+			return pending, err
 		}
 	}
 	return pending, nil
+}
+
+// migrateTable migrates (or checks, or prints) the outbox table tbl of d; stale reports that
+// o.check found it out of date.
+func (a *app) migrateTable(cmd *cobra.Command, d opDatabase, tbl string, o migrateOptions) (stale bool, err error) {
+	ctx, db, out := cmd.Context(), d.db, cmd.OutOrStdout()
+	table := d.qualified(tbl) // as printed; tbl is the table's name in SQL
+	before, err := schema.CheckPartitioned(ctx, db, tbl, a.cfg.Relay.Partitions)
+	if err != nil {
+		return false, fmt.Errorf("check table %s: %w", table, err)
+	}
+	givenUp, err := a.givenUp(cmd, d, tbl, before, o)
+	if err != nil {
+		return false, err
+	}
+	if err := reportUnknown(cmd, d, tbl, before); err != nil {
+		return false, err
+	}
+	if o.check {
+		if len(before) == 0 && givenUp == 0 {
+			fmt.Fprintf(out, "%s: up to date\n", table)
+			return false, nil
+		}
+		for _, p := range before {
+			fmt.Fprintf(out, "%s: %s\n", table, p)
+		}
+		return true, nil
+	}
+	steps, err := schema.PlanPartitioned(ctx, db, tbl, a.cfg.Relay.Partitions)
+	if err != nil {
+		return false, err
+	}
+	if o.printSQL {
+		printSteps(out, table, steps)
+		return false, nil
+	}
+	if len(steps) == 0 {
+		fmt.Fprintf(out, "%s: up to date\n", table)
+		return false, nil
+	}
+	if err := a.applySteps(cmd, d, tbl, steps, o.allowBlocking); err != nil {
+		return false, err
+	}
+	// Trust the table, not the statements: an account that cannot see what it changed,
+	// or a server that ignored a clause, must not pass for a migrated table.
+	after, err := schema.CheckPartitioned(ctx, db, tbl, a.cfg.Relay.Partitions)
+	if err != nil {
+		return false, fmt.Errorf("check table %s after migrating: %w", table, err)
+	}
+	if len(after) > 0 {
+		return false, fmt.Errorf("table %s still differs after migrate ran its steps: %s", table, problemList(after))
+	}
+	if len(before) == 1 && before[0].Kind == "missing table" {
+		fmt.Fprintf(out, "%s: created\n", table)
+	} else {
+		fmt.Fprintf(out, "%s: upgraded (%d change(s))\n", table, len(before))
+		for _, p := range before {
+			fmt.Fprintf(out, "  fixed: %s\n", p)
+		}
+	}
+	a.log.Info().Str("database_name", d.Name).Str("database", d.Label()).Str("table", tbl).Int("changes", len(before)).Msg("migrated")
+	return false, nil
+}
+
+// migrateDedupe creates (or checks, or prints) the consumer dedupe table named table in db;
+// stale reports that o.check found it missing.
+func migrateDedupe(cmd *cobra.Command, db *sql.DB, table string, o migrateOptions) (stale bool, err error) {
+	ctx, out := cmd.Context(), cmd.OutOrStdout()
+	steps, err := schema.DedupePlan(ctx, db, table)
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("dedupe table %s: %w", table, err)
+	case o.printSQL:
+		printSteps(out, table, steps)
+	case o.check && len(steps) > 0:
+		fmt.Fprintf(out, "%s: missing dedupe table\n", table)
+		return true, nil
+	case len(steps) == 0:
+		fmt.Fprintf(out, "%s: dedupe table exists\n", table)
+	case !o.check:
+		if err := schema.Apply(ctx, db, table, steps, false); err != nil {
+			return false, err
+		}
+		if again, err := schema.DedupePlan(ctx, db, table); err != nil || len(again) > 0 {
+			return false, fmt.Errorf("dedupe table %s: not there after CREATE TABLE (%v)", table, err)
+		}
+		fmt.Fprintf(out, "%s: dedupe table created\n", table)
+	}
+	return false, nil
 }
 
 // applySteps runs steps on tbl one at a time and says which it ran, so that a migration that

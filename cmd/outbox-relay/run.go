@@ -66,24 +66,17 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	if err := checkAtStart(ctx, dbs, cfg.Relay.Partitions, log); err != nil {
 		return err
 	}
-	rconn := redisconn.Open(cfg, redisconn.Options{})
+	rconn, err := connectRedis(ctx, cfg)
+	if err != nil {
+		return err
+	}
 	defer rconn.Close()
 	rdb := rconn.Client
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = rconn.Ping(pctx)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("connect to Redis: %w", err)
-	}
 	router, err := routerFrom(cfg.Routes)
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: routeRules(cfg.Routes)})
-	v, c, _ := buildInfo()
-	metrics.SetBuildInfo(v, c)
+	reg, metrics := newRelayMetrics(cfg)
 	link, err := openRocketMQ(ctx, cfg.RocketMQ, log)
 	if err != nil {
 		return err
@@ -101,37 +94,13 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	defer stopTracing()
 
 	deps := relayDeps{router: router, metrics: metrics, tracer: tp, lockClients: rconn.Redlock, budget: setupMemory(cfg.Relay, log)}
-	var sources []dashboard.Source
-	for _, d := range dbs {
-		deps.log = log
-		if d.qualify {
-			deps.log = log.With().Str("database_name", d.Name).Logger()
-		}
-		for _, table := range d.Tables {
-			g, err := relay.NewGroup(d.pool, rdb, pub, tableRelayConfig(cfg, d.Database, table, deps))
-			if err != nil {
-				return fmt.Errorf("database %s: %w", d.Name, err)
-			}
-			d.groups = append(d.groups, g)
-			d.relays = append(d.relays, g.Relays()...)
-		}
-		db := d.Database
-		sources = append(sources, dashboard.Source{Name: d.Name, Label: d.Label(), DB: d.pool, Tables: d.Tables,
-			LockKey: func(table string) string { return cfg.LockKeyIn(db, table) }, Partitions: cfg.Relay.Partitions,
-			Activity: func(table string) []relay.MinuteActivity { return metrics.Activity(db.Label(), table) }})
-	}
-
-	uiCfg := dashboardConfig(cfg, sources, &log)
-	uiCfg.Brokers = brokerPanel(pub, dbs, cfg.RocketMQ.AccessKey, link.upstream)
-	audits := &auditPanel{}
-	uiCfg.Audit = audits.tables
-	uiCfg.Replay = &dashboard.ReplayConfig{Publisher: pub, Router: router, UnroutedDead: cfg.Relay.Unrouted == config.UnroutedDead,
-		MaxBodyBytes: cfg.Relay.MaxBodyBytes, Metrics: replay.NewMetrics(reg)}
-	ui, err := dashboard.New(rconn.LockReader(), uiCfg)
+	sources, err := newTableGroups(cfg, dbs, rdb, pub, deps, log)
 	if err != nil {
 		return err
 	}
-	if err := ui.Start(ctx); err != nil {
+	audits := &auditPanel{}
+	ui, err := startDashboard(ctx, cfg, sources, rconn, pub, dbs, link, router, reg, audits, log)
+	if err != nil {
 		return err
 	}
 	defer ui.Stop()
@@ -145,20 +114,94 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	if err != nil {
 		return err
 	}
-	var wg sync.WaitGroup
-	for _, d := range dbs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			d.runWhenReady(ctx, cfg.Relay, log)
-		}()
-	}
-	wg.Wait()
+	relayEach(ctx, cfg.Relay, dbs, log)
 	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer scancel()
 	_ = srv.Shutdown(sctx)
 	log.Info().Msg("stopped")
 	return nil
+}
+
+// connectRedis opens the lock's Redis and fails unless it answers within 10 seconds.
+func connectRedis(ctx context.Context, cfg config.Config) (*redisconn.Conn, error) {
+	rconn := redisconn.Open(cfg, redisconn.Options{})
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := rconn.Ping(pctx)
+	cancel()
+	if err != nil {
+		rconn.Close()
+		return nil, fmt.Errorf("connect to Redis: %w", err)
+	}
+	return rconn, nil
+}
+
+// newRelayMetrics is the registry /metrics serves (Go and process collectors included) and
+// the relay's metrics registered in it, build info set.
+func newRelayMetrics(cfg config.Config) (*prometheus.Registry, *relay.Metrics) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := relay.NewMetricsWith(reg, relay.MetricsOptions{Routes: routeRules(cfg.Routes)})
+	v, c, _ := buildInfo()
+	metrics.SetBuildInfo(v, c)
+	return reg, metrics
+}
+
+// newTableGroups creates the relay group of every table of every database (a database's log
+// lines name it when several are configured) and returns the dashboard's view of them.
+func newTableGroups(cfg config.Config, dbs []*runDatabase, rdb redis.UniversalClient, pub *rocketmq.Publisher, deps relayDeps, log zerolog.Logger) ([]dashboard.Source, error) {
+	var sources []dashboard.Source
+	for _, d := range dbs {
+		deps.log = log
+		if d.qualify {
+			deps.log = log.With().Str("database_name", d.Name).Logger()
+		}
+		for _, table := range d.Tables {
+			g, err := relay.NewGroup(d.pool, rdb, pub, tableRelayConfig(cfg, d.Database, table, deps))
+			if err != nil {
+				return nil, fmt.Errorf("database %s: %w", d.Name, err)
+			}
+			d.groups = append(d.groups, g)
+			d.relays = append(d.relays, g.Relays()...)
+		}
+		db := d.Database
+		sources = append(sources, dashboard.Source{Name: d.Name, Label: d.Label(), DB: d.pool, Tables: d.Tables,
+			LockKey: func(table string) string { return cfg.LockKeyIn(db, table) }, Partitions: cfg.Relay.Partitions,
+			Activity: func(table string) []relay.MinuteActivity { return deps.metrics.Activity(db.Label(), table) }})
+	}
+	return sources, nil
+}
+
+// startDashboard creates and starts the dashboard over sources, with its broker, audit
+// (audits) and replay panels; the caller stops it.
+func startDashboard(ctx context.Context, cfg config.Config, sources []dashboard.Source, rconn *redisconn.Conn, pub *rocketmq.Publisher,
+	dbs []*runDatabase, link rocketMQLink, router relay.Router, reg *prometheus.Registry, audits *auditPanel, log zerolog.Logger) (*dashboard.Dashboard, error) {
+	uiCfg := dashboardConfig(cfg, sources, &log)
+	uiCfg.Brokers = brokerPanel(pub, dbs, cfg.RocketMQ.AccessKey, link.upstream)
+	uiCfg.Audit = audits.tables
+	uiCfg.Replay = &dashboard.ReplayConfig{Publisher: pub, Router: router, UnroutedDead: cfg.Relay.Unrouted == config.UnroutedDead,
+		MaxBodyBytes: cfg.Relay.MaxBodyBytes, Metrics: replay.NewMetrics(reg)}
+	ui, err := dashboard.New(rconn.LockReader(), uiCfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := ui.Start(ctx); err != nil {
+		return nil, err
+	}
+	return ui, nil
+}
+
+// relayEach relays every database (each as soon as it is ready) until ctx is cancelled and
+// all have stopped.
+func relayEach(ctx context.Context, rc config.Relay, dbs []*runDatabase, log zerolog.Logger) {
+	var wg sync.WaitGroup
+	for _, d := range dbs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.runWhenReady(ctx, rc, log)
+		}()
+	}
+	wg.Wait()
 }
 
 // rocketmqConfig is the publisher's configuration; its log lines (a broker down or back, an
@@ -356,7 +399,25 @@ func serveHTTP(hc config.HTTP, reg *prometheus.Registry, dbs []*runDatabase, rdb
 	mux := http.NewServeMux()
 	mux.Handle("/ui/", ui)
 	mux.Handle("/metrics", newMetricsPage(reg))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/healthz", healthzHandler(dbs))
+	mux.HandleFunc("/readyz", readyzHandler(dbs, rdb))
+	srv, err := httpserve.Listen(hc.Addr, mux, httpserve.Limits{MaxConnections: hc.MaxConnections, ReservedPaths: []string{"/healthz", "/readyz"}})
+	if err != nil {
+		return nil, fmt.Errorf("http.addr %s: %w", hc.Addr, err)
+	}
+	go func() {
+		if err := srv.Serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error().Err(err).Msg("http server")
+		}
+	}()
+	log.Info().Str("addr", srv.Addr().String()).Bool("bodies_need_token", !hc.Loopback()).Msg("http: /metrics /healthz /readyz /ui/")
+	return srv, nil
+}
+
+// healthzHandler answers /healthz: 503 naming the first leading relay that has heard nothing from
+// its database (or had its writes refused) for its stall timeout, else "ok".
+func healthzHandler(dbs []*runDatabase) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
 		for _, d := range dbs {
 			for _, r := range d.relays {
 				if h := r.Health(); h.Stalled {
@@ -370,60 +431,17 @@ func serveHTTP(hc config.HTTP, reg *prometheus.Registry, dbs []*runDatabase, rdb
 			}
 		}
 		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+	}
+}
+
+// readyzHandler answers /readyz: 503 with the problems when there are any (readinessProblems),
+// then in any case one line per relay saying what it does (relayStates).
+func readyzHandler(dbs []*runDatabase, rdb redis.UniversalClient) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		var problems []string
-		for _, d := range dbs {
-			what := "mysql"
-			if d.qualify {
-				what = "mysql " + d.Name
-			}
-			if err := d.why(); err != nil {
-				problems = append(problems, what+": not relayed yet: "+err.Error())
-			} else if err := acceptsWrites(ctx, d.pool); err != nil {
-				problems = append(problems, what+": "+err.Error())
-			}
-		}
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			problems = append(problems, "redis: "+err.Error())
-		}
-		for _, d := range dbs {
-			for _, g := range d.groups {
-				if err := g.MembershipError(); err != nil {
-					problems = append(problems, "redis: "+d.tableName(g.Relays()[0].Table())+
-						": group membership not renewed, so this relay can never lead (ACL permissions?): "+err.Error())
-				}
-			}
-		}
-		var states []string
-		for _, d := range dbs {
-			for _, rl := range d.relays {
-				name := d.tableName(rl.Name())
-				switch h := rl.Health(); {
-				case d.why() != nil:
-					states = append(states, name+": waiting for its database")
-				case h.Leader:
-					states = append(states, name+": leader")
-				case h.LockWait > 0:
-					states = append(states, fmt.Sprintf("%s: standby, waiting for the lock for %.0fs", name, h.LockWait.Seconds()))
-				default:
-					// Not trying for the lock: the group gave it to another member. Say who
-					// holds it, never more than Redis knows.
-					states = append(states, name+": not trying for its lock, "+lockHolderText(ctx, rdb, rl.LockKey()))
-				}
-				h := rl.Health()
-				for _, topic := range slices.Sorted(maps.Keys(h.MisconfiguredTopics)) {
-					// Not a readiness failure: the process is fine, the broker refuses the
-					// relay's configuration; the rows wait and OutboxRelayTopicMisconfigured pages.
-					states = append(states, fmt.Sprintf("%s: topic %s refused for the relay's configuration (rows wait): %s", name, topic, h.MisconfiguredTopics[topic]))
-				}
-				for _, broker := range slices.Sorted(maps.Keys(h.FailingBrokers)) {
-					states = append(states, fmt.Sprintf("%s: broker %s failing for %.0fs (rows wait, no retry spent)", name, broker, time.Since(h.FailingBrokers[broker]).Seconds()))
-				}
-			}
-		}
+		problems := readinessProblems(ctx, dbs, rdb)
+		states := relayStates(ctx, dbs, rdb)
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if len(problems) > 0 {
@@ -435,16 +453,67 @@ func serveHTTP(hc config.HTTP, reg *prometheus.Registry, dbs []*runDatabase, rdb
 		for _, s := range states {
 			fmt.Fprintln(w, s)
 		}
-	})
-	srv, err := httpserve.Listen(hc.Addr, mux, httpserve.Limits{MaxConnections: hc.MaxConnections, ReservedPaths: []string{"/healthz", "/readyz"}})
-	if err != nil {
-		return nil, fmt.Errorf("http.addr %s: %w", hc.Addr, err)
 	}
-	go func() {
-		if err := srv.Serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error().Err(err).Msg("http server")
+}
+
+// readinessProblems lists what makes the process not ready: a database down at start or
+// not accepting writes, Redis not answering, a group membership that is not renewed.
+func readinessProblems(ctx context.Context, dbs []*runDatabase, rdb redis.UniversalClient) []string {
+	var problems []string
+	for _, d := range dbs {
+		what := "mysql"
+		if d.qualify {
+			what = "mysql " + d.Name
 		}
-	}()
-	log.Info().Str("addr", srv.Addr().String()).Bool("bodies_need_token", !hc.Loopback()).Msg("http: /metrics /healthz /readyz /ui/")
-	return srv, nil
+		if err := d.why(); err != nil {
+			problems = append(problems, what+": not relayed yet: "+err.Error())
+		} else if err := acceptsWrites(ctx, d.pool); err != nil {
+			problems = append(problems, what+": "+err.Error())
+		}
+	}
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		problems = append(problems, "redis: "+err.Error())
+	}
+	for _, d := range dbs {
+		for _, g := range d.groups {
+			if err := g.MembershipError(); err != nil {
+				problems = append(problems, "redis: "+d.tableName(g.Relays()[0].Table())+
+					": group membership not renewed, so this relay can never lead (ACL permissions?): "+err.Error())
+			}
+		}
+	}
+	return problems
+}
+
+// relayStates says, for each relay, whether it waits for its database, leads, stands by
+// or leaves the lock to another member, and which topics and brokers hold its rows back.
+func relayStates(ctx context.Context, dbs []*runDatabase, rdb redis.UniversalClient) []string {
+	var states []string
+	for _, d := range dbs {
+		for _, rl := range d.relays {
+			name := d.tableName(rl.Name())
+			switch h := rl.Health(); {
+			case d.why() != nil:
+				states = append(states, name+": waiting for its database")
+			case h.Leader:
+				states = append(states, name+": leader")
+			case h.LockWait > 0:
+				states = append(states, fmt.Sprintf("%s: standby, waiting for the lock for %.0fs", name, h.LockWait.Seconds()))
+			default:
+				// Not trying for the lock: the group gave it to another member. Say who
+				// holds it, never more than Redis knows.
+				states = append(states, name+": not trying for its lock, "+lockHolderText(ctx, rdb, rl.LockKey()))
+			}
+			h := rl.Health()
+			for _, topic := range slices.Sorted(maps.Keys(h.MisconfiguredTopics)) {
+				// Not a readiness failure: the process is fine, the broker refuses the
+				// relay's configuration; the rows wait and OutboxRelayTopicMisconfigured pages.
+				states = append(states, fmt.Sprintf("%s: topic %s refused for the relay's configuration (rows wait): %s", name, topic, h.MisconfiguredTopics[topic]))
+			}
+			for _, broker := range slices.Sorted(maps.Keys(h.FailingBrokers)) {
+				states = append(states, fmt.Sprintf("%s: broker %s failing for %.0fs (rows wait, no retry spent)", name, broker, time.Since(h.FailingBrokers[broker]).Seconds()))
+			}
+		}
+	}
+	return states
 }

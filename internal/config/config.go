@@ -473,14 +473,37 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// problems lists every invalid value of c.
+// reporter records one invalid value under its key.
+type reporter = func(key, format string, args ...any)
+
+// problems lists every invalid value of c, section by section.
 func (c Config) problems() []problem {
 	var out []problem
 	bad := func(key, format string, args ...any) {
 		out = append(out, problem{key, fmt.Sprintf(format, args...)})
 	}
+	c.storeProblems(bad)
+	c.redisProblems(bad)
+	c.rocketMQProblems(bad)
+	positive(bad, KeyMySQLConnMaxLifetime, c.MySQL.ConnMaxLifetime)
+	positive(bad, KeyMySQLConnMaxIdleTime, c.MySQL.ConnMaxIdleTime)
+	c.relayProblems(bad)
+	c.lockProblems(bad)
+	c.backoffProblems(bad)
+	c.routeProblems(bad)
+	c.httpLogProblems(bad)
+	return out
+}
 
-	// mysql, databases
+// reportAll passes problems found by a section's own checker on to bad.
+func reportAll(bad reporter, ps []problem) {
+	for _, p := range ps {
+		bad(p.key, "%s", p.msg)
+	}
+}
+
+// storeProblems checks the default database (mysql.*) and the databases list.
+func (c Config) storeProblems(bad reporter) {
 	switch {
 	case len(c.Databases) > 0:
 		// databaseProblems: mysql.dsn must then be unset.
@@ -497,17 +520,22 @@ func (c Config) problems() []problem {
 	}
 	tableProblems(bad, KeyMySQLTables, c.MySQL.Tables)
 	c.databaseProblems(bad)
+}
 
-	// redis
+// redisProblems checks where the lock's Redis is and how to reach it.
+func (c Config) redisProblems(bad reporter) {
 	if err := hostPort(c.Redis.Addr); err != nil {
 		bad(KeyRedisAddr, "%v", err)
 	}
 	if c.Redis.DB < 0 {
 		bad(KeyRedisDB, "must be >= 0, got %d", c.Redis.DB)
 	}
-	out = append(out, c.Redis.problems()...)
+	reportAll(bad, c.Redis.problems())
+}
 
-	// rocketmq
+// rocketMQProblems checks the name servers, credentials, producer group,
+// namespace, TLS and transaction check group.
+func (c Config) rocketMQProblems(bad reporter) {
 	if len(c.RocketMQ.NameServers) == 0 {
 		bad(KeyRocketMQNameServers, "must list at least one name server")
 	}
@@ -527,12 +555,11 @@ func (c Config) problems() []problem {
 		bad(KeyRocketMQNamespace, "must be 1 to %d letters, digits, '-' or '_' (RocketMQ joins it to topics with '%%'), got %q", maxNamespaceLen, ns)
 	}
 	c.RocketMQ.TLS.problems(bad)
-	out = append(out, c.checkGroupProblems()...)
+	reportAll(bad, c.checkGroupProblems())
+}
 
-	positive(bad, KeyMySQLConnMaxLifetime, c.MySQL.ConnMaxLifetime)
-	positive(bad, KeyMySQLConnMaxIdleTime, c.MySQL.ConnMaxIdleTime)
-
-	// relay
+// relayProblems checks the relay loop's pacing, sizes, retention and the audit.
+func (c Config) relayProblems(bad reporter) {
 	positive(bad, KeyRelayPollInterval, c.Relay.PollInterval)
 	between(bad, KeyRelayBatchSize, c.Relay.BatchSize, 1, MaxBatchSize)
 	between(bad, KeyRelayConcurrency, c.Relay.Concurrency, 1, MaxConcurrency)
@@ -557,8 +584,11 @@ func (c Config) problems() []problem {
 	if m := c.Relay.MemoryLimit; m != 0 && m < MinMemoryLimit {
 		bad(KeyRelayMemoryLimit, "must be 0 (the container's limit) or at least %d bytes (48 MiB), got %d", MinMemoryLimit, m)
 	}
+}
 
-	// lock
+// lockProblems checks the lock's TTL and that its key tells every relayed
+// database and table apart.
+func (c Config) lockProblems(bad reporter) {
 	if c.Lock.TTL < 100*time.Millisecond {
 		bad(KeyLockTTL, "must be at least 100ms, got %s", c.Lock.TTL)
 	}
@@ -576,9 +606,11 @@ func (c Config) problems() []problem {
 			}
 		}
 	}
-	out = append(out, c.Lock.redlockProblems()...)
+	reportAll(bad, c.Lock.redlockProblems())
+}
 
-	// backoff
+// backoffProblems checks the retry backoff curve.
+func (c Config) backoffProblems(bad reporter) {
 	positive(bad, KeyBackoffBase, c.Backoff.Base)
 	if !(c.Backoff.Multiplier >= 1) || c.Backoff.Multiplier > 1e6 {
 		bad(KeyBackoffMultiplier, "must be between 1 and 1e6, got %v", c.Backoff.Multiplier)
@@ -589,8 +621,10 @@ func (c Config) problems() []problem {
 	if !(c.Backoff.Jitter >= 0 && c.Backoff.Jitter <= 1) {
 		bad(KeyBackoffJitter, "must be between 0 and 1, got %v", c.Backoff.Jitter)
 	}
+}
 
-	// routes
+// routeProblems checks each route's patterns, send timeout and delay level.
+func (c Config) routeProblems(bad reporter) {
 	for i, r := range c.Routes {
 		key := fmt.Sprintf("%s[%d]", KeyRoutes, i)
 		if r.Topic == "" {
@@ -606,8 +640,10 @@ func (c Config) problems() []problem {
 		}
 		between(bad, key+".delay_level", r.DelayLevel, 0, MaxDelayLevel)
 	}
+}
 
-	// http, log
+// httpLogProblems checks the HTTP listener, its tokens and hosts, and logging.
+func (c Config) httpLogProblems(bad reporter) {
 	if c.HTTP.Addr != "" {
 		if _, _, err := net.SplitHostPort(c.HTTP.Addr); err != nil {
 			bad(KeyHTTPAddr, "must be [host]:port, got %q", c.HTTP.Addr)
@@ -631,7 +667,6 @@ func (c Config) problems() []problem {
 	default:
 		bad(KeyLogFormat, "must be %q or %q, got %q", LogFormatJSON, LogFormatConsole, c.Log.Format)
 	}
-	return out
 }
 
 func positive(bad func(string, string, ...any), key string, d time.Duration) {

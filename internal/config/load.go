@@ -55,14 +55,8 @@ func loadFrom(v *viper.Viper, file string, environ []string) (Config, error) {
 // decode reads file (if any), the OUTBOX_ variables of environ and v into a Config, and
 // returns the values that could not be decoded; it does not validate the result.
 func decode(v *viper.Viper, file string, environ []string) (Config, []problem, error) {
-	if file != "" {
-		v.SetConfigFile(file)
-		if ext := strings.ToLower(filepath.Ext(file)); ext != ".yaml" && ext != ".yml" {
-			v.SetConfigType("yaml")
-		}
-		if err := v.ReadInConfig(); err != nil {
-			return Config{}, nil, fmt.Errorf("read config file %s: %w", file, err)
-		}
+	if err := readConfigFile(v, file); err != nil {
+		return Config{}, nil, err
 	}
 	d := decoder{v: v}
 	for _, k := range v.AllKeys() {
@@ -72,90 +66,149 @@ func decode(v *viper.Viper, file string, environ []string) (Config, []problem, e
 	}
 	dbs := d.databases(environ)
 	d.errs = append(d.errs, envProblems(environ, dbs)...)
+	// The sections are decoded in this order so that problems are reported in it.
 	c := Config{
-		MySQL: MySQL{
-			DSN:    d.str(KeyMySQLDSN),
-			Table:  d.str(KeyMySQLTable),
-			Tables: d.list(KeyMySQLTables),
-
-			ConnMaxLifetime: d.duration(KeyMySQLConnMaxLifetime),
-			ConnMaxIdleTime: d.duration(KeyMySQLConnMaxIdleTime),
-		},
+		MySQL:     d.mysql(),
 		Databases: dbs,
-		Redis: Redis{
-			Addr:     d.str(KeyRedisAddr),
-			Password: d.str(KeyRedisPassword),
-			DB:       d.int(KeyRedisDB),
-
-			Addrs:            d.list(KeyRedisAddrs),
-			MasterName:       d.str(KeyRedisMasterName),
-			SentinelPassword: d.str(KeyRedisSentinelPassword),
-			Username:         d.str(KeyRedisUsername),
-			Cluster:          d.bool(KeyRedisCluster),
-		},
-		RocketMQ: RocketMQ{
-			NameServers:             d.list(KeyRocketMQNameServers),
-			AccessKey:               d.str(KeyRocketMQAccessKey),
-			SecretKey:               d.str(KeyRocketMQSecretKey),
-			Group:                   d.str(KeyRocketMQGroup),
-			SendTimeout:             d.duration(KeyRocketMQSendTimeout),
-			RequireReplication:      d.bool(KeyRocketMQRequireReplication),
-			Namespace:               d.str(KeyRocketMQNamespace),
-			TransactionCheckGroups:  d.list(KeyRocketMQTransactionCheckGroups),
-			TransactionCheckSecrets: d.list(KeyRocketMQTransactionCheckSecrets),
-			TransactionCheckFence:   d.bool(KeyRocketMQTransactionCheckFence),
-			TLS: RocketMQTLS{
-				Enable:             d.bool(KeyRocketMQTLSEnable),
-				InsecureSkipVerify: d.bool(KeyRocketMQTLSInsecureSkipVerify),
-				CAFile:             d.str(KeyRocketMQTLSCAFile),
-				ServerName:         d.str(KeyRocketMQTLSServerName),
-				CertFile:           d.str(KeyRocketMQTLSCertFile),
-				KeyFile:            d.str(KeyRocketMQTLSKeyFile),
-			},
-		},
-		Relay: Relay{
-			PollInterval:    d.duration(KeyRelayPollInterval),
-			BatchSize:       d.int(KeyRelayBatchSize),
-			Concurrency:     d.int(KeyRelayConcurrency),
-			BatchSend:       d.bool(KeyRelayBatchSend),
-			Nudge:           d.bool(KeyRelayNudge),
-			Unrouted:        strings.ToLower(d.str(KeyRelayUnrouted)),
-			MaxBodyBytes:    d.int(KeyRelayMaxBodyBytes),
-			ShutdownTimeout: d.duration(KeyRelayShutdownTimeout),
-			PurgeRetention:  d.duration(KeyRelayPurgeRetention),
-			PurgeInterval:   d.duration(KeyRelayPurgeInterval),
-			Partitions:      d.int(KeyRelayPartitions),
-			MemoryLimit:     int64(d.int(KeyRelayMemoryLimit)),
-		},
-		Audit: Audit{
-			Enabled:   d.bool(KeyAuditEnabled),
-			MinAge:    d.duration(KeyAuditMinAge),
-			MaxAge:    d.duration(KeyAuditMaxAge),
-			Rate:      d.float(KeyAuditRate),
-			BatchSize: d.int(KeyAuditBatchSize),
-		},
-		Lock: Lock{
-			TTL: d.duration(KeyLockTTL),
-			Key: d.str(KeyLockKey),
-
-			RedlockAddrs: d.list(KeyLockRedlockAddrs),
-		},
-		HTTP: HTTP{Addr: d.str(KeyHTTPAddr), AdminToken: d.str(KeyHTTPAdminToken), ReadToken: d.str(KeyHTTPReadToken),
-			Hosts: d.list(KeyHTTPHosts), MaxConnections: d.int(KeyHTTPMaxConnections)},
-		Log: Log{
-			Level:  strings.ToLower(d.str(KeyLogLevel)),
-			Format: strings.ToLower(d.str(KeyLogFormat)),
-		},
+		Redis:     d.redis(),
+		RocketMQ:  d.rocketMQ(),
+		Relay:     d.relay(),
+		Audit:     d.audit(),
+		Lock:      d.lock(),
+		HTTP:      d.http(),
+		Log:       d.logging(),
 	}
 	c.Backoff.Base = d.duration(KeyBackoffBase)
 	c.Backoff.Multiplier = d.float(KeyBackoffMultiplier)
 	c.Backoff.Max = d.duration(KeyBackoffMax)
 	c.Backoff.Jitter = d.float(KeyBackoffJitter)
-	if c.Log.Format == "auto" {
-		c.Log.Format = LogFormatAuto
-	}
 	c.Routes = d.routes(c.RocketMQ)
 	return c, d.errs, nil
+}
+
+// readConfigFile loads file into v; a file whose name does not end in .yaml or .yml is
+// read as YAML all the same. No file means nothing to read.
+func readConfigFile(v *viper.Viper, file string) error {
+	if file == "" {
+		return nil
+	}
+	v.SetConfigFile(file)
+	if ext := strings.ToLower(filepath.Ext(file)); ext != ".yaml" && ext != ".yml" {
+		v.SetConfigType("yaml")
+	}
+	if err := v.ReadInConfig(); err != nil {
+		return fmt.Errorf("read config file %s: %w", file, err)
+	}
+	return nil
+}
+
+// mysql decodes the default database's mysql.* keys.
+func (d *decoder) mysql() MySQL {
+	return MySQL{
+		DSN:    d.str(KeyMySQLDSN),
+		Table:  d.str(KeyMySQLTable),
+		Tables: d.list(KeyMySQLTables),
+
+		ConnMaxLifetime: d.duration(KeyMySQLConnMaxLifetime),
+		ConnMaxIdleTime: d.duration(KeyMySQLConnMaxIdleTime),
+	}
+}
+
+// redis decodes the redis.* keys.
+func (d *decoder) redis() Redis {
+	return Redis{
+		Addr:     d.str(KeyRedisAddr),
+		Password: d.str(KeyRedisPassword),
+		DB:       d.int(KeyRedisDB),
+
+		Addrs:            d.list(KeyRedisAddrs),
+		MasterName:       d.str(KeyRedisMasterName),
+		SentinelPassword: d.str(KeyRedisSentinelPassword),
+		Username:         d.str(KeyRedisUsername),
+		Cluster:          d.bool(KeyRedisCluster),
+	}
+}
+
+// rocketMQ decodes the rocketmq.* keys, its TLS settings included.
+func (d *decoder) rocketMQ() RocketMQ {
+	return RocketMQ{
+		NameServers:             d.list(KeyRocketMQNameServers),
+		AccessKey:               d.str(KeyRocketMQAccessKey),
+		SecretKey:               d.str(KeyRocketMQSecretKey),
+		Group:                   d.str(KeyRocketMQGroup),
+		SendTimeout:             d.duration(KeyRocketMQSendTimeout),
+		RequireReplication:      d.bool(KeyRocketMQRequireReplication),
+		Namespace:               d.str(KeyRocketMQNamespace),
+		TransactionCheckGroups:  d.list(KeyRocketMQTransactionCheckGroups),
+		TransactionCheckSecrets: d.list(KeyRocketMQTransactionCheckSecrets),
+		TransactionCheckFence:   d.bool(KeyRocketMQTransactionCheckFence),
+		TLS: RocketMQTLS{
+			Enable:             d.bool(KeyRocketMQTLSEnable),
+			InsecureSkipVerify: d.bool(KeyRocketMQTLSInsecureSkipVerify),
+			CAFile:             d.str(KeyRocketMQTLSCAFile),
+			ServerName:         d.str(KeyRocketMQTLSServerName),
+			CertFile:           d.str(KeyRocketMQTLSCertFile),
+			KeyFile:            d.str(KeyRocketMQTLSKeyFile),
+		},
+	}
+}
+
+// relay decodes the relay.* keys; relay.unrouted is case-insensitive.
+func (d *decoder) relay() Relay {
+	return Relay{
+		PollInterval:    d.duration(KeyRelayPollInterval),
+		BatchSize:       d.int(KeyRelayBatchSize),
+		Concurrency:     d.int(KeyRelayConcurrency),
+		BatchSend:       d.bool(KeyRelayBatchSend),
+		Nudge:           d.bool(KeyRelayNudge),
+		Unrouted:        strings.ToLower(d.str(KeyRelayUnrouted)),
+		MaxBodyBytes:    d.int(KeyRelayMaxBodyBytes),
+		ShutdownTimeout: d.duration(KeyRelayShutdownTimeout),
+		PurgeRetention:  d.duration(KeyRelayPurgeRetention),
+		PurgeInterval:   d.duration(KeyRelayPurgeInterval),
+		Partitions:      d.int(KeyRelayPartitions),
+		MemoryLimit:     int64(d.int(KeyRelayMemoryLimit)),
+	}
+}
+
+// audit decodes the audit.* keys.
+func (d *decoder) audit() Audit {
+	return Audit{
+		Enabled:   d.bool(KeyAuditEnabled),
+		MinAge:    d.duration(KeyAuditMinAge),
+		MaxAge:    d.duration(KeyAuditMaxAge),
+		Rate:      d.float(KeyAuditRate),
+		BatchSize: d.int(KeyAuditBatchSize),
+	}
+}
+
+// lock decodes the lock.* keys.
+func (d *decoder) lock() Lock {
+	return Lock{
+		TTL: d.duration(KeyLockTTL),
+		Key: d.str(KeyLockKey),
+
+		RedlockAddrs: d.list(KeyLockRedlockAddrs),
+	}
+}
+
+// http decodes the http.* keys.
+func (d *decoder) http() HTTP {
+	return HTTP{Addr: d.str(KeyHTTPAddr), AdminToken: d.str(KeyHTTPAdminToken), ReadToken: d.str(KeyHTTPReadToken),
+		Hosts: d.list(KeyHTTPHosts), MaxConnections: d.int(KeyHTTPMaxConnections)}
+}
+
+// logging decodes the log.* keys, case-insensitively; log.format "auto" means
+// LogFormatAuto.
+func (d *decoder) logging() Log {
+	l := Log{
+		Level:  strings.ToLower(d.str(KeyLogLevel)),
+		Format: strings.ToLower(d.str(KeyLogFormat)),
+	}
+	if l.Format == "auto" {
+		l.Format = LogFormatAuto
+	}
+	return l
 }
 
 // decoder reads raw values from viper strictly: viper's own getters turn "abc" into 0 for an

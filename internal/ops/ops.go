@@ -113,20 +113,41 @@ type StatusReport struct {
 // database's clock (DBNow): a host's clock ahead of it would age every row.
 func Status(ctx context.Context, db *sql.DB, table string, now time.Time) (StatusReport, error) {
 	r := StatusReport{Table: table, ByTopic: []TopicCount{}}
-	q, err := query(sqlCountByStatus, table)
-	if err != nil {
+	if err := r.countByStatus(ctx, db); err != nil {
 		return r, err
+	}
+	if err := r.countUnsentByTopic(ctx, db); err != nil {
+		return r, err
+	}
+	q, _ := query(sqlDue, table)
+	if err := db.QueryRowContext(ctx, q, now.UnixMilli()).Scan(&r.Due); err != nil {
+		return r, fmt.Errorf("count due rows of %s: %w", table, err)
+	}
+	var err error
+	if r.OldestDueAge, err = OldestDue(ctx, db, table, now); err != nil {
+		return r, err
+	}
+	r.OldestDueAgeSeconds = r.OldestDueAge.Seconds()
+	return r, nil
+}
+
+// countByStatus fills in the count of each known status of r.Table, and counts a status
+// value the relay does not know under Unknown, by value.
+func (r *StatusReport) countByStatus(ctx context.Context, db *sql.DB) error {
+	q, err := query(sqlCountByStatus, r.Table)
+	if err != nil {
+		return err
 	}
 	rows, err := db.QueryContext(ctx, q)
 	if err != nil {
-		return r, fmt.Errorf("count %s by status: %w", table, err)
+		return fmt.Errorf("count %s by status: %w", r.Table, err)
 	}
 	for rows.Next() {
 		var v sql.NullInt64
 		var n int64
 		if err := rows.Scan(&v, &n); err != nil {
 			rows.Close()
-			return r, fmt.Errorf("count %s by status: %w", table, err)
+			return fmt.Errorf("count %s by status: %w", r.Table, err)
 		}
 		st := outbox.Status(v.Int64)
 		if !v.Valid || v.Int64 < 0 || v.Int64 > int64(outbox.StatusHanded) {
@@ -148,13 +169,18 @@ func Status(ctx context.Context, db *sql.DB, table string, now time.Time) (Statu
 		}
 	}
 	if err := closeRows(rows); err != nil {
-		return r, fmt.Errorf("count %s by status: %w", table, err)
+		return fmt.Errorf("count %s by status: %w", r.Table, err)
 	}
+	return nil
+}
 
-	q, _ = query(sqlCountUnsentByTopic, table)
-	rows, err = db.QueryContext(ctx, q)
+// countUnsentByTopic fills in ByTopic, and takes the rows of deleted topics out of the
+// unsent counts into Deleted.
+func (r *StatusReport) countUnsentByTopic(ctx context.Context, db *sql.DB) error {
+	q, _ := query(sqlCountUnsentByTopic, r.Table)
+	rows, err := db.QueryContext(ctx, q)
 	if err != nil {
-		return r, fmt.Errorf("count %s by topic: %w", table, err)
+		return fmt.Errorf("count %s by topic: %w", r.Table, err)
 	}
 	for rows.Next() {
 		var st int
@@ -162,7 +188,7 @@ func Status(ctx context.Context, db *sql.DB, table string, now time.Time) (Statu
 		var tc TopicCount
 		if err := rows.Scan(&st, &tc.Topic, &live, &tc.Count); err != nil {
 			rows.Close()
-			return r, fmt.Errorf("count %s by topic: %w", table, err)
+			return fmt.Errorf("count %s by topic: %w", r.Table, err)
 		}
 		tc.Status, tc.Deleted = outbox.Status(st).String(), !live
 		r.ByTopic = append(r.ByTopic, tc)
@@ -181,18 +207,9 @@ func Status(ctx context.Context, db *sql.DB, table string, now time.Time) (Statu
 		}
 	}
 	if err := closeRows(rows); err != nil {
-		return r, fmt.Errorf("count %s by topic: %w", table, err)
+		return fmt.Errorf("count %s by topic: %w", r.Table, err)
 	}
-
-	q, _ = query(sqlDue, table)
-	if err := db.QueryRowContext(ctx, q, now.UnixMilli()).Scan(&r.Due); err != nil {
-		return r, fmt.Errorf("count due rows of %s: %w", table, err)
-	}
-	if r.OldestDueAge, err = OldestDue(ctx, db, table, now); err != nil {
-		return r, err
-	}
-	r.OldestDueAgeSeconds = r.OldestDueAge.Seconds()
-	return r, nil
+	return nil
 }
 
 // OldestDue returns how long the oldest due row of table has been due (since the later of its

@@ -292,7 +292,21 @@ func (b *broker) checkRound() int {
 	}
 	timeout, max := b.s.opts.TransactionTimeout, b.s.opts.TransactionCheckMax
 	now := time.Now()
+	due, f := b.dueHalves(now, timeout)
+	sent := 0
+	for _, t := range due {
+		if b.checkHalf(t, now, max, f) {
+			sent++
+		}
+	}
+	return sent
+}
+
+// dueHalves returns the pending halves older than timeout at now, or born in the future,
+// and the faults in force for this round.
+func (b *broker) dueHalves(now time.Time, timeout time.Duration) ([]*txn, TxFaults) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	var due []*txn
 	for _, t := range b.tx.all {
 		if t.state != Pending {
@@ -303,74 +317,81 @@ func (b *broker) checkRound() int {
 			due = append(due, t)
 		}
 	}
-	f := b.tx.faults
+	return due, b.tx.faults
+}
+
+// checkHalf raises t's check count; past max it moves the half to the check-max topic and
+// discards it, else it appends a copy carrying the count and sends a check for the copy to a
+// producer of t's group. It reports whether a check was sent.
+func (b *broker) checkHalf(t *txn, now time.Time, max int, f TxFaults) bool {
+	b.mu.Lock()
+	t.checks++
+	n := t.checks
+	old := t.latest
 	b.mu.Unlock()
-	sent := 0
-	for _, t := range due {
+	props := parseProperties(old.props)
+	props[propCheckTimes] = strconv.Itoa(n)
+	if n > max {
+		d := *old
+		d.topic, d.queueID, d.wire = checkMaxTopic, 0, nil
+		d.props = formatProperties(props)
+		b.s.store.ensureTopic(checkMaxTopic, 1)
+		b.s.store.put([]*record{&d})
 		b.mu.Lock()
-		t.checks++
-		n := t.checks
-		old := t.latest
+		t.state = Discarded
 		b.mu.Unlock()
-		props := parseProperties(old.props)
-		props[propCheckTimes] = strconv.Itoa(n)
-		if n > max {
-			d := *old
-			d.topic, d.queueID, d.wire = checkMaxTopic, 0, nil
-			d.props = formatProperties(props)
-			b.s.store.ensureTopic(checkMaxTopic, 1)
-			b.s.store.put([]*record{&d})
-			b.mu.Lock()
-			t.state = Discarded
-			b.mu.Unlock()
-			continue
-		}
-		if _, ok := props[propPreparedQueueOffset]; !ok {
-			props[propPreparedQueueOffset] = strconv.FormatInt(old.queueOffset, 10)
-		}
-		cp := *old
-		cp.props = formatProperties(props)
-		cp.storeTimestamp = now.UnixMilli()
-		cp.wire = nil
-		b.s.store.put([]*record{&cp})
-		b.mu.Lock()
-		t.latest = &cp
-		t.lastSeen = now
-		b.tx.byPhys[cp.physOffset] = t
-		c := b.channelForLocked(t.group)
-		b.mu.Unlock()
-		if c == nil || b.s.roll(f.DropChecks) {
-			continue // "channel is null": the check is lost, its count spent
-		}
-		// The check carries the message as the producer sent it: real topic and queue.
-		msg := cp
-		msg.topic = props[propRealTopic]
-		q, _ := strconv.Atoi(props[propRealQueueID])
-		msg.queueID = int32(q)
-		cmd := &command{
-			Code:    reqCheckTransactionState,
-			Version: serverVersion,
-			Opaque:  b.opaque.Add(1),
-			Flag:    flagOneway,
-			Ext: map[string]string{
-				"topic":                msg.topic,
-				"tranStateTableOffset": strconv.FormatInt(cp.queueOffset, 10),
-				"commitLogOffset":      strconv.FormatInt(cp.physOffset, 10),
-				"msgId":                t.uniq,
-				"transactionId":        t.uniq,
-				"offsetMsgId":          cp.offsetMsgID(),
-				"bname":                b.s.opts.BrokerName,
-			},
-			Body: msg.encode(),
-		}
-		if c.write(cmd) == nil {
-			sent++
-			b.mu.Lock()
-			b.tx.checks++
-			b.mu.Unlock()
-		}
+		return false
 	}
-	return sent
+	if _, ok := props[propPreparedQueueOffset]; !ok {
+		props[propPreparedQueueOffset] = strconv.FormatInt(old.queueOffset, 10)
+	}
+	cp := *old
+	cp.props = formatProperties(props)
+	cp.storeTimestamp = now.UnixMilli()
+	cp.wire = nil
+	b.s.store.put([]*record{&cp})
+	b.mu.Lock()
+	t.latest = &cp
+	t.lastSeen = now
+	b.tx.byPhys[cp.physOffset] = t
+	c := b.channelForLocked(t.group)
+	b.mu.Unlock()
+	if c == nil || b.s.roll(f.DropChecks) {
+		return false // "channel is null": the check is lost, its count spent
+	}
+	if c.write(b.checkCommand(t, &cp, props)) != nil {
+		return false
+	}
+	b.mu.Lock()
+	b.tx.checks++
+	b.mu.Unlock()
+	return true
+}
+
+// checkCommand is the one-way CHECK_TRANSACTION_STATE for the half's latest copy cp (with
+// its properties props); it carries the message as the producer sent it: real topic and
+// queue.
+func (b *broker) checkCommand(t *txn, cp *record, props map[string]string) *command {
+	msg := *cp
+	msg.topic = props[propRealTopic]
+	q, _ := strconv.Atoi(props[propRealQueueID])
+	msg.queueID = int32(q)
+	return &command{
+		Code:    reqCheckTransactionState,
+		Version: serverVersion,
+		Opaque:  b.opaque.Add(1),
+		Flag:    flagOneway,
+		Ext: map[string]string{
+			"topic":                msg.topic,
+			"tranStateTableOffset": strconv.FormatInt(cp.queueOffset, 10),
+			"commitLogOffset":      strconv.FormatInt(cp.physOffset, 10),
+			"msgId":                t.uniq,
+			"transactionId":        t.uniq,
+			"offsetMsgId":          cp.offsetMsgID(),
+			"bname":                b.s.opts.BrokerName,
+		},
+		Body: msg.encode(),
+	}
 }
 
 // loseRecentOps forgets resolutions recorded within the op batch window (LoseOpsOnStop).
