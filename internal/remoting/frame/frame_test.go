@@ -80,6 +80,19 @@ func TestJSONLanguageAsNumber(t *testing.T) {
 	}
 }
 
+// An ext field that is not a string is refused with its key named, and a string whose
+// text holds braces, colons and escaped quotes counts as one member.
+func TestJSONExtFieldsCheckedOneByOne(t *testing.T) {
+	_, err := decodeJSON([]byte(`{"code":1,"extFields":{"topic":"T","queueId":3}}`))
+	if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), `"queueId" is not a string`) {
+		t.Fatalf("a number value: %v, want the key named", err)
+	}
+	c, err := decodeJSON([]byte(`{"code":1,"extFields":{"p":"{\"a\":1}, b:c","q":"\\"}}`))
+	if err != nil || c.Ext["p"] != `{"a":1}, b:c` || c.Ext["q"] != `\` || countMembers([]byte(`{"p":"{\"a\":1}, b:c","q":"\\"}`)) != 2 {
+		t.Fatalf("decoded %+v, %v", c, err)
+	}
+}
+
 // header builds a frame (without its length field) of serialization ser around header h.
 func rawFrame(ser Serialization, h []byte, body []byte) []byte {
 	b := binary.BigEndian.AppendUint32(nil, uint32(ser)<<24|uint32(len(h)))

@@ -69,7 +69,7 @@ func decodeJSONExt(raw json.RawMessage) (map[string]string, error) {
 	if err := json.Unmarshal(raw, &fields); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return nil, fmt.Errorf("%w: JSON ext field %q is not a string", ErrMalformed, te.Field)
+			return nil, fmt.Errorf("%w: JSON ext field %q is not a string", ErrMalformed, firstNonString(raw))
 		}
 		return nil, fmt.Errorf("%w: JSON extFields: %w", ErrMalformed, err)
 	}
@@ -79,6 +79,30 @@ func decodeJSONExt(raw json.RawMessage) (map[string]string, error) {
 		}
 	}
 	return ext, nil
+}
+
+// firstNonString names the first member of the JSON object raw whose value is neither a
+// string nor null: the error path only, as json.Unmarshal does not name a map's key.
+func firstNonString(raw []byte) string {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := d.Token(); err != nil {
+		return ""
+	}
+	for d.More() {
+		k, err := d.Token()
+		if err != nil {
+			return ""
+		}
+		var v any
+		if err := d.Decode(&v); err != nil {
+			return ""
+		}
+		if _, ok := v.(string); !ok && v != nil {
+			key, _ := k.(string)
+			return key
+		}
+	}
+	return ""
 }
 
 // countMembers counts the members of the JSON object raw starts with: the colons outside
