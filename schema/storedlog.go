@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package schema
+
+import (
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"strings"
+)
+
+//go:embed stored_table.sql
+var storedLogDDL string
+
+// storedLogSuffix names an outbox table's stored-position journal: local_message's is
+// local_message_stored.
+const storedLogSuffix = "_stored"
+
+// StoredLogTable returns the name of the stored-position journal of the outbox table:
+// table + "_stored", or, when that would pass 64 characters, the table's first 47
+// characters, "_", 8 hex digits of its SHA-256 and the suffix. table must pass
+// ValidateIdent.
+func StoredLogTable(table string) string {
+	if len(table)+len(storedLogSuffix) <= 64 {
+		return table + storedLogSuffix
+	}
+	sum := sha256.Sum256([]byte(table))
+	return table[:64-len(storedLogSuffix)-9] + "_" + hex.EncodeToString(sum[:4]) + storedLogSuffix
+}
+
+// StoredLogDDL returns the CREATE TABLE IF NOT EXISTS statement of the outbox table's
+// stored-position journal (StoredLogTable): where the broker stored each sent row, appended
+// once per write-back rather than written into the outbox rows (docs/decisions.md, "Broker
+// audit: positions in a journal").
+func StoredLogDDL(table string) (string, error) {
+	if err := ValidateIdent(table); err != nil {
+		return "", err
+	}
+	return strings.ReplaceAll(storedLogDDL, "{{TABLE}}", QuoteIdent(StoredLogTable(table))), nil
+}
