@@ -3,7 +3,9 @@
 package schema
 
 import (
+	"context"
 	"crypto/sha256"
+	"database/sql"
 	_ "embed"
 	"encoding/hex"
 	"strings"
@@ -37,4 +39,26 @@ func StoredLogDDL(table string) (string, error) {
 		return "", err
 	}
 	return strings.ReplaceAll(storedLogDDL, "{{TABLE}}", QuoteIdent(StoredLogTable(table))), nil
+}
+
+// storedLogColumns are the journal's columns the relay reads and writes.
+var storedLogColumns = []string{"seq", "settled_time", "first_id", "last_id", "row_count", "positions", "audited_time"}
+
+// HasStoredLog reports whether the outbox table's stored-position journal exists with the
+// columns the relay uses, so that the relay can record where the broker stored each row and
+// the audit can read it.
+func HasStoredLog(ctx context.Context, db *sql.DB, table string) (bool, error) {
+	if err := ValidateIdent(table); err != nil {
+		return false, err
+	}
+	found, err := readColumns(ctx, db, StoredLogTable(table))
+	if err != nil {
+		return false, err
+	}
+	for _, c := range storedLogColumns {
+		if _, ok := found[c]; !ok {
+			return false, nil
+		}
+	}
+	return true, nil
 }
