@@ -104,7 +104,7 @@ func TestJournalReadsUseTheirIndexes(t *testing.T) {
 	db, _ := openJournal(t)
 	for q, key := range map[string]string{
 		"SELECT seq FROM local_message_stored FORCE INDEX (idx_audit) WHERE audited_time = 0 AND settled_time <= 5 AND ((settled_time = 1 AND seq > 0) OR settled_time > 1) ORDER BY settled_time, seq LIMIT 10": "idx_audit",
-		"SELECT seq FROM local_message_stored FORCE INDEX (idx_settled) WHERE settled_time = 5 AND first_id <= 3 AND last_id >= 3":                                                                         "idx_settled",
+		"SELECT seq FROM local_message_stored FORCE INDEX (idx_settled) WHERE settled_time = 5 AND first_id <= 3 AND last_id >= 3":                                                                               "idx_settled",
 	} {
 		plan := testenv.Explain(t, db.DB, q)
 		if len(plan) == 0 || plan[0]["key"] != key {
