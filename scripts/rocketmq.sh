@@ -114,8 +114,26 @@ need_java() {
 		die "java not found and not installable here (needs root and apt-get): install a JRE 11+ (Debian: openjdk-17-jre-headless)"
 }
 
+# locked NAME: holds $DIR/.lock-NAME (flock) until this script exits. go test runs packages
+# at once and several of them start the shared servers (start, deploy-start) or kill and
+# restart their own brokers: without it, two callers start the same broker at once and one
+# kills the other's as "still booting" while tests use it. Each lock takes a descriptor of
+# its own (8, 9, ...), which java_main closes for the JVMs it starts: a JVM that kept one
+# would hold the lock for its life.
+LOCK_FD=8
+locked() {
+	case $1 in '' | */* | .*) die "locked: bad lock name '$1'" ;; esac
+	have flock || die "flock not found: install util-linux"
+	local fd=$LOCK_FD
+	LOCK_FD=$((LOCK_FD + 1))
+	eval "exec $fd>\"\$DIR/.lock-$1\""
+	flock -w 900 "$fd" || die "waited 15 minutes for $DIR/.lock-$1: another $0 holds it"
+}
+
 # fetch copies the pinned jars from Maven Central into $LIB once; ~/.m2 caches the downloads.
 fetch() {
+	[ -f "$LIB/.complete" ] && return 0
+	locked fetch
 	[ -f "$LIB/.complete" ] && return 0
 	need_java
 	have mvn || apt_install maven ||
@@ -136,6 +154,8 @@ fetch() {
 EXT=$DIR/loopback-$VERSION
 build_loopback() {
 	local src=build/rocketmq/loopback/LoopbackHAService.java
+	[ -f "$EXT/.complete" ] && cmp -s "$src" "$EXT/LoopbackHAService.java" && return 0
+	locked loopback
 	[ -f "$EXT/.complete" ] && cmp -s "$src" "$EXT/LoopbackHAService.java" && return 0
 	have javac || apt_install openjdk-17-jdk-headless ||
 		die "javac not found and not installable here (needs root and apt-get): install a JDK 11+ (Debian: openjdk-17-jdk-headless)"
@@ -177,9 +197,12 @@ java_main() {
 	local home=$DIR/$name
 	mkdir -p "$home"
 	# setsid: the JVM outlives this script and the make or go test that ran it.
-	ROCKETMQ_HOME=$home setsid java $heap "${JAVA_OPENS[@]}" ${JAVA_EXTRA:-} -Duser.home="$home" \
-		-Drocketmq.home.dir="$home" -cp "${JFIRST:-$EXT}:${JLIB:-$LIB}/*" "$main" "$@" \
-		>"$home/out.log" 2>&1 </dev/null &
+	(
+		for ((fd = 8; fd < LOCK_FD; fd++)); do eval "exec $fd>&-"; done # the JVM holds no lock
+		ROCKETMQ_HOME=$home exec setsid java $heap "${JAVA_OPENS[@]}" ${JAVA_EXTRA:-} -Duser.home="$home" \
+			-Drocketmq.home.dir="$home" -cp "${JFIRST:-$EXT}:${JLIB:-$LIB}/*" "$main" "$@" \
+			>"$home/out.log" 2>&1 </dev/null
+	) &
 	echo $! >"$home/pid"
 }
 
@@ -229,11 +252,17 @@ start_namesrv() {
 # prints after its first registration with the name server. B_NS (default NS_ADDR) is its
 # name server, B_CLUSTER (default DefaultCluster) its cluster, B_EXTRA more broker.conf lines.
 start_broker() {
-	local name=$1 port=$2 home=$DIR/$1
-	if alive "$home/pid" && tcp_open 127.0.0.1 "$port"; then
-		return 0
-	fi
-	if alive "$home/pid"; then # killed or stopped but not gone yet, or still booting
+	local name=$1 port=$2 home=$DIR/$1 i
+	locked "$name"
+	# Running and listening: reuse it. Running but not listening: give it 30 s (a connect
+	# that failed under load), then it is a broker a killed script left booting or stuck.
+	for ((i = 0; i < 120; i++)); do
+		alive "$home/pid" || break
+		tcp_open 127.0.0.1 "$port" && return 0
+		sleep 0.25
+	done
+	if alive "$home/pid"; then
+		log "broker $name (pid $(cat "$home/pid")) runs but does not listen on $port: restarting it"
 		kill -9 "$(cat "$home/pid")" 2>/dev/null || true
 		while alive "$home/pid"; do sleep 0.1; done
 	fi
@@ -287,7 +316,6 @@ start_broker() {
 	: >"$home/out.log.prev" && [ -f "$home/out.log" ] && mv "$home/out.log" "$home/out.log.prev"
 	java_main "$name" "-Xms128m -Xmx384m -XX:MaxDirectMemorySize=256m" \
 		org.apache.rocketmq.broker.BrokerStartup -c "$home/broker.conf"
-	local i
 	for ((i = 0; i < 480; i++)); do
 		if grep -q 'boot success' "$home/out.log" 2>/dev/null; then
 			log "broker $name 127.0.0.1:$port started (pid $(cat "$home/pid"), store $home/store)"
@@ -302,6 +330,8 @@ start_broker() {
 
 # fetch_deploy copies the proxy's jars (build/rocketmq/deploy/pom.xml) into $LIBD once.
 fetch_deploy() {
+	[ -f "$LIBD/.complete" ] && return 0
+	locked fetch-deploy
 	[ -f "$LIBD/.complete" ] && return 0
 	need_java
 	have mvn || apt_install maven ||
@@ -488,6 +518,7 @@ USERS_DIR=${OUTBOX_SERVICES_DIR:-/tmp/outbox-relay-services}/users
 . scripts/users.sh
 case "${1:-}" in
 start)
+	locked main
 	users_register
 	need_java
 	fetch
@@ -511,10 +542,12 @@ broker-start)
 	;;
 broker-stop)
 	[ $# -eq 2 ] || die "usage: $0 broker-stop NAME"
+	locked "$2"
 	stop_pid "$DIR/$2/pid"
 	;;
 broker-kill)
 	[ $# -eq 2 ] || die "usage: $0 broker-kill NAME"
+	locked "$2"
 	if alive "$DIR/$2/pid"; then
 		kill -9 "$(cat "$DIR/$2/pid")"
 		while alive "$DIR/$2/pid"; do sleep 0.05; done
@@ -522,12 +555,14 @@ broker-kill)
 	;;
 broker-wipe)
 	[ $# -eq 2 ] || die "usage: $0 broker-wipe NAME"
+	locked "$2"
 	case $2 in broker-a | broker-proxied | broker-acl | namesrv* | proxy | admin* | lib* | '' | */* | .*) die "broker-wipe: refusing to wipe $2" ;; esac
 	alive "$DIR/$2/pid" && die "broker $2 is running: broker-kill or broker-stop it first"
 	rm -rf "${DIR:?}/$2/store"
 	;;
 broker-store)
 	[ $# -eq 3 ] || die "usage: $0 broker-store NAME save|restore"
+	locked "$2"
 	case $2 in broker-a | broker-proxied | broker-acl | namesrv* | proxy | admin* | lib* | '' | */* | .*) die "broker-store: refusing to touch $2" ;; esac
 	alive "$DIR/$2/pid" && die "broker $2 is running: broker-kill or broker-stop it first"
 	case $3 in
@@ -541,10 +576,13 @@ broker-store)
 	;;
 broker-freeze | broker-thaw)
 	[ $# -eq 2 ] || die "usage: $0 $1 NAME"
+	locked "$2"
 	alive "$DIR/$2/pid" || die "broker $2 is not running"
 	if [ "$1" = broker-freeze ]; then kill -STOP "$(cat "$DIR/$2/pid")"; else kill -CONT "$(cat "$DIR/$2/pid")"; fi
 	;;
 stop)
+	locked main
+	locked deploy
 	[ "${2:-}" = --force ] && FORCE=1
 	users_may_stop || exit 0
 	for f in "$DIR"/*/pid; do
@@ -579,9 +617,11 @@ admin)
 	admin "$@"
 	;;
 deploy-start)
+	locked deploy
 	deploy_start
 	;;
 deploy-stop)
+	locked deploy
 	for n in proxy broker-proxied broker-acl namesrv-deploy; do
 		alive "$DIR/$n/pid" && stop_pid "$DIR/$n/pid" && log "stopped $n"
 		rm -f "$DIR/$n/pid"

@@ -3,6 +3,7 @@
 package testenv
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,4 +89,119 @@ func TestStopLeavesServersAnotherCheckoutUses(t *testing.T) {
 	}
 	script(b, "stop")
 	Eventually(t, 30*time.Second, "the last checkout's stop stops the servers", func() bool { return !running() })
+}
+
+// TestConcurrentBrokerStartsStartOneBroker: go test runs packages at once, and two of them
+// may ask scripts/rocketmq.sh for the same broker at the same moment. Both must get the one
+// broker, started once; before the script took a lock, the second saw the first's broker
+// still booting, killed it and started another while tests of the first used it. The
+// broker is a stand-in (a fake java on PATH that boots slowly, then listens on the port).
+func TestConcurrentBrokerStartsStartOneBroker(t *testing.T) {
+	t.Parallel()
+	services, bin := t.TempDir(), t.TempDir()
+	dir := checkout(t, "a")
+	src := "build/rocketmq/loopback/LoopbackHAService.java"
+	code, err := os.ReadFile(filepath.Join("..", "..", src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := "5.3.3"
+	rmq := filepath.Join(services, "rocketmq")
+	for path, body := range map[string]string{
+		filepath.Join(dir, src):                                           string(code),
+		filepath.Join(rmq, "lib-"+version, ".complete"):                   "",
+		filepath.Join(rmq, "loopback-"+version, ".complete"):              "",
+		filepath.Join(rmq, "loopback-"+version, "LoopbackHAService.java"): string(code),
+		filepath.Join(bin, "java"): `#!/bin/bash
+conf=${*: -1}
+port=$(sed -n 's/^listenPort=//p' "$conf")
+echo "$$" >>"$FAKE_JAVA_STARTS"
+sleep 3
+echo "The broker[fake] boot success."
+exec python3 -c "import socket, time
+s = socket.socket(); s.bind(('127.0.0.1', $port)); s.listen(); time.sleep(120)"
+`,
+	} {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	namesrv := exec.Command("sleep", "300")
+	if err := namesrv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = namesrv.Process.Kill(); _ = namesrv.Wait() })
+	if err := os.MkdirAll(filepath.Join(rmq, "namesrv"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rmq, "namesrv", "pid"), []byte(strconv.Itoa(namesrv.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(freeLoopbackPort(t))
+	starts := filepath.Join(services, "starts")
+	run := func() (string, error) {
+		cmd := exec.Command("bash", filepath.Join(dir, "scripts/rocketmq.sh"), "broker-start", "broker-twice", port)
+		cmd.Env = append(os.Environ(), "OUTBOX_SERVICES_DIR="+services, "PATH="+bin+":"+os.Getenv("PATH"), "FAKE_JAVA_STARTS="+starts)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(filepath.Join(rmq, "broker-twice", "pid")); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	outs := make(chan string, 2)
+	for range 2 {
+		go func() {
+			out, err := run()
+			if err != nil {
+				out = "failed: " + err.Error() + "\n" + out
+			}
+			outs <- out
+		}()
+	}
+	a, b := <-outs, <-outs
+	lastLine := func(s string) string {
+		lines := strings.Split(strings.TrimSpace(s), "\n")
+		return lines[len(lines)-1]
+	}
+	if lastLine(a) != lastLine(b) || strings.HasPrefix(a, "failed") || strings.HasPrefix(b, "failed") {
+		t.Fatalf("the two starts disagree on the broker:\n%s\n---\n%s", a, b)
+	}
+	got, _ := os.ReadFile(starts)
+	if n := len(strings.Fields(string(got))); n != 1 {
+		t.Fatalf("the broker was started %d times (pids %q):\n%s\n---\n%s", n, got, a, b)
+	}
+}
+
+// freeLoopbackPort returns a loopback port free now, whose neighbours (a broker also takes
+// port-2 and port+1) are free too.
+func freeLoopbackPort(t *testing.T) int {
+	t.Helper()
+	for range 50 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		free := true
+		for _, p := range []int{port - 2, port + 1} {
+			if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); err != nil {
+				free = false
+			} else {
+				l.Close()
+			}
+		}
+		if free {
+			return port
+		}
+	}
+	t.Fatal("no free loopback port with free neighbours")
+	return 0
 }
