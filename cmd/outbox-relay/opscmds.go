@@ -80,45 +80,7 @@ locks with relay.partitions > 1.`,
 				}
 				return errors.Join(failed...)
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			for i, r := range reports {
-				if i > 0 {
-					fmt.Fprintln(tw)
-				}
-				if r.DatabaseName != "" {
-					fmt.Fprintf(tw, "table %s (database %s, %s)\n", r.Table, r.DatabaseName, r.Database)
-				} else {
-					fmt.Fprintf(tw, "table %s (%s)\n", r.Table, r.Database)
-				}
-				if len(r.Partitions) == 0 {
-					fmt.Fprintf(tw, "  lock\t%s\n", lockText(*r.Lock))
-				}
-				for p, l := range r.Partitions {
-					fmt.Fprintf(tw, "  partition %d/%d\t%s\n", p, len(r.Partitions), lockText(l))
-				}
-				fmt.Fprintf(tw, "  pending\t%d\n  failed\t%d\n  sent\t%d\n  dead\t%d\n", r.Pending, r.Failed, r.Sent, r.Dead)
-				if r.Handed > 0 {
-					fmt.Fprintf(tw, "  handed\t%d\n", r.Handed)
-				}
-				if r.Deleted > 0 {
-					fmt.Fprintf(tw, "  deleted, never sent\t%d\n", r.Deleted)
-				}
-				if r.Unknown > 0 {
-					fmt.Fprintf(tw, "  unknown status, never sent\t%d\t(%s)\n", r.Unknown, unknownValues(r.UnknownByValue))
-				}
-				fmt.Fprintf(tw, "  due now\t%d\n  oldest due\t%s\n", r.Due, r.OldestDueAge.Round(time.Second))
-				if len(r.ByTopic) > 0 {
-					fmt.Fprintln(tw, "\n  STATUS\tTOPIC\tCOUNT\t")
-					for _, tc := range r.ByTopic {
-						st := tc.Status
-						if tc.Deleted {
-							st += " (deleted)"
-						}
-						fmt.Fprintf(tw, "  %s\t%s\t%d\t\n", st, tc.Topic, tc.Count)
-					}
-				}
-			}
-			if err := tw.Flush(); err != nil {
+			if err := printStatus(cmd.OutOrStdout(), reports); err != nil {
 				return err
 			}
 			return errors.Join(failed...)
@@ -127,6 +89,49 @@ locks with relay.partitions > 1.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	addDatabaseFlag(cmd, &dbName)
 	return cmd
+}
+
+// printStatus writes the status reports as the status command's table.
+func printStatus(w io.Writer, reports []ops.StatusReport) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for i, r := range reports {
+		if i > 0 {
+			fmt.Fprintln(tw)
+		}
+		if r.DatabaseName != "" {
+			fmt.Fprintf(tw, "table %s (database %s, %s)\n", r.Table, r.DatabaseName, r.Database)
+		} else {
+			fmt.Fprintf(tw, "table %s (%s)\n", r.Table, r.Database)
+		}
+		if len(r.Partitions) == 0 {
+			fmt.Fprintf(tw, "  lock\t%s\n", lockText(*r.Lock))
+		}
+		for p, l := range r.Partitions {
+			fmt.Fprintf(tw, "  partition %d/%d\t%s\n", p, len(r.Partitions), lockText(l))
+		}
+		fmt.Fprintf(tw, "  pending\t%d\n  failed\t%d\n  sent\t%d\n  dead\t%d\n", r.Pending, r.Failed, r.Sent, r.Dead)
+		if r.Handed > 0 {
+			fmt.Fprintf(tw, "  handed\t%d\n", r.Handed)
+		}
+		if r.Deleted > 0 {
+			fmt.Fprintf(tw, "  deleted, never sent\t%d\n", r.Deleted)
+		}
+		if r.Unknown > 0 {
+			fmt.Fprintf(tw, "  unknown status, never sent\t%d\t(%s)\n", r.Unknown, unknownValues(r.UnknownByValue))
+		}
+		fmt.Fprintf(tw, "  due now\t%d\n  oldest due\t%s\n", r.Due, r.OldestDueAge.Round(time.Second))
+		if len(r.ByTopic) > 0 {
+			fmt.Fprintln(tw, "\n  STATUS\tTOPIC\tCOUNT\t")
+			for _, tc := range r.ByTopic {
+				st := tc.Status
+				if tc.Deleted {
+					st += " (deleted)"
+				}
+				fmt.Fprintf(tw, "  %s\t%s\t%d\t\n", st, tc.Topic, tc.Count)
+			}
+		}
+	}
+	return tw.Flush()
 }
 
 // unknownValues lists the status values outside the contract and their counts: "NULL: 3, 7: 1".
@@ -286,27 +291,7 @@ database by database, the TABLE column reads DATABASE/TABLE, and so does the cur
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), rows)
 			}
-			if len(rows) == 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), "no dead messages match")
-				return nil
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TABLE\tID\tMSG_ID\tTOPIC\tTAG\tRETRIES\tDEAD SINCE\tREASON")
-			for _, r := range rows {
-				name := r.Table
-				if r.DatabaseName != "" {
-					name = r.DatabaseName + "/" + r.Table
-				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", name, r.ID, r.MsgID, r.Topic, r.Tag,
-					r.RetryCount, r.MaxRetryCount, r.UpdateTime.Format(time.RFC3339), oneLine(r.FailReason, 80))
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			if next != nil {
-				fmt.Fprintf(cmd.OutOrStdout(), "more: next page with --after %s\n", next)
-			}
-			return nil
+			return printDead(cmd.OutOrStdout(), rows, next)
 		},
 	}
 	ff.add(list, true)
@@ -317,6 +302,32 @@ database by database, the TABLE column reads DATABASE/TABLE, and so does the cur
 	addDatabaseFlag(list, &dbName)
 	dead.AddCommand(list)
 	return dead
+}
+
+// printDead writes dead rows as dead list's table, and the next page's cursor when there
+// is one.
+func printDead(w io.Writer, rows []ops.DeadRow, next *ops.Cursor) error {
+	if len(rows) == 0 {
+		fmt.Fprintln(w, "no dead messages match")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TABLE\tID\tMSG_ID\tTOPIC\tTAG\tRETRIES\tDEAD SINCE\tREASON")
+	for _, r := range rows {
+		name := r.Table
+		if r.DatabaseName != "" {
+			name = r.DatabaseName + "/" + r.Table
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", name, r.ID, r.MsgID, r.Topic, r.Tag,
+			r.RetryCount, r.MaxRetryCount, r.UpdateTime.Format(time.RFC3339), oneLine(r.FailReason, 80))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if next != nil {
+		fmt.Fprintf(w, "more: next page with --after %s\n", next)
+	}
+	return nil
 }
 
 // deadCursor reads --after for the selected databases: the cursor, and the index in dbs of
@@ -434,63 +445,24 @@ confirmation cover them all.`,
 			}
 			defer closeOpDatabases(dbs)
 			out := cmd.OutOrStdout()
-			var tables []string
-			var total int64
-			for _, d := range dbs {
-				for _, table := range d.Tables {
-					n, err := ops.CountDead(ctx, d.db, table, f)
-					if err != nil {
-						return err
-					}
-					total += n
-					// Server, schema and table: the person confirming sees which database it is.
-					tables = append(tables, d.qualified(table)+" on "+d.Label())
-				}
+			total, tables, err := countDeadIn(ctx, dbs, f)
+			if err != nil {
+				return err
 			}
 			if dryRun {
 				fmt.Fprintf(out, "would requeue %d dead row(s) in %s\n", total, strings.Join(tables, ", "))
 				return nil
 			}
-			if total > confirmAbove && !yes {
-				if !a.interactive {
-					return refusedError("requeue: %d dead rows match; changing more than %d rows needs confirmation, and stdin is not a terminal: re-run with --yes (or --dry-run to check the count)", total, confirmAbove)
-				}
-				fmt.Fprintf(out, "Requeue %d dead rows in %s? [y/N] ", total, strings.Join(tables, ", "))
-				answer, _ := bufio.NewReader(a.in).ReadString('\n')
-				if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
-					return refusedError("requeue: not confirmed; nothing changed")
-				}
+			if err := a.confirmRequeue(out, total, tables, yes); err != nil {
+				return err
 			}
-			results := []ops.RequeueResult{}
-			for _, d := range dbs {
-				for _, table := range d.Tables {
-					res, err := ops.Requeue(ctx, d.db, table, f)
-					if err != nil {
-						return err
-					}
-					res.DatabaseName = d.dbName()
-					results = append(results, res)
-					a.log.Info().Str("database_name", d.Name).Str("database", d.Label()).Str("table", table).
-						Int("requeued", len(res.Requeued)).Msg("requeued dead messages")
-				}
+			results, err := a.requeueIn(ctx, dbs, f)
+			if err != nil {
+				return err
 			}
 			missed := notRequeued(f.MsgIDs, results)
-			if asJSON {
-				if err := writeJSON(out, results); err != nil {
-					return err
-				}
-			} else {
-				for _, res := range results {
-					fmt.Fprintf(out, "%s: requeued %d row(s)\n", resultName(res.DatabaseName, res.Table), len(res.Requeued))
-					const show = 50
-					for i, id := range res.Requeued {
-						if i == show {
-							fmt.Fprintf(out, "  ... and %d more (use --json for the full list)\n", len(res.Requeued)-show)
-							break
-						}
-						fmt.Fprintf(out, "  %s\n", id)
-					}
-				}
+			if err := printRequeued(out, results, asJSON); err != nil {
+				return err
 			}
 			if len(missed) > 0 {
 				return fmt.Errorf("requeue: %d of the %d msg-id(s) asked for were not requeued:\n  %s",
@@ -506,6 +478,79 @@ confirmation cover them all.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	addDatabaseFlag(cmd, &dbName)
 	return cmd
+}
+
+// countDeadIn counts the dead rows f selects in every table of dbs, and names each table
+// (server, schema and table: the person confirming sees which database it is).
+func countDeadIn(ctx context.Context, dbs []opDatabase, f ops.Filter) (int64, []string, error) {
+	var tables []string
+	var total int64
+	for _, d := range dbs {
+		for _, table := range d.Tables {
+			n, err := ops.CountDead(ctx, d.db, table, f)
+			if err != nil {
+				return 0, nil, err
+			}
+			total += n
+			tables = append(tables, d.qualified(table)+" on "+d.Label())
+		}
+	}
+	return total, tables, nil
+}
+
+// confirmRequeue asks before more than confirmAbove rows change, unless yes; without a
+// terminal it refuses.
+func (a *app) confirmRequeue(out io.Writer, total int64, tables []string, yes bool) error {
+	if total <= confirmAbove || yes {
+		return nil
+	}
+	if !a.interactive {
+		return refusedError("requeue: %d dead rows match; changing more than %d rows needs confirmation, and stdin is not a terminal: re-run with --yes (or --dry-run to check the count)", total, confirmAbove)
+	}
+	fmt.Fprintf(out, "Requeue %d dead rows in %s? [y/N] ", total, strings.Join(tables, ", "))
+	answer, _ := bufio.NewReader(a.in).ReadString('\n')
+	if ans := strings.ToLower(strings.TrimSpace(answer)); ans != "y" && ans != "yes" {
+		return refusedError("requeue: not confirmed; nothing changed")
+	}
+	return nil
+}
+
+// requeueIn requeues the dead rows f selects in every table of dbs.
+func (a *app) requeueIn(ctx context.Context, dbs []opDatabase, f ops.Filter) ([]ops.RequeueResult, error) {
+	results := []ops.RequeueResult{}
+	for _, d := range dbs {
+		for _, table := range d.Tables {
+			res, err := ops.Requeue(ctx, d.db, table, f)
+			if err != nil {
+				return nil, err
+			}
+			res.DatabaseName = d.dbName()
+			results = append(results, res)
+			a.log.Info().Str("database_name", d.Name).Str("database", d.Label()).Str("table", table).
+				Int("requeued", len(res.Requeued)).Msg("requeued dead messages")
+		}
+	}
+	return results, nil
+}
+
+// printRequeued writes what requeue changed: JSON, or per table the count and the first
+// 50 msg ids.
+func printRequeued(out io.Writer, results []ops.RequeueResult, asJSON bool) error {
+	if asJSON {
+		return writeJSON(out, results)
+	}
+	for _, res := range results {
+		fmt.Fprintf(out, "%s: requeued %d row(s)\n", resultName(res.DatabaseName, res.Table), len(res.Requeued))
+		const show = 50
+		for i, id := range res.Requeued {
+			if i == show {
+				fmt.Fprintf(out, "  ... and %d more (use --json for the full list)\n", len(res.Requeued)-show)
+				break
+			}
+			fmt.Fprintf(out, "  %s\n", id)
+		}
+	}
+	return nil
 }
 
 // resultName names a table in a command's output: DATABASE/TABLE with a databases list.
