@@ -4,6 +4,7 @@ package relay
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"testing"
 
@@ -16,10 +17,11 @@ import (
 // 30,000) to the in-process broker, each pair one relay without positions (off) and one
 // appending them to the stored-position journal (on), in alternating order, each drain on a
 // table of its own, busy writers beside it with OUTBOX_BENCH_BUSY=1. A drain ends when
-// DrainOnce returns, which includes the journal's last append. It logs every drain and
-// reports the median on/off rate ratio of the pairs with its lowest and highest, the median
-// redo written per 1,000 rows off and on (Innodb_os_log_written: server-wide, other clients
-// add to it), and the relay's statements per 100,000 rows off and on, counted at the driver.
+// DrainOnce returns, which includes the journal's last append. It prints every drain to
+// stderr and reports the median on/off rate ratio of the pairs with its lowest and highest,
+// the median redo written per 1,000 rows off and on (Innodb_os_log_written: server-wide,
+// other clients add to it), and the relay's statements per 100,000 rows off and on, counted
+// at the driver.
 // It fails when the "on" drains left a row out of the journal. Run with -benchtime=1x.
 func BenchmarkDrainPositions(b *testing.B) {
 	n := envInt(b, "OUTBOX_BENCH_ROWS", 30000)
@@ -40,10 +42,11 @@ func BenchmarkDrainPositions(b *testing.B) {
 				rate[on] = d.rate
 				redo[on] = append(redo[on], d.redoKB)
 				stmts[on] = append(stmts[on], d.stmts)
-				b.Logf("pair %d positions=%v: %.0f rows/s, %.0f redo-KB/krow, %.0f statements/100k rows (%.0f writes)", p+1, on, d.rate, d.redoKB, d.stmts, d.writes)
+				// To stderr: the benchmark's log keeps only its first lines.
+				fmt.Fprintf(os.Stderr, "pair %d positions=%v: %.0f rows/s, %.0f redo-KB/krow, %.0f statements/100k rows (%.0f writes)\n", p+1, on, d.rate, d.redoKB, d.stmts, d.writes)
 			}
 			ratios = append(ratios, rate[true]/rate[false])
-			b.Logf("pair %d on/off %.3f", p+1, rate[true]/rate[false])
+			fmt.Fprintf(os.Stderr, "pair %d on/off %.3f\n", p+1, rate[true]/rate[false])
 		}
 		b.ReportMetric(median(ratios), "median-on/off")
 		b.ReportMetric(slices.Min(ratios), "lowest-on/off")
