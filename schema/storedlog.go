@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	_ "embed"
 	"encoding/hex"
+	"errors"
 	"strings"
 )
 
@@ -69,8 +70,8 @@ func HasStoredLog(ctx context.Context, db *sql.DB, table string) (bool, error) {
 const MissingStoredLog = "missing stored-position journal"
 
 // checkStoredLog reports the outbox table's journal when it is missing (Plan creates it),
-// or when a table of its name lacks the journal's columns (Plan refuses: it is not ours
-// to alter; Got names what is missing).
+// or when a table of its name lacks the journal's columns or hides them from this account
+// (Plan refuses: it is not ours to alter; Got says why).
 func checkStoredLog(ctx context.Context, db *sql.DB, table string) ([]Problem, error) {
 	name := StoredLogTable(table)
 	found, err := readColumns(ctx, db, name)
@@ -79,7 +80,11 @@ func checkStoredLog(ctx context.Context, db *sql.DB, table string) ([]Problem, e
 	}
 	want := "the broker audit stays off for this table until `outbox-relay migrate` creates it"
 	if len(found) == 0 {
-		if err := columnsHidden(ctx, db, name); err != nil {
+		// A journal this account cannot see must not stop the relay: report it, not fatal.
+		if err := columnsHidden(ctx, db, name); errors.Is(err, ErrColumnsHidden) {
+			return []Problem{{Kind: MissingStoredLog, Object: name, Want: want,
+				Got: "a table whose columns are hidden from this account: grant it SELECT, INSERT, UPDATE and DELETE on the table"}}, nil
+		} else if err != nil {
 			return nil, err
 		}
 		return []Problem{{Kind: MissingStoredLog, Object: name, Want: want}}, nil

@@ -4,6 +4,7 @@ package schema_test
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"testing"
 
@@ -138,5 +139,28 @@ func TestForeignTableAtJournalName(t *testing.T) {
 	}
 	if _, err := schema.Plan(ctx, db.DB, "local_message"); err == nil || !strings.Contains(err.Error(), "local_message_stored") {
 		t.Fatalf("Plan = %v; want an error naming the journal", err)
+	}
+}
+
+// A journal whose columns an account cannot see (a database-wide CREATE shows it the table,
+// not its columns) is reported, not fatal, and never stops a check of the outbox table: the
+// relay runs on it without the audit.
+func TestHiddenJournalNotFatal(t *testing.T) {
+	t.Parallel()
+	db := testenv.MySQL(t)
+	ctx := context.Background()
+	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
+		t.Fatal(err)
+	}
+	dsn := db.Account(t, "GRANT CREATE ON {db}.* TO {user}", "GRANT SELECT, UPDATE, DELETE ON {db}.local_message TO {user}")
+	other, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	problems, err := schema.Check(ctx, other, "local_message")
+	if err != nil || len(problems) != 1 || problems[0].Kind != schema.MissingStoredLog || problems[0].Fatal() ||
+		!strings.Contains(problems[0].Got, "hidden") {
+		t.Fatalf("Check by an account that cannot see the journal's columns = %v, %v; want one non-fatal problem saying so", problems, err)
 	}
 }
