@@ -33,6 +33,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.rdb == nil {
 		return errors.New("relay: Run needs a Redis client for the lock")
 	}
+	// The stored-position journal's appender runs until the last term's write-backs are
+	// done, not until ctx ends: stopped last, it appends what they left.
+	appender := r.eng.JournalAppender()
+	_ = appender.Start(context.WithoutCancel(ctx)) // a Func never fails to start
+	defer appender.Stop()
 	// The services that run beside the relay's terms for the whole of Run: the nudge
 	// listener, then the backlog sampler, stopped in that order once ctx ends.
 	nudges, services := r.services()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/msgtrace"
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay/internal/lease"
 	"github.com/outbox-relay/outbox-relay/relay/internal/pipeline"
@@ -83,10 +84,12 @@ type Config struct {
 	// (read and not yet published, or in sends still running): the scan reads further rows
 	// only while it has room. Defaults to nil: only MaxPageBytes bounds a page.
 	MemoryBudget *MemoryBudget
-	// RecordPositions records, in the write-back that marks a row sent, where the broker
-	// stored its message (the table's audit columns, when it has them): what the broker
-	// audit checks. Off by default: filling the columns makes each sent row longer, so the
-	// write-back no longer updates it in place (docs/performance.md, "The broker audit").
+	// RecordPositions records where the broker stored each sent row's message in the
+	// table's stored-position journal (schema.StoredLogTable, when the table has it): what
+	// the broker audit checks. The positions are appended in batches, after and apart from
+	// the write-back that marks the rows sent (docs/decisions.md, "Broker audit: positions
+	// in a journal"). Off by default for a library user; the binary sets it from
+	// audit.enabled.
 	RecordPositions bool
 	// DisableBatchSend sends every message in a request of its own. By default messages of
 	// one topic without delay level go in batch requests of up to MaxBatchMessages messages
@@ -341,6 +344,23 @@ func (r *Relay) Name() string {
 // due, to be sent again by a later pass); results already acknowledged are always written
 // back. There is no separate stop that lets sends in flight finish: Run owns that
 // graceful sequence (docs/decisions.md, "DrainOnce takes one context").
+//
+// With Config.RecordPositions, the positions of the rows it marked sent are in the table's
+// stored-position journal when it returns (unless Run is appending them meanwhile).
 func (r *Relay) DrainOnce(ctx context.Context) (Stats, error) {
+	if ap := r.eng.JournalAppender(); isStopped(ap) {
+		_ = ap.Start(context.WithoutCancel(ctx)) // a Func never fails to start
+		defer ap.Stop()
+	}
 	return r.eng.Drain(ctx, ctx, nil, false)
+}
+
+// isStopped reports whether s does not run.
+func isStopped(s startstop.Service) bool {
+	select {
+	case <-s.Stopped():
+		return true
+	default:
+		return false
+	}
 }

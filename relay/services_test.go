@@ -31,7 +31,8 @@ func checkNoneLeft(t *testing.T, before map[string]string) {
 // TestShutdownStopsEveryBackgroundService: once Run returns (a relay of its own, and a group
 // of two partitions), nothing it started still runs: not the nudge listener, the backlog
 // sampler, the lock keeper, the abort and handover watches, the check of the database, the
-// completer or a late unit. Each has been stopped, and waited for, before Run returned.
+// completer, a late unit or the journal's appender (which appended every sent row's
+// position before it ended). Each has been stopped, and waited for, before Run returned.
 func TestShutdownStopsEveryBackgroundService(t *testing.T) {
 	// Not parallel: the goroutines counted are every test's.
 	for _, parts := range []int{1, 2} {
@@ -40,6 +41,7 @@ func TestShutdownStopsEveryBackgroundService(t *testing.T) {
 			cfg := b.config()
 			cfg.Metrics = relay.NewMetrics(prometheus.NewRegistry()) // the backlog sampler runs
 			cfg.LockTTL = time.Second                                // the keeper extends the lock and checks the database
+			cfg.RecordPositions = true                               // the journal's appender runs
 			var runner func(ctx context.Context) error
 			lockKey := cfg.LockKey
 			if parts > 1 {
@@ -50,6 +52,7 @@ func TestShutdownStopsEveryBackgroundService(t *testing.T) {
 			} else {
 				runner = b.newRelay(t, cfg).Run
 			}
+			createJournal(t, b.db.DB)
 			before := relayGoroutines()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -75,6 +78,10 @@ func TestShutdownStopsEveryBackgroundService(t *testing.T) {
 				t.Fatalf("Run: %v", err)
 			}
 			checkNoneLeft(t, before)
+			// The appender, stopped last, appended what the write-backs left.
+			if n := len(readJournal(t, b.db.DB)); n != len(msgs) {
+				t.Fatalf("%d of the %d sent rows in the journal after Run", n, len(msgs))
+			}
 		})
 	}
 }

@@ -22,8 +22,11 @@ func previousLayout(t *testing.T, db *testenv.DB, table string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(ddl); err != nil {
-		t.Fatal(err)
+	journal, _ := schema.StoredLogDDL(table)
+	for _, q := range []string{ddl, journal} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := db.Exec("ALTER TABLE " + table + " ADD INDEX idx_status_update (status, update_time)"); err != nil {
 		t.Fatal(err)
@@ -188,8 +191,11 @@ func TestOrderedCheckIndexSwappedOnline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(ddl); err != nil {
-		t.Fatal(err)
+	journal, _ := schema.StoredLogDDL("local_message")
+	for _, q := range []string{ddl, journal} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := db.Exec(`ALTER TABLE local_message DROP INDEX idx_sharding_id,
 		ADD INDEX idx_sharding_status (sharding_key, status, id), ADD INDEX my_key_status (sharding_key, status, id)`); err != nil {

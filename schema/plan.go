@@ -53,7 +53,8 @@ type Step struct {
 // Plan returns the statements that bring table to the contract, in order, without running
 // them: nothing when the table is up to date, a CREATE TABLE when it is missing, else one
 // online ALTER adding the missing columns and indexes and dropping the obsolete ones (the
-// table is rebuilt at most once) and, when
+// table is rebuilt at most once), the CREATE TABLE of its stored-position journal when that
+// is missing (StoredLogDDL; with the outbox table's own when both are) and, when
 // id is not AUTO_INCREMENT, one blocking ALTER: changing a column's definition copies the
 // table on MySQL and MariaDB, and writes wait for the copy. A column of an incompatible
 // type is an error; it is never altered.
@@ -71,7 +72,8 @@ func PlanPartitioned(ctx context.Context, db *sql.DB, table string, partitions i
 	}
 	if len(problems) > 0 && problems[0].Kind == "missing table" {
 		ddl, _ := DDL(table)
-		return append([]Step{{SQL: strings.TrimSpace(ddl), Online: true}}, partitionSteps(table, partitions, st)...), nil
+		steps := []Step{{SQL: strings.TrimSpace(ddl), Online: true}, storedLogStep(table)}
+		return append(steps, partitionSteps(table, partitions, st)...), nil
 	}
 	r := sortRepairs(problems)
 	if len(r.wrong) > 0 {
@@ -99,8 +101,7 @@ type repairs struct {
 	wrong    []string // problems no statement may repair
 	widen    []string // columns to widen by copying the table
 	nullable []string // columns to make NOT NULL
-	audit    []string // missing audit columns
-	legacy   []string // audit columns whose definition is costly
+	journal  bool     // the stored-position journal is missing
 	autoInc  bool     // id must become AUTO_INCREMENT, by copying the table
 }
 
@@ -121,10 +122,11 @@ func sortRepairs(problems []Problem) repairs {
 			r.widen = append(r.widen, p.Object)
 		case "nullable column":
 			r.nullable = append(r.nullable, p.Object)
-		case MissingAuditColumn:
-			r.audit = append(r.audit, p.Object)
-		case CostlyAuditColumn:
-			r.legacy = append(r.legacy, p.Object)
+		case MissingStoredLog:
+			if p.Got != "" {
+				r.wrong = append(r.wrong, p.String())
+			}
+			r.journal = true
 		case "obsolete index":
 			r.online = append(r.online, "DROP INDEX "+QuoteIdent(p.Object))
 		case "missing index":
@@ -150,25 +152,19 @@ func addIndexClause(name string) string {
 	return fmt.Sprintf("ADD %s %s (%s)", kind, QuoteIdent(ix.name), strings.Join(cols, ", "))
 }
 
-// onlineSteps are the steps that leave writes running: the audit columns (folded into the
-// online ALTER when the table is rebuilt anyway), that ALTER, then the legacy audit steps.
+// onlineSteps are the steps that leave writes running: the one online ALTER, then the
+// journal's CREATE TABLE.
 func (r repairs) onlineSteps(table string) []Step {
 	var steps []Step
-	online := r.online
-	if len(r.audit) > 0 && len(online) == 0 {
-		steps = append(steps, auditStep(table, r.audit))
-	} else if len(r.audit) > 0 {
-		online = append(online, auditStep(table, r.audit).Alter) // rebuilt once anyway
-	}
-	if len(online) > 0 {
-		alter := strings.Join(online, ", ")
+	if len(r.online) > 0 {
+		alter := strings.Join(r.online, ", ")
 		steps = append(steps, Step{
 			SQL:   fmt.Sprintf("ALTER TABLE %s %s, %s", QuoteIdent(table), alter, onlineClause),
 			Alter: alter, Online: true,
 		})
 	}
-	if len(r.legacy) > 0 {
-		steps = append(steps, legacySteps(table, r.legacy)...)
+	if r.journal {
+		steps = append(steps, storedLogStep(table))
 	}
 	return steps
 }

@@ -43,10 +43,10 @@ func TestPlanSeparatesOnlineAndBlockingSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(steps) != 2 {
-		t.Fatalf("Plan = %+v, want an online and a blocking step", steps)
+	if len(steps) != 3 || !steps[1].Online || !strings.Contains(steps[1].SQL, "CREATE TABLE IF NOT EXISTS `local_message_stored`") {
+		t.Fatalf("Plan = %+v, want an online step, the journal's CREATE TABLE and a blocking step", steps)
 	}
-	on, off := steps[0], steps[1]
+	on, off := steps[0], steps[2]
 	if !on.Online || !strings.HasSuffix(on.SQL, "ALGORITHM=INPLACE, LOCK=NONE") || !strings.Contains(on.Alter, "ADD COLUMN `sent_time`") ||
 		strings.Contains(on.Alter, "ALGORITHM") || strings.Contains(on.SQL, "AUTO_INCREMENT") {
 		t.Errorf("online step = %+v", on)

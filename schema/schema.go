@@ -102,7 +102,7 @@ var obsoleteIndexes = []index{
 type Problem struct {
 	// Kind is "missing table", "missing column", "wrong type", "not auto_increment",
 	// "missing index", "not unique", "narrow column", "obsolete index", "nullable column",
-	// "missing audit column" or "costly audit column".
+	// or MissingStoredLog.
 	Kind string
 	// Object names the column or index concerned; empty for a missing table.
 	Object string
@@ -113,13 +113,11 @@ type Problem struct {
 // Fatal reports whether the relay cannot run on the table: every problem but a narrow
 // column, which only limits what writers can insert (longer values are refused with error
 // 1406, or cut silently when the server's sql_mode is not strict), an obsolete index, which
-// only slows the write-back down, a missing audit column, without which the relay records
-// no broker positions and does not audit, an audit column of the earlier, costly kind (the
-// same), and a nullable column, whose NULLs every statement reads
-// as the contract says (see nulls.go).
+// only slows the write-back down, a missing stored-position journal, without which the
+// relay records no broker positions and does not audit, and a nullable column, whose NULLs
+// every statement reads as the contract says (see nulls.go).
 func (p Problem) Fatal() bool {
-	return p.Kind != "narrow column" && p.Kind != "obsolete index" && p.Kind != "nullable column" && p.Kind != MissingAuditColumn &&
-		p.Kind != CostlyAuditColumn
+	return p.Kind != "narrow column" && p.Kind != "obsolete index" && p.Kind != "nullable column" && p.Kind != MissingStoredLog
 }
 
 func (p Problem) String() string {
@@ -127,7 +125,10 @@ func (p Problem) String() string {
 	if p.Object != "" {
 		s += " " + p.Object
 	}
-	if p.Want != "" || p.Got != "" {
+	switch {
+	case p.Kind == MissingStoredLog && p.Got == "":
+		s += " (" + p.Want + ")"
+	case p.Want != "" || p.Got != "":
 		s += fmt.Sprintf(" (want %s, got %s)", p.Want, p.Got)
 	}
 	return s
@@ -182,7 +183,11 @@ func check(ctx context.Context, db *sql.DB, table string, partitions int) ([]Pro
 			problems = append(problems, Problem{Kind: "nullable column", Object: c.name, Want: "NOT NULL", Got: got.columnType + " NULL"})
 		}
 	}
-	problems = append(problems, checkAudit(found)...)
+	journal, err := checkStoredLog(ctx, db, table)
+	if err != nil {
+		return nil, partitionState{}, err
+	}
+	problems = append(problems, journal...)
 	have, named, err := readIndexes(ctx, db, table)
 	if err != nil {
 		return nil, partitionState{}, err

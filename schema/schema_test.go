@@ -113,8 +113,7 @@ func TestMigrateUpgradesSeedTable(t *testing.T) {
 		"not auto_increment id", "narrow column content",
 		"missing column msg_keys", "missing column sharding_key", "missing column properties", "missing column sent_time",
 		"missing index idx_sharding_id",
-		"missing audit column stored_broker", "missing audit column stored_queue", "missing audit column stored_offset",
-		"missing audit column stored_commit_offset", "missing audit column stored_audit_time",
+		"missing stored-position journal local_message_stored",
 	}
 	got := map[string]bool{}
 	for _, p := range problems {

@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	_ "embed"
 	"encoding/hex"
+	"errors"
 	"strings"
 )
 
@@ -61,4 +62,50 @@ func HasStoredLog(ctx context.Context, db *sql.DB, table string) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// MissingStoredLog is the Problem kind of an outbox table whose stored-position journal
+// does not exist: the relay runs, records no broker positions, and the broker audit stays
+// off for the table until `outbox-relay migrate` creates the journal. Not fatal.
+const MissingStoredLog = "missing stored-position journal"
+
+// checkStoredLog reports the outbox table's journal when it is missing (Plan creates it),
+// or when a table of its name lacks the journal's columns or hides them from this account
+// (Plan refuses: it is not ours to alter; Got says why).
+func checkStoredLog(ctx context.Context, db *sql.DB, table string) ([]Problem, error) {
+	name := StoredLogTable(table)
+	found, err := readColumns(ctx, db, name)
+	if err != nil {
+		return nil, err
+	}
+	want := "the broker audit stays off for this table until `outbox-relay migrate` creates it"
+	if len(found) == 0 {
+		// A journal this account cannot see must not stop the relay: report it, not fatal.
+		if err := columnsHidden(ctx, db, name); errors.Is(err, ErrColumnsHidden) {
+			return []Problem{{Kind: MissingStoredLog, Object: name, Want: want,
+				Got: "a table whose columns are hidden from this account: grant it SELECT, INSERT, UPDATE and DELETE on the table"}}, nil
+		} else if err != nil {
+			return nil, err
+		}
+		return []Problem{{Kind: MissingStoredLog, Object: name, Want: want}}, nil
+	}
+	var lacks []string
+	for _, c := range storedLogColumns {
+		if _, ok := found[c]; !ok {
+			lacks = append(lacks, c)
+		}
+	}
+	if len(lacks) > 0 {
+		return []Problem{{Kind: MissingStoredLog, Object: name, Want: want,
+			Got: "a table of that name without the column(s) " + strings.Join(lacks, ", ") + ": rename or drop it"}}, nil
+	}
+	return nil, nil
+}
+
+// storedLogStep is the CREATE TABLE IF NOT EXISTS of the outbox table's journal: a new
+// table, which locks nothing of the outbox table, so it is online.
+func storedLogStep(table string) Step {
+	ddl, _ := StoredLogDDL(table)
+	return Step{SQL: strings.TrimSpace(ddl), Online: true,
+		Note: "the stored-position journal: where the broker stored each sent row, for the broker audit (a new table; nothing of the outbox table is locked)"}
 }

@@ -20,11 +20,13 @@ func (a *app) newBenchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure relay throughput on this database and broker",
 		Long: `Measure how fast the relay drains a backlog on your own hardware: create a temporary
-table outbox_bench_<random> in the configured database (mysql.dsn), fill it with --rows
-due rows, relay them all once with the configured batch size and concurrency to the
-configured RocketMQ (rocketmq.nameservers), topic --topic, which must exist there or be
-auto-created, print the rows/s, and drop the table. The configured tables are not touched.
-With a databases list, choose the database with --database.
+table outbox_bench_<random> (and its stored-position journal) in the configured database
+(mysql.dsn), fill it with --rows due rows, relay them all once with the configured batch
+size and concurrency to the configured RocketMQ (rocketmq.nameservers), topic --topic,
+which must exist there or be auto-created, print the rows/s, and drop both tables. The
+configured tables are not touched. With a databases list, choose the database with
+--database. --positions appends where the broker stored each row to the journal, as the
+broker audit (audit.enabled) does: run it with and without to see what that costs.
 
 To measure without a RocketMQ (the database's and the client's share, against an in-memory
 test broker), run the development tool from a checkout: make bench-local.`,
@@ -53,7 +55,7 @@ test broker), run the development tool from a checkout: make bench-local.`,
 	fs.IntVar(&o.Rows, "rows", 100000, "due rows to fill and relay")
 	fs.IntVar(&o.BodyBytes, "body-bytes", 200, "bytes of each message body")
 	fs.BoolVar(&o.BatchSend, "batch-send", true, "send messages of one topic in batch requests (default: relay.batch_send)")
-	fs.BoolVar(&o.RecordPositions, "positions", false, "record where the broker stored each row in the write-back, as with audit.enabled")
+	fs.BoolVar(&o.RecordPositions, "positions", false, "append where the broker stored each row to the stored-position journal, as with audit.enabled")
 	fs.StringVar(&o.Topic, "topic", "outbox_bench", "topic of the messages")
 	addDatabaseFlag(cmd, &dbName)
 	return cmd

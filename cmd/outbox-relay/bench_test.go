@@ -102,3 +102,19 @@ func TestReleaseBinaryHasNoTestBroker(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchPositions: with --positions every row's position is appended to the bench
+// table's stored-position journal (the output says how many), and both tables are dropped.
+func TestBenchPositions(t *testing.T) {
+	t.Parallel()
+	db := testenv.MySQL(t)
+	broker := benchBroker(t)
+	r := cli(t, "", false, "bench", "--rows", "1500", "--positions", "--topic", "bench_p",
+		"--nameservers", broker.NameServerAddr(), "--log-level=warn", "--mysql-dsn="+db.DSN)
+	if r.code != exitOK || !strings.Contains(r.out, "positions recorded: true") || !strings.Contains(r.out, "journal: 1500 rows' positions in ") {
+		t.Fatalf("bench --positions: %+v", r)
+	}
+	if n := benchTables(t, db); n != 0 {
+		t.Fatalf("%d bench tables left behind", n)
+	}
+}

@@ -50,7 +50,8 @@ func unaskableBroker(t *testing.T) *rmqtest.Server {
 // cannot ask it, why, and exits 1 although every topic exists.
 func TestCheckSaysTheAuditCannotAsk(t *testing.T) {
 	srv := unaskableBroker(t)
-	// The audit is off by default: check says so and does not ask.
+	// With the audit turned off, check says so and does not ask.
+	t.Setenv("OUTBOX_AUDIT_ENABLED", "false")
 	r := cli(t, "", false, "check", "--mysql-dsn=u:p@tcp(127.0.0.1:1)/x", "--timeout", "5s")
 	if r.code != 0 || !strings.Contains(r.out, "broker audit: OFF (audit.enabled=false)") {
 		t.Fatalf("audit off: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.out, r.errOut)

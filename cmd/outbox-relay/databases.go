@@ -113,11 +113,9 @@ func (d *runDatabase) check(ctx context.Context, partitions int, log zerolog.Log
 			switch p.Kind {
 			case "obsolete index":
 				msg = "index the relay no longer uses: every write-back still moves the row's entry in it; `outbox-relay migrate` drops it online"
-			case schema.MissingAuditColumn:
-				msg = "audit column missing: broker positions are not recorded and the broker audit is off for this table; `outbox-relay migrate` adds them online"
-			case schema.CostlyAuditColumn:
-				msg = "audit column of the earlier NULLable kind, which made drains about 2x slower: the relay no longer records positions in it; " +
-					"`outbox-relay migrate` copies its values into the fixed-width audit columns and drops it (an online rebuild of the table)"
+			case schema.MissingStoredLog:
+				msg = "stored-position journal missing: broker positions are not recorded and the broker audit is off for this table; " +
+					"`outbox-relay migrate` creates it (a new table: the outbox table is not locked)"
 			}
 			log.Warn().Str("table", table).Str("problem", p.String()).Msg(msg)
 		}

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -10,48 +11,47 @@ import (
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
-// A table with the NULLable audit columns of earlier versions: `migrate --check` reports
-// each as a costly audit column (exit 1), `--print-sql` says the last step rebuilds the
-// table and shows the copy as a backfill, and `migrate` replaces them keeping the positions.
-func TestMigrateCostlyAuditColumns(t *testing.T) {
+// A table without its stored-position journal (made from the DDL by hand, or by a version
+// before the journal): `migrate --check` reports the journal missing (exit 1),
+// `--print-sql` prints its online CREATE TABLE and creates nothing, `migrate` creates it and
+// keeps the rows, and a second `migrate` has nothing to do.
+func TestMigrateCreatesStoredLog(t *testing.T) {
 	t.Parallel()
 	db := testenv.MySQL(t)
+	ctx := context.Background()
 	dsn := "--mysql-dsn=" + db.DSN
 	ddl, _ := schema.DDL("local_message")
-	drops := []string{}
-	for _, c := range schema.AuditColumns() {
-		drops = append(drops, "DROP COLUMN "+c)
-	}
-	for _, q := range []string{ddl, "ALTER TABLE local_message " + strings.Join(drops, ", "),
-		"ALTER TABLE local_message ADD COLUMN `broker_name` varchar(128) NULL DEFAULT NULL COMMENT 'broker that acknowledged the send', " +
-			"ADD COLUMN `queue_id` int NULL DEFAULT NULL COMMENT 'queue of the acknowledged send', " +
-			"ADD COLUMN `queue_offset` bigint NULL DEFAULT NULL COMMENT 'queue offset of the acknowledged send', " +
-			"ADD COLUMN `offset_msg_id` varchar(64) NULL DEFAULT NULL COMMENT 'broker offset message id of the send', " +
-			"ADD COLUMN `audited_time` bigint NULL DEFAULT NULL COMMENT 'epoch ms of the last audit that found the message at the broker'",
-		"INSERT INTO local_message (msg_id, topic, content, status, broker_name, queue_id, queue_offset) VALUES ('a', 'T', 'x', 2, 'broker-a', 2, 5), ('b', 'T', 'y', 0, NULL, NULL, NULL)",
-	} {
+	for _, q := range []string{ddl, "INSERT INTO local_message (msg_id, topic, content, status) VALUES ('a', 'T', 'x', 2), ('b', 'T', 'y', 0)"} {
 		if _, err := db.Exec(q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
 	r := cli(t, "", false, "migrate", dsn, "--check")
-	if r.code != 1 || !strings.Contains(r.out, "local_message: costly audit column broker_name") {
+	if r.code != 1 || !strings.Contains(r.out, "local_message: missing stored-position journal local_message_stored (the broker audit stays off") {
 		t.Fatalf("--check: exit %d\n%s%s", r.code, r.out, r.errOut)
 	}
 	r = cli(t, "", false, "migrate", dsn, "--print-sql")
-	for _, want := range []string{"ALGORITHM=INSTANT;", "-- backfill: migrate runs it in primary key ranges",
-		"REBUILDS the table online", "DROP COLUMN `audited_time`, FORCE, ALGORITHM=INPLACE, LOCK=NONE;"} {
+	for _, want := range []string{"-- local_message: online (the application keeps writing)", "CREATE TABLE IF NOT EXISTS `local_message_stored` (",
+		"KEY `idx_settled` (`settled_time`)"} {
 		if r.code != 0 || !strings.Contains(r.out, want) {
 			t.Errorf("--print-sql lacks %q (exit %d):\n%s", want, r.code, r.out)
 		}
 	}
-	if r = cli(t, "", false, "migrate", dsn); r.code != 0 {
+	if ok, err := schema.HasStoredLog(ctx, db.DB, "local_message"); err != nil || ok {
+		t.Fatalf("journal after --print-sql: %v, %v; want none", ok, err)
+	}
+	if r = cli(t, "", false, "migrate", dsn); r.code != 0 || !strings.Contains(r.out, "fixed: missing stored-position journal local_message_stored") {
 		t.Fatalf("migrate: exit %d\n%s%s", r.code, r.out, r.errOut)
 	}
-	var got string
-	if err := db.QueryRow("SELECT GROUP_CONCAT(CONCAT_WS(' ', msg_id, stored_broker, stored_queue, stored_offset) ORDER BY id) FROM local_message").Scan(&got); err != nil ||
-		got != "a broker-a 2 5,b  -1 -1" {
-		t.Fatalf("positions after migrate: %q (%v)", got, err)
+	if ok, err := schema.HasStoredLog(ctx, db.DB, "local_message"); err != nil || !ok {
+		t.Fatalf("journal after migrate: %v, %v; want it", ok, err)
+	}
+	var n int
+	if err := db.QueryRow("SELECT COUNT(*) FROM local_message").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("rows after migrate: %d, %v; want 2", n, err)
+	}
+	if r = cli(t, "", false, "migrate", dsn); r.code != 0 || !strings.Contains(r.out, "local_message: up to date") {
+		t.Fatalf("second migrate: exit %d\n%s%s", r.code, r.out, r.errOut)
 	}
 	if r = cli(t, "", false, "migrate", dsn, "--check"); r.code != 0 {
 		t.Fatalf("--check after migrate: exit %d\n%s", r.code, r.out)

@@ -660,6 +660,9 @@ and is published again; consumers drop it only while they still remember its key
 					verb = "would delete"
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s %d sent row(s) last updated before %s\n", resultName(r.DatabaseName, r.Table), verb, r.Deleted, r.Cutoff)
+				if r.JournalDeleted > 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: %s %d stored-position journal entr(ies) settled before then\n", resultName(r.DatabaseName, r.Table), verb, r.JournalDeleted)
+				}
 			}
 			return nil
 		},

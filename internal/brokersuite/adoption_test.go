@@ -19,19 +19,19 @@ import (
 	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
-// readmeGrants returns README.md's mysql-grants statements by account, with the schema
+// readmeGrants returns README.md's mysql-grants statements by account, in order, with the schema
 // written {db} and the account {user} (testenv.DB.Account's placeholders).
-func readmeGrants(t *testing.T) map[string]string {
+func readmeGrants(t *testing.T) map[string][]string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]string{}
+	out := map[string][]string{}
 	for _, m := range regexp.MustCompile(`(?m)^GRANT (.+) ON shop\.(\S+) TO '(\w+)'@'%';$`).FindAllStringSubmatch(string(b), -1) {
-		out[m[3]] = "GRANT " + m[1] + " ON {db}." + m[2] + " TO {user}"
+		out[m[3]] = append(out[m[3]], "GRANT "+m[1]+" ON {db}."+m[2]+" TO {user}")
 	}
-	if out["outbox_migrate"] == "" || out["outbox_relay"] == "" {
+	if out["outbox_migrate"] == nil || out["outbox_relay"] == nil {
 		t.Fatal("README.md's mysql-grants block lacks outbox_migrate or outbox_relay")
 	}
 	return out
@@ -97,7 +97,7 @@ func TestAdoptionPathEndToEnd(t *testing.T) {
 
 	// 1. Grants, as the README writes them.
 	grants := readmeGrants(t)
-	migrator, relayDSN := svc.Account(t, grants["outbox_migrate"]), svc.Account(t, grants["outbox_relay"])
+	migrator, relayDSN := svc.Account(t, grants["outbox_migrate"]...), svc.Account(t, grants["outbox_relay"]...)
 	// 2. Look first, then migrate (in a maintenance window: the id step blocks writes).
 	if out := relayCLI(t, 0, "migrate", "--mysql-dsn="+migrator, "--print-sql"); !strings.Contains(out, "BLOCKING") || !strings.Contains(out, "SET status = 3") {
 		t.Fatalf("migrate --print-sql:\n%s", out)

@@ -62,7 +62,7 @@ func TestDefaults(t *testing.T) {
 			Unrouted: "default", MaxBodyBytes: 4194304, ShutdownTimeout: 15 * time.Second,
 			PurgeRetention: 0, PurgeInterval: 10 * time.Minute, Partitions: 1,
 		},
-		Audit:   Audit{Enabled: false, MinAge: time.Minute, MaxAge: 24 * time.Hour, Rate: 200, BatchSize: 100},
+		Audit:   Audit{Enabled: true, MinAge: time.Minute, MaxAge: 24 * time.Hour, Rate: 200, BatchSize: 100},
 		Lock:    Lock{TTL: 2 * time.Second, Key: "outbox-relay:lock:{db}:{table}", RedlockAddrs: []string{}},
 		Backoff: backoff.Default(),
 		Routes:  []Route{},

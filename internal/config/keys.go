@@ -152,7 +152,7 @@ var defaults = []struct {
 	{KeyRelayPurgeInterval, 10 * time.Minute},
 	{KeyRelayPartitions, 1},
 	{KeyRelayMemoryLimit, 0},
-	{KeyAuditEnabled, false},
+	{KeyAuditEnabled, true},
 	{KeyAuditMinAge, time.Minute},
 	{KeyAuditMaxAge, 24 * time.Hour},
 	{KeyAuditRate, 200.0},

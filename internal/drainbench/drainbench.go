@@ -36,8 +36,8 @@ type Options struct {
 	BatchSize, Concurrency int
 	// MaxBodyBytes is the relay's relay.max_body_bytes (raised to BodyBytes if lower).
 	MaxBodyBytes int
-	// RecordPositions records where the broker stored each row in the write-back, as with
-	// audit.enabled (relay.Config.RecordPositions).
+	// RecordPositions appends where the broker stored each row to the table's
+	// stored-position journal, as with audit.enabled (relay.Config.RecordPositions).
 	RecordPositions bool
 	// Database and Broker describe where the measure runs, for the report (no secrets).
 	Database, Broker string
@@ -56,8 +56,9 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// Run creates outbox_bench_<random> in db, fills it with o.Rows due rows, drains it once
-// through pub, writes the figures to out and drops the table (even when ctx is cancelled).
+// Run creates outbox_bench_<random> and its stored-position journal in db, fills it with
+// o.Rows due rows, drains it once through pub, writes the figures to out and drops both
+// tables (even when ctx is cancelled).
 func Run(ctx context.Context, db *sql.DB, pub relay.Publisher, o Options, out io.Writer) error {
 	if err := o.Validate(); err != nil {
 		return err
@@ -70,7 +71,7 @@ func Run(ctx context.Context, db *sql.DB, pub relay.Publisher, o Options, out io
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		if _, err := db.ExecContext(dctx, "DROP TABLE IF EXISTS "+table); err != nil {
+		if _, err := db.ExecContext(dctx, "DROP TABLE IF EXISTS "+table+", "+schema.StoredLogTable(table)); err != nil {
 			dropErr = fmt.Errorf("drop %s by hand: %w", table, err)
 			fmt.Fprintln(out, dropErr)
 		}
@@ -78,7 +79,7 @@ func Run(ctx context.Context, db *sql.DB, pub relay.Publisher, o Options, out io
 
 	fmt.Fprintf(out, "outbox-relay bench: %d rows of %d bytes, batch size %d, concurrency %d, batch send %t\n",
 		o.Rows, o.BodyBytes, o.BatchSize, o.Concurrency, o.BatchSend)
-	fmt.Fprintf(out, "database %s, table %s (dropped at the end), broker: %s\n", o.Database, table, o.Broker)
+	fmt.Fprintf(out, "database %s, table %s (dropped at the end), broker: %s, positions recorded: %t\n", o.Database, table, o.Broker, o.RecordPositions)
 
 	// Warm up the producer (route lookup, connection) so the drain measures steady state.
 	if err := pub.Send(ctx, relay.Route{}, &relay.Message{MsgID: "bench-warm-up", Topic: o.Topic, Body: []byte("warm-up")}); err != nil {
@@ -114,7 +115,28 @@ func Run(ctx context.Context, db *sql.DB, pub relay.Publisher, o Options, out io
 	if st.Sent != o.Rows {
 		return fmt.Errorf("only %d of %d rows were sent (retried %d, dead %d): see the log", st.Sent, o.Rows, st.Retried, st.Dead)
 	}
+	if err := reportJournal(ctx, db, table, o, out); err != nil {
+		return err
+	}
 	return dropErr
+}
+
+// reportJournal says how many rows' positions the drain appended to the journal, and fails
+// when o.RecordPositions left some out.
+func reportJournal(ctx context.Context, db *sql.DB, table string, o Options, out io.Writer) error {
+	var rows, entries int64
+	err := db.QueryRowContext(ctx, "SELECT COALESCE(SUM(row_count), 0), COUNT(*) FROM "+schema.QuoteIdent(schema.StoredLogTable(table))).Scan(&rows, &entries)
+	if err != nil {
+		return fmt.Errorf("read the stored-position journal: %w", err)
+	}
+	if !o.RecordPositions {
+		return nil
+	}
+	fmt.Fprintf(out, "journal: %d rows' positions in %d entries\n", rows, entries)
+	if rows != int64(o.Rows) {
+		return fmt.Errorf("the stored-position journal holds %d rows' positions, not %d: see the log", rows, o.Rows)
+	}
+	return nil
 }
 
 // Fill inserts o.Rows due rows of o.Topic into table with multi-row INSERTs of 1,000 rows.

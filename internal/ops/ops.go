@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/mysqlerr"
+	"github.com/outbox-relay/outbox-relay/internal/storedlog"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
@@ -584,12 +585,16 @@ type PurgeResult struct {
 	DryRun  bool  `json:"dry_run"`
 	// Cutoff is the horizon: rows last updated before it were eligible (database clock).
 	Cutoff string `json:"cutoff"`
+	// JournalDeleted is the entries of the table's stored-position journal settled before
+	// the horizon that were deleted, or would be with DryRun; 0 without a journal.
+	JournalDeleted int64 `json:"journal_deleted"`
 }
 
 // Purge deletes sent and handed rows older than opts.OlderThan in batches of opts.BatchSize,
 // each its own short statement, until none is left or ctx ends. Pending, failed and dead rows are never
 // touched, and the horizon is fixed at the start, so Purge ends even while the relay keeps
-// sending. It is safe to run alongside a relay.
+// sending. It is safe to run alongside a relay. Then it deletes the entries of the table's
+// stored-position journal settled before the same horizon, in batches of the same size.
 func Purge(ctx context.Context, db *sql.DB, table string, opts PurgeOptions) (PurgeResult, error) {
 	res := PurgeResult{Table: table, DryRun: opts.DryRun}
 	if opts.OlderThan <= 0 {
@@ -620,7 +625,8 @@ func Purge(ctx context.Context, db *sql.DB, table string, opts PurgeOptions) (Pu
 			}
 			res.Deleted += n
 		}
-		return res, nil
+		res.JournalDeleted, err = purgeJournal(ctx, db, table, sentCutoff, opts)
+		return res, err
 	}
 	sel, err := scanQuery(ctx, db, sqlPurgeSelect, table)
 	if err != nil {
@@ -650,7 +656,45 @@ func Purge(ctx context.Context, db *sql.DB, table string, opts PurgeOptions) (Pu
 			}
 		}
 	}
-	return res, nil
+	res.JournalDeleted, err = purgeJournal(ctx, db, table, sentCutoff, opts)
+	return res, err
+}
+
+// purgeJournal deletes the entries of table's stored-position journal settled before
+// beforeMs (the sent rows' horizon, epoch ms of the database clock), opts.BatchSize at a
+// time, oldest first, so that the journal never outgrows the table; with opts.DryRun it
+// counts them. A table without a journal has nothing to purge.
+func purgeJournal(ctx context.Context, db *sql.DB, table string, beforeMs int64, opts PurgeOptions) (int64, error) {
+	if ok, err := schema.HasStoredLog(ctx, db, table); err != nil || !ok {
+		return 0, err
+	}
+	j, err := storedlog.Open(db, table)
+	if err != nil {
+		return 0, err
+	}
+	if opts.DryRun {
+		var n int64
+		err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+schema.QuoteIdent(j.Name())+" WHERE settled_time < ?", beforeMs).Scan(&n)
+		if err != nil {
+			return 0, fmt.Errorf("purge %s (dry run): count %s: %w", table, j.Name(), err)
+		}
+		return n, nil
+	}
+	var total int64
+	for {
+		n, err := j.Purge(ctx, beforeMs, opts.BatchSize)
+		total += n
+		if err != nil || n < int64(opts.BatchSize) {
+			return total, err
+		}
+		if opts.Pause > 0 {
+			select {
+			case <-ctx.Done():
+				return total, ctx.Err()
+			case <-time.After(opts.Pause):
+			}
+		}
+	}
 }
 
 // purgedStatuses are the statuses Purge deletes, in order: sent rows, then handed rows
@@ -739,8 +783,9 @@ func PurgeLoop(ctx context.Context, db *sql.DB, tables []string, opts PurgeOptio
 				return ctx.Err()
 			case err != nil:
 				log.Error().Err(err).Str("table", table).Msg("purge failed")
-			case res.Deleted > 0:
-				log.Info().Str("table", table).Int64("deleted", res.Deleted).Int("batches", res.Batches).Str("cutoff", res.Cutoff).Msg("purged sent rows")
+			case res.Deleted > 0 || res.JournalDeleted > 0:
+				log.Info().Str("table", table).Int64("deleted", res.Deleted).Int("batches", res.Batches).Int64("journal_deleted", res.JournalDeleted).
+					Str("cutoff", res.Cutoff).Msg("purged sent rows")
 			default:
 				log.Debug().Str("table", table).Str("cutoff", res.Cutoff).Msg("nothing to purge")
 			}

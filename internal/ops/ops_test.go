@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/storedlog"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
@@ -471,5 +472,54 @@ func TestReservedWordTable(t *testing.T) {
 	}
 	if res, err := Purge(b.ctx, b.db, order, PurgeOptions{OlderThan: 24 * time.Hour}); err != nil || res.Deleted != 1 {
 		t.Fatalf("Purge = %+v, %v", res, err)
+	}
+}
+
+// The purge deletes the stored-position journal's entries settled before the sent rows'
+// horizon, in batches, and keeps the newer ones, so that the journal never outgrows the
+// table; a dry run counts them; a table without a journal is purged as before.
+func TestPurgeDeletesOldJournalEntries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	j, err := storedlog.Open(b.db, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := DBNow(b.ctx, b.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, young := now.Add(-10*24*time.Hour).UnixMilli(), now.Add(-time.Hour).UnixMilli()
+	var entries []storedlog.Entry
+	for i := int64(0); i < 7; i++ {
+		settled := old + i
+		if i >= 5 {
+			settled = young + i
+		}
+		entries = append(entries, storedlog.Entry{SettledMs: settled, Positions: []storedlog.Pos{{ID: i + 1, Broker: "broker-a", QueueID: 1, Offset: i, CommitOffset: -1}}})
+	}
+	if err := j.Append(b.ctx, entries); err != nil {
+		t.Fatal(err)
+	}
+	b.insert(t, row{msgID: "old-sent", status: 2, updAge: 8 * 86400, sentTime: old})
+	opts := PurgeOptions{OlderThan: 7 * 24 * time.Hour, BatchSize: 2}
+	dry, err := Purge(b.ctx, b.db, table, PurgeOptions{OlderThan: opts.OlderThan, DryRun: true})
+	if err != nil || dry.Deleted != 1 || dry.JournalDeleted != 5 {
+		t.Fatalf("dry run: %+v, %v; want 1 row and 5 journal entries", dry, err)
+	}
+	res, err := Purge(b.ctx, b.db, table, opts)
+	if err != nil || res.Deleted != 1 || res.JournalDeleted != 5 {
+		t.Fatalf("purge: %+v, %v; want 1 row and 5 journal entries", res, err)
+	}
+	var left, oldest int64
+	if err := b.db.QueryRow("SELECT COUNT(*), MIN(settled_time) FROM local_message_stored").Scan(&left, &oldest); err != nil || left != 2 || oldest != young+5 {
+		t.Fatalf("journal after purge: %d entries from %d, %v; want the 2 young ones from %d", left, oldest, err, young+5)
+	}
+	if _, err := b.db.Exec("DROP TABLE local_message_stored"); err != nil {
+		t.Fatal(err)
+	}
+	b.insert(t, row{msgID: "old-sent-2", status: 2, updAge: 8 * 86400, sentTime: old})
+	if res, err := Purge(b.ctx, b.db, table, opts); err != nil || res.Deleted != 1 || res.JournalDeleted != 0 {
+		t.Fatalf("purge without a journal: %+v, %v", res, err)
 	}
 }

@@ -44,8 +44,8 @@ type Store struct {
 	scanDone        bool
 	// reasonChars is the width of the table's fail_reason (0: unknown), read by scanIndex.
 	reasonChars int
-	// positions: the table has the audit columns, and sent rows record where the broker
-	// stored them (markSentAt); read by scanIndex.
+	// positions: the table has its stored-position journal, where the relay records where
+	// the broker stored the rows it marks sent; read by scanIndex.
 	positions bool
 }
 
@@ -183,7 +183,7 @@ func (s *Store) ScanIndex(ctx context.Context) error {
 	if s.reasonChars, err = FailReasonWidth(ctx, s.DB, s.Name); err != nil {
 		return err
 	}
-	if s.positions, err = schema.HasAuditColumns(ctx, s.DB, s.Name); err != nil {
+	if s.positions, err = schema.HasStoredLog(ctx, s.DB, s.Name); err != nil {
 		return err
 	}
 	s.scanDone = true

@@ -178,12 +178,22 @@ func (j *Journal) Find(ctx context.Context, id, settledMs int64) (Pos, bool, err
 }
 
 // Purge deletes up to limit entries settled before beforeMs, oldest first, and returns how
-// many it deleted.
+// many it deleted. It runs in READ COMMITTED: under REPEATABLE READ the DELETE would also
+// lock the gap after the last entry it deletes, up to the journal's end when no newer entry
+// exists, and the relay's appends would wait for it.
 func (j *Journal) Purge(ctx context.Context, beforeMs int64, limit int) (int64, error) {
-	res, err := j.db.ExecContext(ctx, `DELETE FROM `+j.table+` WHERE settled_time < ? ORDER BY settled_time LIMIT ?`, beforeMs, limit)
+	tx, err := j.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return 0, fmt.Errorf("purge %s: %w", j.name, err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `DELETE FROM `+j.table+` WHERE settled_time < ? ORDER BY settled_time LIMIT ?`, beforeMs, limit)
 	if err != nil {
 		return 0, fmt.Errorf("purge %s: %w", j.name, err)
 	}
 	n, _ := res.RowsAffected()
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("purge %s: %w", j.name, err)
+	}
 	return n, nil
 }

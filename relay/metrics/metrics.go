@@ -102,7 +102,7 @@ func NewMetricsWith(reg prometheus.Registerer, opts MetricsOptions) *Metrics {
 	if reg != nil {
 		s := &m.series
 		reg.MustRegister(s.Published, s.Failed, s.Dead, s.Pending, s.OldestDue, s.DeadRows, s.UnknownRows, s.PublishTime,
-			s.BatchTime, s.Leader, s.LockWait, s.LockLosses, s.WriteBacks, s.PartOwned, s.Members, m.buildInfo,
+			s.BatchTime, s.Leader, s.LockWait, s.LockLosses, s.WriteBacks, s.Unrecorded, s.PartOwned, s.Members, m.buildInfo,
 			s.SendFails, s.Misconfig, m.unrepl, m.connWatch)
 	}
 	return m
@@ -139,6 +139,8 @@ func newSeries(opts MetricsOptions) recorder.Series {
 			"database", "table", "topic"),
 		LockLosses: counterVec("outbox_relay_lock_losses_total", "Times the lock could not be extended and publishing stopped.", "database", "table"),
 		WriteBacks: counterVec("outbox_relay_writeback_failures_total", "Write-backs the database refused or did not answer; publishing pauses until one succeeds.",
+			"database", "table"),
+		Unrecorded: counterVec("outbox_relay_audit_unrecorded_rows_total", "Sent rows whose broker positions were not recorded in the stored-position journal (its queue full, or appends refused): the broker audit never checks them.",
 			"database", "table"),
 		Leader:   gaugeVec("outbox_relay_leader", "1 while this process holds the table's lock and publishes, else 0.", "database", "table"),
 		LockWait: gaugeVec("outbox_relay_lock_wait_seconds", "How long this process has waited for the table's lock; 0 while it is the leader.", "database", "table"),

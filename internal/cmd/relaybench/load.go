@@ -74,7 +74,8 @@ type loadResult struct {
 	cpuPct                           float64 // relay processes' CPU time / wall time, % of one core
 	idleQPS                          float64 // commands the relay processes sent at idle, per second
 	queriesPer1k                     float64 // commands the relay processes sent while busy, per 1,000 rows delivered
-	audited                          int     // rows the audit found at the broker (audited_time set)
+	recorded                         int     // rows whose positions the stored-position journal holds
+	audited                          int     // of those, rows in journal entries the audit finished (audited_time set)
 	load1                            float64 // the machine's load average over 1 minute, at the scenario's end
 }
 
@@ -231,7 +232,9 @@ func runScenario(ctx context.Context, w *world, f loadFlags, sc scenario) (loadR
 	if err := schema.MigratePartitioned(ctx, w.db, table, parts); err != nil {
 		return res, err
 	}
-	defer w.db.ExecContext(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+table+", "+table+"_orders")
+	// Migrate creates the stored-position journal too: with the audit on the relays append
+	// to it, with it off nothing does, so "off" is the relay without a journal's writes.
+	defer w.db.ExecContext(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+table+", "+table+"_orders, "+schema.StoredLogTable(table))
 	wr, err := outbox.NewWriter(outbox.Config{Table: table, Nudger: redisnudge.New(w.rdb)})
 	if err != nil {
 		return res, err
@@ -282,8 +285,9 @@ func runScenario(ctx context.Context, w *world, f loadFlags, sc scenario) (loadR
 	wall := time.Since(start)
 	res.cpuPct = 100 * (cpuOf(procs) - cpu0).Seconds() / wall.Seconds()
 	busyQueries := proxy.Commands() - q0
-	if err := w.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table+" WHERE stored_audit_time > 0").Scan(&res.audited); err != nil {
-		return res, fmt.Errorf("count the rows audited: %w", err)
+	if err := w.db.QueryRowContext(ctx, "SELECT COALESCE(SUM(row_count), 0), COALESCE(SUM(IF(audited_time > 0, row_count, 0)), 0) FROM "+
+		schema.StoredLogTable(table)).Scan(&res.recorded, &res.audited); err != nil {
+		return res, fmt.Errorf("count the rows recorded and audited: %w", err)
 	}
 	res.load1 = loadAverage()
 
@@ -424,20 +428,21 @@ func percentile(sorted []float64, p float64) float64 {
 
 func printResult(r loadResult) {
 	fmt.Printf("%-50s committed %d, rolled back %d, delivered %d (dups %d, from rolled back %d); "+
-		"p50 %.0f p95 %.0f p99 %.0f max %.0f ms; %.0f rows/s; relay CPU %.1f%%; %.0f queries/1k rows; idle %.1f queries/s; audited %d; load %.1f\n",
+		"p50 %.0f p95 %.0f p99 %.0f max %.0f ms; %.0f rows/s; relay CPU %.1f%%; %.0f queries/1k rows; idle %.1f queries/s; recorded %d, audited %d; load %.1f\n",
 		r.scenario, r.committed, r.rolledBack, r.delivered, r.duplicates, r.fromRolledBack,
-		r.p50, r.p95, r.p99, r.max, r.rowsPerSec, r.cpuPct, r.queriesPer1k, r.idleQPS, r.audited, r.load1)
+		r.p50, r.p95, r.p99, r.max, r.rowsPerSec, r.cpuPct, r.queriesPer1k, r.idleQPS, r.recorded, r.audited, r.load1)
 }
 
 func printTable(rs []loadResult) {
-	fmt.Println("| poll | relays | relay | nudge | audit | p50 ms | p95 ms | p99 ms | max lag ms | rows/s | relay CPU % | queries/1k rows | idle queries/s | audited | load |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| poll | relays | relay | nudge | audit | p50 ms | p95 ms | p99 ms | max lag ms | rows/s | relay CPU % | queries/1k rows | idle queries/s | recorded | audited | load |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rs {
 		nudge := "no"
 		if r.nudge {
 			nudge = "yes"
 		}
-		fmt.Printf("| %s | %d | %s | %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.0f | %.1f | %d | %.1f |\n",
-			r.poll, r.relays, r.algo, nudge, cmp.Or(r.audit, "-"), r.p50, r.p95, r.p99, r.max, r.rowsPerSec, r.cpuPct, r.queriesPer1k, r.idleQPS, r.audited, r.load1)
+		fmt.Printf("| %s | %d | %s | %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %.0f | %.1f | %d | %d | %.1f |\n",
+			r.poll, r.relays, r.algo, nudge, cmp.Or(r.audit, "-"), r.p50, r.p95, r.p99, r.max, r.rowsPerSec, r.cpuPct, r.queriesPer1k, r.idleQPS,
+			r.recorded, r.audited, r.load1)
 	}
 }

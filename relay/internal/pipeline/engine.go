@@ -9,6 +9,7 @@
 package pipeline
 
 import (
+	"context"
 	"database/sql"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/outboxsql"
 	"github.com/outbox-relay/outbox-relay/internal/startstop"
+	"github.com/outbox-relay/outbox-relay/internal/storedlog"
 	"github.com/outbox-relay/outbox-relay/relay/internal/recorder"
 	"github.com/outbox-relay/outbox-relay/relay/message"
 	"github.com/outbox-relay/outbox-relay/schema"
@@ -89,6 +91,10 @@ type Engine struct {
 	clock     dbClock         // the database's clock (dbcheck.go)
 	check     *startstop.Func // CheckDatabaseAsync's check of the database (dbcheck.go)
 	lastCheck atomic.Int64    // when the last began, nanoseconds after progress.start
+	// journal appends the sent rows' positions (Config.RecordPositions; else nil);
+	// journalSvc is its service (a no-op without it).
+	journal    *appender
+	journalSvc startstop.Service
 
 	metrics *TableMetrics // nil without metrics
 	tracer  trace.Tracer  // nil without a tracer provider
@@ -127,6 +133,15 @@ func New(cfg Config, db *sql.DB, pub Publisher, log zerolog.Logger, tm *TableMet
 	}
 	e.batcher, _ = pub.(KeyBatcher)
 	e.check = startstop.New(e.CheckDatabase)
+	if cfg.RecordPositions {
+		if j, err := storedlog.Open(db, cfg.Table); err == nil { // the table's name is checked already
+			e.journal = newAppender(j, log, tm, cfg.QueryTimeout)
+		}
+	}
+	e.journalSvc = startstop.New(func(context.Context) {})
+	if e.journal != nil {
+		e.journalSvc = e.journal.svc
+	}
 	e.progress.mark()
 	e.store.Tracker = &e.progress
 	return e

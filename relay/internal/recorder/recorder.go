@@ -38,7 +38,9 @@ type Series struct {
 	PublishTime, BatchTime                    *prometheus.HistogramVec
 	Leader, LockWait, Members, PartOwned      *prometheus.GaugeVec
 	LockLosses, WriteBacks, SendFails         *prometheus.CounterVec
-	Misconfig                                 *prometheus.GaugeVec
+	// Unrecorded counts the sent rows whose positions the stored-position journal missed.
+	Unrecorded *prometheus.CounterVec
+	Misconfig  *prometheus.GaugeVec
 
 	// Routes are the configured routes: a route whose topic and tag are literal has its own
 	// series from zero, and its topic keeps its label when the budget is spent.
@@ -79,6 +81,7 @@ type Table struct {
 	lockWait        prometheus.Gauge
 	lockLosses      prometheus.Counter
 	writeBacks      prometheus.Counter
+	unrecorded      prometheus.Counter
 	// counted feeds the dashboard's activity minutes (relay/metrics).
 	counted func(sent, failed, dead int)
 
@@ -113,6 +116,7 @@ func NewTable(s *Series, database, table string, counted func(sent, failed, dead
 		lockWait:   s.LockWait.WithLabelValues(database, table),
 		lockLosses: s.LockLosses.WithLabelValues(database, table),
 		writeBacks: s.WriteBacks.WithLabelValues(database, table),
+		unrecorded: s.Unrecorded.WithLabelValues(database, table),
 		pairs:      map[[2]string]pairCounters{},
 		topics:     map[string]bool{},
 	}
@@ -261,6 +265,14 @@ func (t *Table) LockLost() {
 func (t *Table) WriteBackFailed() {
 	if t != nil {
 		t.writeBacks.Inc()
+	}
+}
+
+// AuditUnrecorded counts n sent rows whose positions the stored-position journal dropped
+// (its queue full, or appends refused): the broker audit never checks them.
+func (t *Table) AuditUnrecorded(n int) {
+	if t != nil {
+		t.unrecorded.Add(float64(n))
 	}
 }
 
