@@ -7,10 +7,14 @@
 // An entry's positions column holds, in order: the format version (1 byte, 1); the number
 // of broker names and each name (uvarint length, bytes); the number of rows; then per row
 // the id's difference from the previous row's (zig-zag varint; the first from 0), the
-// broker's index in the names, the queue id, the queue offset and the commit log offset
-// plus one (0: unknown), each a uvarint. Decode checks every count and value against the
-// bytes present and the limits below, so a damaged or forged entry is refused, never
-// trusted.
+// broker's index in the names and the queue id (uvarints), the queue offset's difference
+// from the previous offset in the same queue of the same broker (zig-zag varint; the first
+// from 0), and the commit log offset plus one (0: unknown) as its difference from the
+// previous such value of the same broker (zig-zag varint; the first from 0). The
+// differences keep a page's rows to about 6 bytes each: a batch's offsets are consecutive
+// and its commit log offsets a message's size apart. Decode checks every count and value
+// against the bytes present and the limits below, so a damaged or forged entry is refused,
+// never trusted.
 package storedlog
 
 import (
@@ -80,14 +84,18 @@ func Encode(ps []Pos) ([]byte, error) {
 		b = append(b, n...)
 	}
 	b = binary.AppendUvarint(b, uint64(len(ps)))
+	var last lastSeen
 	prev := int64(0)
 	for _, p := range ps {
 		b = binary.AppendVarint(b, p.ID-prev)
 		prev = p.ID
-		b = binary.AppendUvarint(b, index[p.Broker])
+		broker := index[p.Broker]
+		b = binary.AppendUvarint(b, broker)
 		b = binary.AppendUvarint(b, uint64(p.QueueID))
-		b = binary.AppendUvarint(b, uint64(p.Offset))
-		b = binary.AppendUvarint(b, uint64(p.CommitOffset+1))
+		q := queueKey{broker, p.QueueID}
+		b = binary.AppendVarint(b, p.Offset-last.offset(q))
+		b = binary.AppendVarint(b, p.CommitOffset+1-last.commit(broker))
+		last.see(q, p.Offset, p.CommitOffset+1)
 	}
 	return b, nil
 }
@@ -124,12 +132,23 @@ func Decode(b []byte) ([]Pos, error) {
 		d.fail("no rows")
 	}
 	ps := make([]Pos, 0, nRows)
+	var last lastSeen
 	id := int64(0)
 	for i := 0; i < nRows && d.err == nil; i++ {
 		id = d.nextID(id)
-		p := Pos{ID: id, Broker: d.pick(names), QueueID: int(d.uint("queue id", MaxQueueID)),
-			Offset: int64(d.uint("queue offset", math.MaxInt64)), CommitOffset: int64(d.uint("commit offset", math.MaxInt64)) - 1}
-		ps = append(ps, p)
+		broker := d.uint("broker index", uint64(max(len(names)-1, 0)))
+		if d.err == nil && len(names) == 0 {
+			d.fail("a row names no broker")
+		}
+		queue := int(d.uint("queue id", MaxQueueID))
+		q := queueKey{broker, queue}
+		offset := d.plus("queue offset", last.offset(q))
+		commit := d.plus("commit offset", last.commit(broker))
+		if d.err != nil {
+			break
+		}
+		last.see(q, offset, commit)
+		ps = append(ps, Pos{ID: id, Broker: names[broker], QueueID: queue, Offset: offset, CommitOffset: commit - 1})
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("%d bytes after the last row", len(d.b))
@@ -213,11 +232,47 @@ func (d *decoder) nextID(prev int64) int64 {
 	return id
 }
 
-func (d *decoder) pick(names []string) string {
-	i := d.uint("broker index", uint64(max(len(names)-1, 0)))
-	if d.err != nil || len(names) == 0 {
-		d.fail("a row names no broker")
-		return ""
+// plus reads a zig-zag difference from prev and returns prev plus it, which must not be
+// negative (nor overflow).
+func (d *decoder) plus(what string, prev int64) int64 {
+	if d.err != nil {
+		return 0
 	}
-	return names[i]
+	delta, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail("%s is truncated or overlong", what)
+		return 0
+	}
+	d.b = d.b[n:]
+	v := prev + delta
+	if (delta > 0 && v < prev) || (delta < 0 && v > prev) || v < 0 {
+		d.fail("%s %d%+d is out of range", what, prev, delta)
+		return 0
+	}
+	return v
+}
+
+// queueKey is one queue of one broker (its index in the entry's names).
+type queueKey struct {
+	broker uint64
+	queue  int
+}
+
+// lastSeen is what the rows so far left as the base of the next row's differences: the
+// last offset of each queue and the last commit offset (plus one) of each broker.
+type lastSeen struct {
+	offsets map[queueKey]int64
+	commits map[uint64]int64
+}
+
+func (l *lastSeen) offset(q queueKey) int64 { return l.offsets[q] }
+
+func (l *lastSeen) commit(broker uint64) int64 { return l.commits[broker] }
+
+func (l *lastSeen) see(q queueKey, offset, commitPlusOne int64) {
+	if l.offsets == nil {
+		l.offsets, l.commits = map[queueKey]int64{}, map[uint64]int64{}
+	}
+	l.offsets[q] = offset
+	l.commits[q.broker] = commitPlusOne
 }
