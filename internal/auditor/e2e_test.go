@@ -101,6 +101,16 @@ func (g *rig) count(t *testing.T, where string) int {
 	return n
 }
 
+// recorded returns how many rows' positions the journal holds.
+func (g *rig) recorded(t *testing.T) int {
+	t.Helper()
+	var n int
+	if err := g.db.QueryRow("SELECT COALESCE(SUM(row_count), 0) FROM local_message_stored").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // atBroker returns how many copies of each OUTBOX_MSG_ID the broker holds.
 func (g *rig) atBroker() map[string]int {
 	out := map[string]int{}
@@ -167,7 +177,7 @@ func TestLostAfterAcknowledgementSentAgain(t *testing.T) {
 	// + Idle after it was sent; re-sent on the relay's next poll; its copy checked one round
 	// later. 30 s leaves room for a loaded machine, never for a row left behind.
 	testenv.Eventually(t, 30*time.Second, "every row sent and found at the broker", func() bool {
-		return g.count(t, "status = 2 AND stored_audit_time > 0") == total
+		return auditor.AuditedRows(t, g.db.DB, "local_message") == total
 	})
 	held := g.atBroker()
 	for _, prefix := range []string{"o1", "e1", "o2", "e2"} {
@@ -264,6 +274,8 @@ func TestAuditDryRunThenRepair(t *testing.T) {
 	g.runRelay(t)
 	g.insert(t, "events", "e", 80)
 	testenv.Eventually(t, 30*time.Second, "rows sent", func() bool { return g.count(t, "status = 2") == 80 })
+	// The relay appends the rows' positions to the journal shortly after it marks them sent.
+	testenv.Eventually(t, 10*time.Second, "positions recorded", func() bool { return g.recorded(t) == 80 })
 	perQueue := map[int]int64{}
 	fullest := 0
 	for _, m := range g.broker.Messages("events") {
@@ -290,8 +302,8 @@ func TestAuditDryRunThenRepair(t *testing.T) {
 	if rep.Checked != 80 || rep.Missing != lost || rep.Present != 80-lost || rep.Repaired != 0 || len(rep.Lost) != lost {
 		t.Fatalf("dry run: %+v; want 80 checked, the %d lost missing, nothing repaired", rep, lost)
 	}
-	if n := g.count(t, "status = 2 AND stored_audit_time = 0"); n != 80 {
-		t.Fatalf("the dry run changed rows: %d of 80 untouched", n)
+	if n, audited := g.count(t, "status = 2"), auditor.AuditedRows(t, g.db.DB, "local_message"); n != 80 || audited != 0 {
+		t.Fatalf("the dry run changed rows: %d of 80 still sent, %d audited", n, audited)
 	}
 	if rep, err := a.Audit(ctx, auditor.Range{From: time.Now().Add(-time.Hour), Topic: "orders"}); err != nil || rep.Checked != 0 {
 		t.Fatalf("--topic orders checked %d rows (%v); want none", rep.Checked, err)
