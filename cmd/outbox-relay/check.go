@@ -263,7 +263,7 @@ func checkAudit(ctx context.Context, w io.Writer, cfg config.Config) error {
 		fmt.Fprintf(w, "broker audit: OFF: %v\n", err)
 		return errors.New("check: the broker audit cannot ask the brokers")
 	}
-	fmt.Fprintln(w, "broker audit: ok, every broker of the routes' topics serves the audit's pulls (tables also need the audit columns: outbox-relay migrate --check)")
+	fmt.Fprintln(w, "broker audit: ok, every broker of the routes' topics serves the audit's pulls (tables also need their stored-position journal: outbox-relay migrate --check)")
 	return nil
 }
 

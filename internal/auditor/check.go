@@ -88,10 +88,12 @@ func (a *Auditor) lost(ctx context.Context, cands []candidate, found []brokeraud
 }
 
 // Range is what Audit checks: rows sent in [From, To] (To zero: now), of Topic (empty:
-// any), every one whatever earlier audits found.
+// any), in journal entries not yet audited, or all of them with All.
 type Range struct {
 	From, To time.Time
 	Topic    string
+	// All checks the rows of entries already audited too.
+	All bool
 	// Repair makes the missing rows due again; without it Audit only reports them.
 	Repair bool
 }
@@ -106,7 +108,7 @@ func (a *Auditor) Audit(ctx context.Context, rg Range) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	w := window{from: rg.From.UnixMilli(), to: nowMs, topic: rg.Topic, all: true}
+	w := window{from: rg.From.UnixMilli(), to: nowMs, topic: rg.Topic, all: rg.All}
 	if !rg.To.IsZero() {
 		w.to = min(rg.To.UnixMilli(), nowMs)
 	}
