@@ -240,31 +240,8 @@ func consumeOnce(t *testing.T, g *rig) {
 	}
 }
 
-// counter sums the series of the counter name in reg, those with ordered=orderedLabel only
-// unless it is empty.
-func counter(t *testing.T, reg *prometheus.Registry, name, orderedLabel string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if orderedLabel != "" && l.GetName() == "ordered" && l.GetValue() != orderedLabel {
-					continue metrics
-				}
-			}
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
-}
+// counter is auditor.Counter.
+var counter = auditor.Counter
 
 // Audit (`outbox-relay audit`) on a range: a dry run lists exactly the rows the broker lost
 // and changes nothing; with Repair they are made due again with the broker's reason, their

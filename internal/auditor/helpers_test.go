@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/storedlog"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
@@ -149,4 +151,30 @@ func DrainAll(tb testing.TB, r *relay.Relay, n int) int {
 		sent += st.Sent
 	}
 	return sent
+}
+
+// Counter sums the series of the counter name in reg, those with ordered=orderedLabel only
+// unless it is empty.
+func Counter(t *testing.T, reg *prometheus.Registry, name, orderedLabel string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if orderedLabel != "" && l.GetName() == "ordered" && l.GetValue() != orderedLabel {
+					continue metrics
+				}
+			}
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
 }
