@@ -43,6 +43,11 @@
 //  7. pipeline/complete.go (completer, writeBack) writes the results back with the guarded
 //     UPDATEs of internal/outboxsql/store.go (Store.MarkSent, MarkRetry, MarkTransientRetry,
 //     MarkDeferred, MarkDead).
+//  8. With Config.RecordPositions, pipeline/stored.go (markSentRows) hands the positions of
+//     the rows just marked sent to pipeline/journal.go (appender), which appends them to
+//     the table's stored-position journal (internal/storedlog) in batches, after and apart
+//     from the write-back: a full queue or refused appends drop positions (counted), never
+//     a row's delivery.
 //
 // Where each guarantee is enforced (one place each):
 //   - Per-key order (a key's rows in id order, one in flight): pipeline/plan.go. It lets an ordered
@@ -92,7 +97,10 @@
 //
 // Background work runs as services of one shape (internal/startstop: Start returns once the
 // service runs, Stop cancels it and returns once its goroutine has ended). Run (leader.go)
-// starts the nudge listener and the backlog sampler and stops them before it returns. Each
+// starts the journal's appender (pipeline/journal.go), the nudge listener and the backlog
+// sampler, and stops them before it returns, the appender last, once every write-back is
+// done (it then appends what is pending). DrainOnce runs the appender for its pass when
+// Run does not. Each
 // term (term.go) starts the handover watch, the abort watch and the lock keeper; a term that
 // ends by shutdown or handover waits for the late units (pipeline/late.go), stops the keeper
 // and the check of the database it started (pipeline/dbcheck.go), releases the lock, then

@@ -18,21 +18,23 @@ import (
 
 func (a *app) newAuditCmd() *cobra.Command {
 	var since, until, topic, dbName string
-	var repair bool
+	var repair, all bool
 	cmd := &cobra.Command{
 		Use:   "audit --since DURATION|TIME",
 		Short: "Check sent rows against the broker; --repair sends again those it lost",
-		Long: `Check every sent row of a time range that recorded where the broker stored it (the
-audit columns, added by migrate) against the broker: present, missing (the broker
-acknowledged it and no longer holds it) or unknown (the broker cannot tell: unreachable,
-past its retention). --since and --until take a duration before now (30m, 2h, 7d) or a
+		Long: `Check the sent rows of a time range whose positions the relay recorded (in the table's
+stored-position journal, created by migrate) against the broker: present, missing (the
+broker acknowledged it and no longer holds it) or unknown (the broker cannot tell:
+unreachable, past its retention). By default only the rows not yet audited (by the running
+relay's audit or an earlier --repair) are checked; --all checks them all again, e.g. after
+a broker lost data it held when it was last audited. --since and --until take a duration before now (30m, 2h, 7d) or a
 time (2026-11-27T10:00:00Z), on the database's clock; --until defaults to now.
 
 A dry run by default: it lists the missing rows and changes nothing. With --repair they are
 made due again (status failed-will-retry, next attempt now, the retry count untouched, the
 reason "lost by broker X after acknowledgement: ...") and the relay sends them again with
-the same msg_id and keys, so consumers' dedupe still holds; present rows get their audit
-time. Rows are checked at audit.rate rows a second. The running relay does the same in the
+the same msg_id and keys, so consumers' dedupe still holds; the journal entries whose rows
+were all answered for are marked audited. Rows are checked at audit.rate rows a second. The running relay does the same in the
 background (audit.*); this command is for a range on demand, e.g. after a broker incident.
 Exits 1 when the brokers cannot be asked.`,
 		Args: cobra.NoArgs,
@@ -56,6 +58,7 @@ Exits 1 when the brokers cannot be asked.`,
 			}
 			for _, d := range dbs {
 				rg, err := auditRange(ctx, d, since, until, topic, repair)
+				rg.All = all
 				if err != nil {
 					return err
 				}
@@ -79,6 +82,7 @@ Exits 1 when the brokers cannot be asked.`,
 	cmd.Flags().StringVar(&until, "until", "", "last send time checked, as --since; default now")
 	cmd.Flags().StringVar(&topic, "topic", "", "only rows of this topic")
 	cmd.Flags().BoolVar(&repair, "repair", false, "make the missing rows due again (default: only list them)")
+	cmd.Flags().BoolVar(&all, "all", false, "check the rows already audited too (default: only those not yet audited)")
 	addDatabaseFlag(cmd, &dbName)
 	return cmd
 }
@@ -126,6 +130,9 @@ func printAudit(w io.Writer, table string, rep auditor.Report, repair bool) {
 	verb := fmt.Sprintf("would repair %d (dry run: run again with --repair)", rep.Missing)
 	if repair {
 		verb = fmt.Sprintf("repaired %d (%d of ordered keys)", rep.Repaired, rep.RepairedOrdered)
+	}
+	if rep.Corrupt > 0 {
+		verb += fmt.Sprintf("; %d journal entries did not decode (their rows not checked)", rep.Corrupt)
 	}
 	fmt.Fprintf(w, "%s: checked %d: present %d, missing %d, unknown %d; %s\n", table, rep.Checked, rep.Present, rep.Missing, rep.Unknown, verb)
 }

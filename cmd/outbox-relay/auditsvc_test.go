@@ -19,7 +19,7 @@ import (
 // have ended, once the function it returned returns, while the process's context still
 // runs: a run that fails after starting them (the HTTP address taken) leaves none running.
 func TestAuditorsStopWhenTold(t *testing.T) {
-	db := testenv.MySQL(t) // no audit columns: each auditor waits for them, looking again now and then
+	db := testenv.MySQL(t) // no stored-position journal: each auditor waits for it, looking again now and then
 	cfg := config.Default()
 	cfg.Audit.Enabled = true
 	cfg.RocketMQ.NameServers = []string{"127.0.0.1:1"}

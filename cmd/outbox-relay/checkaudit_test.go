@@ -73,6 +73,13 @@ func TestCheckAndTheAuditServiceSayTheSame(t *testing.T) {
 	if err := schema.Migrate(context.Background(), db.DB, "local_message"); err != nil {
 		t.Fatal(err)
 	}
+	ddl, err := schema.StoredLogDDL("local_message")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ddl); err != nil {
+		t.Fatal(err)
+	}
 	srv := unaskableBroker(t)
 	t.Setenv("OUTBOX_AUDIT_ENABLED", "true")
 

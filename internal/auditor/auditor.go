@@ -3,10 +3,11 @@
 // Package auditor checks sent outbox rows against the broker: a message the broker
 // acknowledged and then lost (a crash before its flush, a failover to a replica without the
 // tail) is found through a brokeraudit.Lookup and made due again, so the relay sends it
-// again with the same msg_id and keys. The relay records where each message was stored
-// (the table's audit columns); the auditor reads those positions, oldest first, within a
-// trailing window: old enough that the broker has indexed the message, young enough that
-// its retention still holds it.
+// again with the same msg_id and keys. The relay records where each message was stored in
+// the table's stored-position journal (internal/storedlog), one entry per write-back; the
+// auditor reads the entries not yet audited, oldest first, within a trailing window: old
+// enough that the broker has indexed the message, young enough that its retention still
+// holds it.
 package auditor
 
 import (
@@ -16,12 +17,14 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/brokeraudit"
 	"github.com/outbox-relay/outbox-relay/internal/outboxsql"
+	"github.com/outbox-relay/outbox-relay/internal/storedlog"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -36,7 +39,8 @@ type Config struct {
 	MaxAge time.Duration
 	// Rate bounds the rows checked per second. Default 200.
 	Rate float64
-	// Batch is the rows read, looked up and written back at a time (at most 1000).
+	// Batch is the rows read, looked up and written back at a time (at most 1000); a step
+	// reads about as many rows' worth of journal entries.
 	// Default 100.
 	Batch int
 	// Idle is the pause once every row in the window is checked. Default 10 seconds.
@@ -91,6 +95,8 @@ type Auditor struct {
 	mu     sync.Mutex
 	status error // why the audit does not run; guarded by mu
 	state  State // guarded by mu
+	// perEntry is the rows per journal entry the last step found (entryLimit).
+	perEntry atomic.Int64
 }
 
 // New returns the auditor of cfg.Table, whose positions lookup checks.
@@ -102,20 +108,24 @@ func New(db *sql.DB, lookup brokeraudit.Lookup, cfg Config) (*Auditor, error) {
 		return nil, errors.New("auditor: no broker lookup")
 	}
 	cfg.setDefaults()
-	st := &store{db: db, table: schema.QuoteIdent(cfg.Table), name: cfg.Table, timeout: cfg.QueryTimeout}
+	j, err := storedlog.Open(db, cfg.Table)
+	if err != nil {
+		return nil, fmt.Errorf("auditor: %w", err)
+	}
+	st := &store{db: db, table: schema.QuoteIdent(cfg.Table), name: cfg.Table, journal: j, timeout: cfg.QueryTimeout}
 	return &Auditor{cfg: cfg, lookup: lookup, st: st}, nil
 }
 
-// Ready returns nil when the table can be audited (it has the audit columns) and the
-// brokers can be asked; otherwise why not, for the start log and `outbox-relay check`.
+// Ready returns nil when the table can be audited (it has its stored-position journal) and
+// the brokers can be asked; otherwise why not, for the start log and `outbox-relay check`.
 func (a *Auditor) Ready(ctx context.Context) error {
-	ok, err := schema.HasAuditColumns(ctx, a.st.db, a.cfg.Table)
+	ok, err := schema.HasStoredLog(ctx, a.st.db, a.cfg.Table)
 	switch {
 	case err != nil:
 		return err
 	case !ok:
-		return fmt.Errorf("table %s has no audit columns (%v; the older NULLable broker_name, queue_id, ... are no longer written, "+
-			"recording in them slowed drains about 2x): positions are not recorded; run `outbox-relay migrate`", a.cfg.Table, schema.AuditColumns())
+		return fmt.Errorf("table %s has no stored-position journal: positions are not recorded; "+
+			"run `outbox-relay migrate` to create %s", a.cfg.Table, a.st.journal.Name())
 	}
 	if err := brokeraudit.CanAsk(ctx, a.lookup); err != nil {
 		return err
@@ -123,15 +133,9 @@ func (a *Auditor) Ready(ctx context.Context) error {
 	return a.prepare(ctx)
 }
 
-// prepare finds the scan index and the width of fail_reason once.
+// prepare finds the width of fail_reason.
 func (a *Auditor) prepare(ctx context.Context) error {
-	name, err := schema.ScanIndex(ctx, a.st.db, a.cfg.Table)
-	if err != nil {
-		return err
-	}
-	if name != "" {
-		a.st.hint = " FORCE INDEX (" + schema.QuoteIdent(name) + ")"
-	}
+	var err error
 	a.st.reasonChars, err = outboxsql.FailReasonWidth(ctx, a.st.db, a.cfg.Table)
 	return err
 }
@@ -140,6 +144,9 @@ func (a *Auditor) prepare(ctx context.Context) error {
 type Report struct {
 	// Checked rows were looked up; Present, Missing and Unknown split them by verdict.
 	Checked, Present, Missing, Unknown int
+	// Corrupt counts the journal entries that did not decode: their rows are not checked,
+	// and the entries are passed (marked audited), never blocking later ones.
+	Corrupt int
 	// Repaired of the missing were made due again; RepairedOrdered of those are rows of an
 	// ordered route with a sharding key.
 	Repaired, RepairedOrdered int
@@ -166,6 +173,7 @@ func (r *Report) add(o Report) {
 	r.Present += o.Present
 	r.Missing += o.Missing
 	r.Unknown += o.Unknown
+	r.Corrupt += o.Corrupt
 	r.Repaired += o.Repaired
 	r.RepairedOrdered += o.RepairedOrdered
 	r.Lost = append(r.Lost, o.Lost[:min(len(o.Lost), max(0, maxListed-len(r.Lost)))]...)

@@ -100,6 +100,7 @@ func drainOnce(b *testing.B, pub relay.Publisher, broker *rmqtest.Server, rows i
 	if err := schema.Migrate(ctx, db.DB, "local_message"); err != nil {
 		b.Fatal(err)
 	}
+	auditor.CreateJournal(b, db.DB, "local_message")
 	if _, err := db.Exec("INSERT INTO local_message (msg_id, topic, content) SELECT CONCAT('m-', seq), 'bench', REPEAT('x', 200) FROM seq_1_to_" + itoa(rows)); err != nil {
 		b.Fatal(err)
 	}

@@ -8,67 +8,61 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/brokeraudit"
+	"github.com/outbox-relay/outbox-relay/internal/storedlog"
 )
 
-// checkBatch looks cands up and, with repair, writes the verdicts back at nowMs (the
-// database's clock): Present rows get it as their audit time, in one statement; Missing rows
-// are made due again, in one statement with each row's reason; Unknown rows are only
-// counted.
-func (a *Auditor) checkBatch(ctx context.Context, cands []candidate, repair bool, nowMs int64) (Report, error) {
+// checkBatch looks cands up and, with repair, makes the missing ones due again at nowMs
+// (the database's clock) in one statement with each row's reason. Present rows write
+// nothing; Unknown rows are only counted, and reported in unknown (unknown[i] for cands[i])
+// so that their entries stay to be checked again.
+func (a *Auditor) checkBatch(ctx context.Context, cands []candidate, repair bool, nowMs int64) (rep Report, unknown []bool, err error) {
 	ps := make([]brokeraudit.Position, len(cands))
-	settledMax := int64(0)
 	for i, c := range cands {
 		ps[i] = c.position()
 		if a.cfg.Namespace != "" {
 			ps[i].Topic = a.cfg.Namespace + "%" + c.topic
 		}
-		settledMax = max(settledMax, c.settled)
 	}
 	found, err := a.lookup.Check(ctx, ps)
 	if err != nil {
-		return Report{}, fmt.Errorf("ask the brokers about %d sent rows of %s: %w", len(ps), a.cfg.Table, err)
+		return Report{}, nil, fmt.Errorf("ask the brokers about %d sent rows of %s: %w", len(ps), a.cfg.Table, err)
 	}
 	if len(found) != len(cands) {
-		return Report{}, fmt.Errorf("the broker lookup answered %d of %d positions", len(found), len(cands))
+		return Report{}, nil, fmt.Errorf("the broker lookup answered %d of %d positions", len(found), len(cands))
 	}
-	rep := Report{Checked: len(cands)}
-	var present []int64
+	rep = Report{Checked: len(cands)}
+	unknown = make([]bool, len(cands))
 	var missing []int
 	for i, f := range found {
 		switch f.Verdict {
 		case brokeraudit.Present:
 			rep.Present++
-			present = append(present, cands[i].id)
 		case brokeraudit.Missing:
 			rep.Missing++
 			missing = append(missing, i)
 		default:
 			rep.Unknown++
-		}
-	}
-	if len(present) > 0 && repair { // a dry run writes nothing
-		if _, err := a.st.markPresent(ctx, present, settledMax, nowMs); err != nil {
-			return rep, err
+			unknown[i] = true
 		}
 	}
 	if len(missing) > 0 {
-		err = a.lost(ctx, cands, found, missing, repair, settledMax, nowMs, &rep)
+		err = a.lost(ctx, cands, found, missing, repair, nowMs, &rep)
 	}
-	return rep, err
+	return rep, unknown, err
 }
 
 // lost records the missing rows idx of cands in rep and, with repair, makes them due again.
 // The lookup's reason already names the broker ("lost by broker B after acknowledgement:
 // ...", Finding.Reason).
-func (a *Auditor) lost(ctx context.Context, cands []candidate, found []brokeraudit.Finding, idx []int, repair bool, settledMax, nowMs int64, rep *Report) error {
+func (a *Auditor) lost(ctx context.Context, cands []candidate, found []brokeraudit.Finding, idx []int, repair bool, nowMs int64, rep *Report) error {
 	var n int64
 	if repair {
-		ids, reasons := make([]int64, len(idx)), make([]string, len(idx))
+		ids, reasons, settled := make([]int64, len(idx)), make([]string, len(idx)), make([]int64, len(idx))
 		for j, i := range idx {
-			ids[j], reasons[j] = cands[i].id, found[i].Reason
+			ids[j], reasons[j], settled[j] = cands[i].id, found[i].Reason, cands[i].settled
 		}
 		var err error
-		if n, err = a.st.repair(ctx, ids, reasons, settledMax, nowMs); err != nil {
+		if n, err = a.st.repair(ctx, ids, reasons, settled, nowMs); err != nil {
 			return err
 		}
 		rep.Repaired += int(n)
@@ -94,10 +88,12 @@ func (a *Auditor) lost(ctx context.Context, cands []candidate, found []brokeraud
 }
 
 // Range is what Audit checks: rows sent in [From, To] (To zero: now), of Topic (empty:
-// any), every one whatever earlier audits found.
+// any), in journal entries not yet audited, or all of them with All.
 type Range struct {
 	From, To time.Time
 	Topic    string
+	// All checks the rows of entries already audited too.
+	All bool
 	// Repair makes the missing rows due again; without it Audit only reports them.
 	Repair bool
 }
@@ -112,12 +108,12 @@ func (a *Auditor) Audit(ctx context.Context, rg Range) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	w := window{from: rg.From.UnixMilli(), to: nowMs, topic: rg.Topic, all: true}
+	w := window{from: rg.From.UnixMilli(), to: nowMs, topic: rg.Topic, all: rg.All}
 	if !rg.To.IsZero() {
 		w.to = min(rg.To.UnixMilli(), nowMs)
 	}
 	var total Report
-	cur := cursor{settled: w.from, id: -1 << 62}
+	cur := storedlog.Cursor{SettledMs: w.from}
 	for {
 		rep, next, done, err := a.step(ctx, w, cur, rg.Repair, nowMs)
 		total.add(rep)
@@ -129,23 +125,4 @@ func (a *Auditor) Audit(ctx context.Context, rg Range) (Report, error) {
 			return total, err
 		}
 	}
-}
-
-// step checks the next batch of w after cur, writing the verdicts back at nowMs (the
-// database's clock, read by the caller for the window), and returns where the next one
-// starts, and done once w has no rows left.
-func (a *Auditor) step(ctx context.Context, w window, cur cursor, repair bool, nowMs int64) (Report, cursor, bool, error) {
-	cands, err := a.st.read(ctx, w, cur, a.cfg.Batch)
-	if err != nil || len(cands) == 0 {
-		return Report{}, cur, true, err
-	}
-	rep, err := a.checkBatch(ctx, cands, repair, nowMs)
-	if err != nil {
-		return rep, cur, true, err
-	}
-	last := cands[len(cands)-1]
-	if !a.cfg.Sleep(ctx, time.Duration(float64(len(cands))/a.cfg.Rate*float64(time.Second))) {
-		return rep, cur, true, ctx.Err()
-	}
-	return rep, cursor{settled: last.settled, id: last.id}, len(cands) < a.cfg.Batch, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/backoff"
 	"github.com/outbox-relay/outbox-relay/internal/brokeraudit"
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
+	"github.com/outbox-relay/outbox-relay/internal/storedlog"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
@@ -19,16 +20,21 @@ import (
 
 // What one round of the audit costs the database, counted at the driver (testenv.CountedDB
 // forwards every statement to MariaDB): a batch of 100 rows the broker holds is one read of
-// the database clock, one read of the batch and one UPDATE; a batch of 100 rows the broker
-// lost (each with a reason of its own, naming its offset) the same three, the UPDATE setting
-// each row's reason. A statement per row, or a second clock read, fails it.
+// the database clock, one read of the journal's entries, one read of the rows and one UPDATE
+// marking the entries audited (nothing is written per row); a batch of 100 rows the broker
+// lost (each with a reason of its own, naming its offset) the same, and one repair UPDATE
+// setting each row's reason. A statement per row or per entry, or a second clock read,
+// fails it.
 func TestAuditBatchStatementCount(t *testing.T) {
 	db, broker := AuditTable(t, "held", "lost")
 	ctx := context.Background()
 	sendRows(t, db, broker, 100)
 	// Sent a minute ago by the database's clock, so that the window (MinAge 1 s) holds them.
-	if _, err := db.Exec("UPDATE local_message SET next_retry_time = next_retry_time - 60000 WHERE status = 2"); err != nil {
-		t.Fatal(err)
+	for _, q := range []string{"UPDATE local_message SET next_retry_time = next_retry_time - 60000 WHERE status = 2",
+		"UPDATE local_message_stored SET settled_time = settled_time - 60000"} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
 	}
 	adb, counter := testenv.CountedDB(t, db.DSN)
 	lookup := brokeraudit.NewRocketMQ(brokeraudit.RocketMQConfig{NameServers: []string{broker.NameServerAddr()}})
@@ -42,20 +48,23 @@ func TestAuditBatchStatementCount(t *testing.T) {
 	}
 
 	counter.Keep()
-	a.round(ctx, cursor{})
+	a.round(ctx, storedlog.Cursor{})
 	if s := a.State(); s.Checked != 100 || s.Missing != 0 {
 		t.Fatalf("first round: %+v; want the 100 rows held found present", s)
 	}
-	wantStatements(t, counter, "a batch of 100 rows present", 2, 1)
+	wantStatements(t, counter, "a batch of 100 rows present", 3, 1)
+	if n := AuditedRows(t, db.DB, "local_message"); n != 100 {
+		t.Fatalf("%d rows audited after the first round; want the 100 held", n)
+	}
 
 	// 100 rows recorded at offsets 1000+ of empty queues: the tail the broker lost.
 	insertSent(t, db, "lost", 100, 30000, 1000)
 	counter.Keep()
-	a.round(ctx, cursor{})
+	a.round(ctx, storedlog.Cursor{})
 	if s := a.State(); s.Checked != 200 || s.Missing != 100 || s.Repaired != 100 {
 		t.Fatalf("second round: %+v; want the 100 rows lost found missing and repaired", s)
 	}
-	wantStatements(t, counter, "a batch of 100 rows missing", 2, 1)
+	wantStatements(t, counter, "a batch of 100 rows missing", 3, 2)
 	var repaired int
 	if err := db.QueryRow(`SELECT COUNT(*) FROM local_message WHERE topic = 'lost' AND status = 1 AND retry_count = 0
 		AND fail_reason LIKE CONCAT('%so offset ', 1000 + CAST(SUBSTRING(msg_id, 3) AS UNSIGNED), ' is gone%')`).

@@ -12,6 +12,7 @@ import (
 // serves every table of a process.
 type Metrics struct {
 	checked, missing, unknown *prometheus.CounterVec
+	corrupt                   *prometheus.CounterVec
 	repaired                  *prometheus.CounterVec
 	lag                       *prometheus.GaugeVec
 }
@@ -32,12 +33,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		unknown: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outbox_relay_audit_unknown_total", Help: "Sent rows the broker could not answer for (unreachable, past retention, lookup not served); never repaired.",
 		}, byTable),
+		corrupt: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_relay_audit_corrupt_entries_total", Help: "Entries of the stored-position journal that did not decode: their rows are not checked, the entries are passed.",
+		}, byTable),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "outbox_relay_audit_lag_seconds", Help: "Age of the oldest sent row the audit has still to check (0 when it is caught up or not running here).",
 		}, byTable),
 	}
 	if reg != nil {
-		reg.MustRegister(m.checked, m.missing, m.repaired, m.unknown, m.lag)
+		reg.MustRegister(m.checked, m.missing, m.repaired, m.unknown, m.corrupt, m.lag)
 	}
 	return m
 }
@@ -50,6 +54,7 @@ func (m *Metrics) Add(db, table string, r Report) {
 	m.checked.WithLabelValues(db, table).Add(float64(r.Checked))
 	m.missing.WithLabelValues(db, table).Add(float64(r.Missing))
 	m.unknown.WithLabelValues(db, table).Add(float64(r.Unknown))
+	m.corrupt.WithLabelValues(db, table).Add(float64(r.Corrupt))
 	m.repaired.WithLabelValues(db, table, strconv.FormatBool(false)).Add(float64(r.Repaired - r.RepairedOrdered))
 	m.repaired.WithLabelValues(db, table, strconv.FormatBool(true)).Add(float64(r.RepairedOrdered))
 }

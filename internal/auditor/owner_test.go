@@ -87,7 +87,7 @@ func TestOnlyThePartitionZeroHolderAudits(t *testing.T) {
 	before := other.lookup.checks.Load()
 	g.insert(t, "events", "e1", 200)
 	testenv.Eventually(t, 30*time.Second, "rows sent and audited", func() bool {
-		return g.count(t, "status = 2 AND stored_audit_time > 0") == 200
+		return auditor.AuditedRows(t, g.db.DB, "local_message") == 200
 	})
 	if n := other.lookup.checks.Load() - before; n != 0 || owner.lookup.positions.Load() < 200 {
 		t.Fatalf("the relay without partition 0 made %d lookups, the owner looked up %d positions; want none, and every row by the owner",
@@ -97,7 +97,7 @@ func TestOnlyThePartitionZeroHolderAudits(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "the other relay holding both partitions", func() bool { return len(other.group.Owned()) == 2 })
 	g.insert(t, "events", "e2", 200)
 	testenv.Eventually(t, 30*time.Second, "rows sent and audited after the handover", func() bool {
-		return g.count(t, "status = 2 AND stored_audit_time > 0") == 400
+		return auditor.AuditedRows(t, g.db.DB, "local_message") == 400
 	})
 	if n := other.lookup.positions.Load(); n < 200 {
 		t.Errorf("after the handover the new owner looked up %d positions; want the 200 new rows", n)

@@ -7,15 +7,17 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/storedlog"
 )
 
-// readyRetry is how often an auditor that cannot run (no audit columns, brokers that cannot
-// be asked) looks again.
+// readyRetry is how often an auditor that cannot run (no stored-position journal, brokers
+// that cannot be asked) looks again.
 const readyRetry = 5 * time.Minute
 
-// Run audits the table until ctx ends, while Owner reports this process the owner: rows
-// sent between MaxAge and MinAge ago, never found present before, oldest first, at Rate
-// rows a second; missing ones are made due again. When the table or the brokers do not
+// Run audits the table until ctx ends, while Owner reports this process the owner: the rows
+// of the journal entries settled between MaxAge and MinAge ago and not yet audited, oldest
+// first, at Rate rows a second; missing ones are made due again. When the table or the brokers do not
 // allow an audit it says so (log and Status) and looks again every few minutes: it never
 // passes silently.
 func (a *Auditor) Run(ctx context.Context) error {
@@ -36,20 +38,20 @@ func (a *Auditor) Run(ctx context.Context) error {
 	}
 	log.Info().Dur("min_age", a.cfg.MinAge).Dur("max_age", a.cfg.MaxAge).Float64("rate", a.cfg.Rate).
 		Msg("broker audit on: sent rows are checked against the broker")
-	var cur cursor
+	var cur storedlog.Cursor
 	for ctx.Err() == nil {
 		owner := a.cfg.Owner == nil || a.cfg.Owner()
 		a.setOwner(owner)
 		if !owner {
 			a.cfg.Metrics.SetLag(a.cfg.Database, a.cfg.Table, 0)
-			cur = cursor{}
+			cur = storedlog.Cursor{}
 			a.cfg.Sleep(ctx, time.Second)
 			continue
 		}
 		next, caughtUp := a.round(ctx, cur)
 		cur = next
 		if caughtUp {
-			cur = cursor{}
+			cur = storedlog.Cursor{}
 			a.cfg.Sleep(ctx, a.cfg.Idle)
 		}
 	}
@@ -58,15 +60,15 @@ func (a *Auditor) Run(ctx context.Context) error {
 
 // round checks one batch after cur and returns the next cursor, and whether the window has
 // no rows left to check.
-func (a *Auditor) round(ctx context.Context, cur cursor) (cursor, bool) {
+func (a *Auditor) round(ctx context.Context, cur storedlog.Cursor) (storedlog.Cursor, bool) {
 	nowMs, err := a.st.now(ctx)
 	if err != nil {
 		a.failed(ctx, err)
 		return cur, true
 	}
 	w := window{from: nowMs - a.cfg.MaxAge.Milliseconds(), to: nowMs - a.cfg.MinAge.Milliseconds()}
-	if cur.settled < w.from {
-		cur = cursor{settled: w.from, id: -1 << 62}
+	if cur.SettledMs < w.from {
+		cur = storedlog.Cursor{SettledMs: w.from}
 	}
 	rep, next, done, err := a.step(ctx, w, cur, true, nowMs)
 	a.cfg.Metrics.Add(a.cfg.Database, a.cfg.Table, rep)
@@ -78,7 +80,7 @@ func (a *Auditor) round(ctx context.Context, cur cursor) (cursor, bool) {
 	}
 	lag := 0.0
 	if !done {
-		lag = float64(nowMs-next.settled) / 1000
+		lag = float64(nowMs-next.SettledMs) / 1000
 	}
 	a.cfg.Metrics.SetLag(a.cfg.Database, a.cfg.Table, lag)
 	a.setLag(lag)

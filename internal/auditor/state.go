@@ -14,6 +14,8 @@ type State struct {
 	// Checked, Missing, Repaired (RepairedOrdered of them on ordered routes) and Unknown
 	// count the rows of every round, as outbox_relay_audit_* do.
 	Checked, Missing, Repaired, RepairedOrdered, Unknown int64
+	// Corrupt counts the journal entries that did not decode (outbox_relay_audit_corrupt_entries_total).
+	Corrupt int64
 	// LagSeconds is the age of the oldest sent row still to check after the last round (0
 	// when caught up or not the owner).
 	LagSeconds float64
@@ -35,6 +37,7 @@ func (a *Auditor) count(r Report) {
 	s := &a.state
 	s.Checked, s.Missing, s.Unknown = s.Checked+int64(r.Checked), s.Missing+int64(r.Missing), s.Unknown+int64(r.Unknown)
 	s.Repaired, s.RepairedOrdered = s.Repaired+int64(r.Repaired), s.RepairedOrdered+int64(r.RepairedOrdered)
+	s.Corrupt += int64(r.Corrupt)
 	s.LastRound = time.Now()
 }
 

@@ -17,7 +17,7 @@ type TableAudit struct {
 	// State is "on" (this process audits the table), "standby" (another process holds the
 	// table's partition 0 and audits it), "starting" or "off".
 	State string `json:"state"`
-	// Why says why the audit is off: disabled by configuration, no audit columns, brokers
+	// Why says why the audit is off: disabled by configuration, no stored-position journal, brokers
 	// that cannot be asked.
 	Why string `json:"why,omitempty"`
 	// Checked, Missing, Repaired (RepairedOrdered of them of ordered routes) and Unknown count

@@ -15,11 +15,12 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/brokeraudit"
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
+	"github.com/outbox-relay/outbox-relay/schema"
 )
 
 // TestAuditPanelReadsTheAuditors: GET /ui/api/audit shows each table's broker audit from the
-// auditors themselves: on where the table has the audit columns and the broker answers, off
-// with the reason where the table lacks the columns, and off as disabled; a process that
+// auditors themselves: on where the table has its stored-position journal and the broker
+// answers, off with the reason where the table lacks it, and off as disabled; a process that
 // runs no relay says it does not know.
 func TestAuditPanelReadsTheAuditors(t *testing.T) {
 	t.Parallel()
@@ -33,8 +34,14 @@ func TestAuditPanelReadsTheAuditors(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(broker.Close)
-	if _, err := b.db.Exec("ALTER TABLE `" + otherTable + "` DROP COLUMN stored_audit_time"); err != nil {
+	ddl, err := schema.StoredLogDDL(table)
+	if err != nil {
 		t.Fatal(err)
+	}
+	for _, q := range []string{ddl, "DROP TABLE IF EXISTS `" + schema.StoredLogTable(otherTable) + "`"} {
+		if _, err := b.db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
 	}
 	lookup := brokeraudit.NewRocketMQ(brokeraudit.RocketMQConfig{NameServers: []string{broker.NameServerAddr()}})
 	idle := func(ctx context.Context, _ time.Duration) bool { <-ctx.Done(); return false }
@@ -70,8 +77,8 @@ func TestAuditPanelReadsTheAuditors(t *testing.T) {
 	if !ans.Known || on.Why != "" || on.Checked != 0 || on.Missing != 0 || on.LagSeconds != 0 {
 		t.Errorf("an idle audit: %+v", on)
 	}
-	if !strings.Contains(off.Why, "no audit columns") || off.Checked != 0 {
-		t.Errorf("a table without the columns: %+v", off)
+	if !strings.Contains(off.Why, "no stored-position journal") || off.Checked != 0 {
+		t.Errorf("a table without its journal: %+v", off)
 	}
 	if ans.Tables[2].Why != "disabled: audit.enabled=false" {
 		t.Errorf("disabled: %+v", ans.Tables[2])

@@ -144,7 +144,7 @@ type RowAnswer struct {
 	ops.MessageDetail
 	StatusName string  `json:"status_name"`
 	Timeline   []Event `json:"timeline"`
-	// StoredAt is where the broker stored the message, from the table's audit columns.
+	// StoredAt is where the broker stored the message, from the table's stored-position journal.
 	StoredAt ops.StoredAt `json:"stored_at"`
 }
 

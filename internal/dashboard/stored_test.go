@@ -3,16 +3,21 @@
 package dashboard
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/outbox-relay/outbox-relay/internal/storedlog"
+	"github.com/outbox-relay/outbox-relay/schema"
 )
 
-// TestTimelineShowsWhereStoredAndTheAudit: with the audit columns set, a sent row's page
-// names the broker, queue, offset and commit log offset and when the broker audit found it
-// present; a row the audit found lost says so with the audit's reason, whether it waits or
-// was sent again; a row sent before the columns existed, and a table without them, show the
-// old story with no error.
+// TestTimelineShowsWhereStoredAndTheAudit: with the table's stored-position journal, a sent
+// row's page names the broker, queue, offset and commit log offset its send was stored at
+// and when the broker audit finished that send's entry; a row the audit found lost says so
+// with the audit's reason, whether it waits or was sent again (the journal's entry of its
+// earlier send does not count for the new one); a row whose send the journal does not hold,
+// and a table without a journal, show the old story with no error.
 func TestTimelineShowsWhereStoredAndTheAudit(t *testing.T) {
 	t.Parallel()
 	b := setup(t, "")
@@ -23,13 +28,29 @@ func TestTimelineShowsWhereStoredAndTheAudit(t *testing.T) {
 		}
 	}
 	lost := "lost by broker broker-a after acknowledgement: queue 3 truncated below offset 42"
-	cols := "(id, msg_id, topic, content, status, fail_reason, sent_time, next_retry_time, stored_broker, stored_queue, stored_offset, stored_commit_offset, stored_audit_time)"
-	exec("INSERT INTO `"+table+"` "+cols+" VALUES"+
-		" (1, 'present', 'orders', 'x', 2, NULL, 1800000000000, 1800000000000, 'broker-a', 3, 42, 43981, 1800000090000),"+
-		" (2, 'resent', 'orders', 'x', 2, ?, 1800000100000, 1800000100000, 'broker-b', 0, 7, -1, 0),"+
-		" (3, 'waiting', 'orders', 'x', 1, ?, 0, 0, '', -1, -1, -1, 0),"+
-		" (4, 'older', 'orders', 'x', 2, NULL, 1800000000000, 1800000000000, '', -1, -1, -1, 0)", lost, lost)
-	exec("ALTER TABLE `" + otherTable + "` DROP COLUMN stored_broker, DROP COLUMN stored_queue, DROP COLUMN stored_offset, DROP COLUMN stored_commit_offset, DROP COLUMN stored_audit_time")
+	exec("INSERT INTO `"+table+"` (id, msg_id, topic, content, status, fail_reason, sent_time, next_retry_time) VALUES"+
+		" (1, 'present', 'orders', 'x', 2, NULL, 1800000000000, 1800000000000),"+
+		" (2, 'resent', 'orders', 'x', 2, ?, 1800000100000, 1800000100000),"+
+		" (3, 'waiting', 'orders', 'x', 1, ?, 0, 0),"+
+		" (4, 'older', 'orders', 'x', 2, NULL, 1800000000000, 1800000000000)", lost, lost)
+	ddl, err := schema.StoredLogDDL(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(ddl)
+	exec("DROP TABLE IF EXISTS `" + schema.StoredLogTable(otherTable) + "`")
+	j, err := storedlog.Open(b.db.DB, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Append(context.Background(), []storedlog.Entry{
+		{SettledMs: 1800000000000, Positions: []storedlog.Pos{{ID: 1, Broker: "broker-a", QueueID: 3, Offset: 42, CommitOffset: 43981}}},
+		{SettledMs: 1799999000000, Positions: []storedlog.Pos{{ID: 2, Broker: "broker-a", QueueID: 3, Offset: 42, CommitOffset: -1}}}, // the lost send
+		{SettledMs: 1800000100000, Positions: []storedlog.Pos{{ID: 2, Broker: "broker-b", QueueID: 0, Offset: 7, CommitOffset: -1}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	exec("UPDATE `"+schema.StoredLogTable(table)+"` SET audited_time = 1800000090000 WHERE settled_time = ?", 1800000000000)
 	exec("INSERT INTO `" + otherTable + "` (id, msg_id, topic, content, status, sent_time) VALUES (1, 'plain', 'payments', 'p', 2, 1800000000000)")
 
 	row := func(tb string, id int) (string, RowAnswer) {
@@ -70,11 +91,11 @@ func TestTimelineShowsWhereStoredAndTheAudit(t *testing.T) {
 	}
 	steps, r = row(table, 4)
 	if steps != "written sent stored audit" || !strings.Contains(detail(r, "stored"), "no position recorded") || !r.StoredAt.Recorded {
-		t.Fatalf("sent before the columns: %s %+v", steps, r.Timeline)
+		t.Fatalf("a send the journal does not hold: %s %+v", steps, r.Timeline)
 	}
 	steps, r = row(otherTable, 1)
 	if steps != "written sent stored audit" || !strings.Contains(detail(r, "stored"), "records no broker") || r.StoredAt.Recorded {
-		t.Fatalf("table without the audit columns: %s %+v", steps, r.Timeline)
+		t.Fatalf("table without a journal: %s %+v", steps, r.Timeline)
 	}
 }
 

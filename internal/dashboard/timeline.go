@@ -37,11 +37,11 @@ const lostPrefix = "lost by broker "
 // attempts failed and the last one's reason, when it is due again, when the broker
 // acknowledged it or it died or was handed to the broker. The table keeps no per-attempt
 // history and no audit of requeues: the timeline says so rather than guess. It is
-// TimelineStored for a table without the audit columns.
+// TimelineStored for a table without its stored-position journal.
 func Timeline(m ops.Found) []Event { return TimelineStored(m, ops.StoredAt{}) }
 
 // TimelineStored is Timeline with where the broker stored the message and when the broker
-// audit last found it there (the table's audit columns, when it has them), and, for a row
+// audit found it there (the table's stored-position journal, when it has one), and, for a row
 // the audit found lost and made due again, that finding.
 func TimelineStored(m ops.Found, pos ops.StoredAt) []Event {
 	ev := []Event{{At: at(m.CreateTime), Step: "written", Kind: "info",
@@ -127,7 +127,7 @@ func stored(m ops.Found, pos ops.StoredAt) Event {
 		}
 		return Event{Step: "stored", Kind: "info", Detail: d + ", topic " + m.Topic}
 	case pos.Recorded:
-		return Event{Step: "stored", Kind: "info", Detail: find + " (no position recorded for this send: sent before the audit columns were added)"}
+		return Event{Step: "stored", Kind: "info", Detail: find + " (no position recorded for this send: sent while the broker audit was off, before the table had its journal, or moments ago)"}
 	}
 	return Event{Step: "stored", Kind: "info", Detail: find + " (the table records no broker, queue or offset)"}
 }

@@ -146,20 +146,30 @@ func (j *Journal) MarkAudited(ctx context.Context, seqs []int64, nowMs int64) er
 	return nil
 }
 
+// Found is a row's position as the journal recorded it, and when the audit finished its
+// entry.
+type Found struct {
+	Pos
+	// AuditedMs is epoch ms the audit finished the entry (all its rows answered for); 0:
+	// not yet.
+	AuditedMs int64
+}
+
 // Find returns where the broker stored row id by the send the write-back settled at
 // settledMs (the row's next_retry_time while it is sent), and whether the journal has it.
-func (j *Journal) Find(ctx context.Context, id, settledMs int64) (Pos, bool, error) {
-	rows, err := j.db.QueryContext(ctx, `SELECT seq, positions FROM `+j.table+` FORCE INDEX (idx_settled)
+// A damaged entry is passed over: another entry may hold the row.
+func (j *Journal) Find(ctx context.Context, id, settledMs int64) (Found, bool, error) {
+	rows, err := j.db.QueryContext(ctx, `SELECT positions, audited_time FROM `+j.table+` FORCE INDEX (idx_settled)
 		WHERE settled_time = ? AND first_id <= ? AND last_id >= ? ORDER BY seq DESC`, settledMs, id, id)
 	if err != nil {
-		return Pos{}, false, fmt.Errorf("find row %d in %s: %w", id, j.name, err)
+		return Found{}, false, fmt.Errorf("find row %d in %s: %w", id, j.name, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var seq int64
 		var b []byte
-		if err := rows.Scan(&seq, &b); err != nil {
-			return Pos{}, false, fmt.Errorf("find row %d in %s: %w", id, j.name, err)
+		var audited int64
+		if err := rows.Scan(&b, &audited); err != nil {
+			return Found{}, false, fmt.Errorf("find row %d in %s: %w", id, j.name, err)
 		}
 		ps, err := Decode(b)
 		if err != nil {
@@ -167,14 +177,14 @@ func (j *Journal) Find(ctx context.Context, id, settledMs int64) (Pos, bool, err
 		}
 		for _, p := range ps {
 			if p.ID == id {
-				return p, true, nil
+				return Found{Pos: p, AuditedMs: audited}, true, nil
 			}
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return Pos{}, false, fmt.Errorf("find row %d in %s: %w", id, j.name, err)
+		return Found{}, false, fmt.Errorf("find row %d in %s: %w", id, j.name, err)
 	}
-	return Pos{}, false, nil
+	return Found{}, false, nil
 }
 
 // Purge deletes up to limit entries settled before beforeMs, oldest first, and returns how

@@ -9,7 +9,7 @@ import (
 )
 
 // Stored is where the broker said it stored an acknowledged message: what the relay records
-// in the table's audit columns, and what the broker audit checks later.
+// in the table's stored-position journal, and what the broker audit checks later.
 type Stored struct {
 	// Broker is the name of the broker whose queue holds the message.
 	Broker string
