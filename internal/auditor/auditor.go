@@ -24,6 +24,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/brokeraudit"
 	"github.com/outbox-relay/outbox-relay/internal/outboxsql"
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 	"github.com/outbox-relay/outbox-relay/internal/storedlog"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
@@ -83,7 +84,7 @@ func (c *Config) setDefaults() {
 		c.QueryTimeout = 10 * time.Second
 	}
 	if c.Sleep == nil {
-		c.Sleep = sleep
+		c.Sleep = startstop.Sleep
 	}
 }
 
@@ -188,15 +189,4 @@ func (r Report) OrderedKeys() []string {
 		}
 	}
 	return keys
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

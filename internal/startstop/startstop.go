@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 )
 
 // ErrStopped is the cause of a service's context once Stop cancelled it, to tell a Stop
@@ -149,5 +150,18 @@ func StartAll(ctx context.Context, services ...Service) error {
 func StopAll(services ...Service) {
 	for _, s := range services {
 		s.Stop()
+	}
+}
+
+// Sleep waits d, or until ctx ends, and reports whether the whole d passed: the pause of a
+// background loop that must stop promptly.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }

@@ -145,7 +145,7 @@ func (a *appender) flush(ctx context.Context, retries int) {
 			a.recovered()
 			return
 		}
-		if attempt >= retries || !sleepCtx(ctx, wait) {
+		if attempt >= retries || !startstop.Sleep(ctx, wait) {
 			n := 0
 			for _, e := range batch {
 				n += len(e.Positions)
@@ -168,18 +168,6 @@ func (a *appender) recovered() {
 		a.log.Info().Str("journal", a.journal.Name()).Int("unrecorded_rows", a.dropped).
 			Msg("stored-position journal: appending again")
 		a.dropped = 0
-	}
-}
-
-// sleepCtx waits d, and reports false when ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 
