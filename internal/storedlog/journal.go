@@ -101,12 +101,13 @@ func idRange(ps []Pos) (first, last int64) {
 // returned with Err set, so that the caller can count and pass it.
 func (j *Journal) Window(ctx context.Context, fromMs, toMs int64, cur Cursor, all bool, limit int) ([]Entry, error) {
 	from := max(fromMs, cur.SettledMs)
-	q := `SELECT seq, settled_time, positions, audited_time FROM ` + j.table + ` FORCE INDEX (idx_audit)
-		WHERE audited_time = 0 AND settled_time <= ? AND ((settled_time = ? AND seq > ?) OR settled_time > ?)`
+	index, unaudited := "idx_audit", "audited_time = 0 AND "
 	if all {
-		q = strings.Replace(q, "FORCE INDEX (idx_audit)\n\t\tWHERE audited_time = 0 AND", "FORCE INDEX (idx_settled)\n\t\tWHERE", 1)
+		index, unaudited = "idx_settled", ""
 	}
-	rows, err := j.db.QueryContext(ctx, q+` ORDER BY settled_time, seq LIMIT ?`, toMs, from, cur.Seq, from, limit)
+	rows, err := j.db.QueryContext(ctx, `SELECT seq, settled_time, positions, audited_time FROM `+j.table+` FORCE INDEX (`+index+`)
+		WHERE `+unaudited+`settled_time <= ? AND ((settled_time = ? AND seq > ?) OR settled_time > ?)
+		ORDER BY settled_time, seq LIMIT ?`, toMs, from, cur.Seq, from, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", j.name, err)
 	}
