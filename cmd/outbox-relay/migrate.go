@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
+// newMigrateCmd builds the migrate command: its flags, wired to runMigrate.
 func (a *app) newMigrateCmd() *cobra.Command {
 	var check, printSQL, allowBlocking bool
 	var dedupeTables []string
@@ -22,7 +23,23 @@ func (a *app) newMigrateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or upgrade the outbox table(s), or print the DDL",
-		Long: `Create each configured outbox table, or upgrade a classic local-message table in
+		Long:  migrateLong,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.runMigrate(cmd, migrateOptions{check: check, printSQL: printSQL, allowBlocking: allowBlocking,
+				dedupeTables: dedupeTables}, dbName)
+		},
+	}
+	cmd.Flags().BoolVar(&check, "check", false, "only report what migrate would change; exit 1 if anything")
+	cmd.Flags().BoolVar(&printSQL, "print-sql", false, "print the DDL migrate would run (online or BLOCKING), run nothing")
+	cmd.Flags().BoolVar(&allowBlocking, "allow-blocking", false, "also run steps that block writes on a table with rows (making id AUTO_INCREMENT)")
+	cmd.Flags().StringArrayVar(&dedupeTables, "dedupe-table", nil, "create this consumer dedupe table (package idempotency's SQL store; repeatable); without --table/--tables, only it")
+	addDatabaseFlag(cmd, &dbName)
+	return cmd
+}
+
+// migrateLong is migrate's help.
+const migrateLong = `Create each configured outbox table, or upgrade a classic local-message table in
 place (the widely copied local_message DDL whose id the application chooses, shown in
 docs/adopting.md: missing columns and indexes are added; rows are kept).
 Running it again on an up-to-date table changes nothing.
@@ -54,48 +71,41 @@ the table was made for another number; with 1 it removes them.
 their ALTER clauses for gh-ost and pt-online-schema-change, and runs nothing: hand them to
 Flyway, Liquibase or your DBA. With --check nothing is changed: the differences are
 listed and the exit code is 1 if there are any. With a databases list, every database's
-tables are migrated (or those of --database); --dedupe-table then needs --database.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if check && printSQL {
-				return usageError("migrate: --check and --print-sql do not go together")
-			}
-			for _, t := range dedupeTables {
-				if err := schema.ValidateIdent(t); err != nil {
-					return usageError("--dedupe-table: %v", err)
-				}
-			}
-			dbs, err := a.openDatabases(cmd.Context(), dbName)
-			if err != nil {
-				return err
-			}
-			defer closeOpDatabases(dbs)
-			if len(dedupeTables) > 0 && len(dbs) > 1 {
-				return usageError("--dedupe-table: choose the database that gets it with --database")
-			}
-			fl := cmd.Flags()
-			dedupeOnly := len(dedupeTables) > 0 && !fl.Changed("table") && !fl.Changed("tables")
-			var pending int
-			for _, d := range dbs {
-				n, err := a.migrateDatabase(cmd, d, migrateOptions{check: check, printSQL: printSQL, allowBlocking: allowBlocking,
-					dedupeTables: dedupeTables, dedupeOnly: dedupeOnly})
-				pending += n
-				if err != nil {
-					return err
-				}
-			}
-			if pending > 0 {
-				return fmt.Errorf("%d table(s) need migrating: run outbox-relay migrate", pending)
-			}
-			return nil
-		},
+tables are migrated (or those of --database); --dedupe-table then needs --database.`
+
+// runMigrate migrates the tables of every database (or of dbName) as o says, and fails
+// when --check finds tables that need migrating.
+func (a *app) runMigrate(cmd *cobra.Command, o migrateOptions, dbName string) error {
+	if o.check && o.printSQL {
+		return usageError("migrate: --check and --print-sql do not go together")
 	}
-	cmd.Flags().BoolVar(&check, "check", false, "only report what migrate would change; exit 1 if anything")
-	cmd.Flags().BoolVar(&printSQL, "print-sql", false, "print the DDL migrate would run (online or BLOCKING), run nothing")
-	cmd.Flags().BoolVar(&allowBlocking, "allow-blocking", false, "also run steps that block writes on a table with rows (making id AUTO_INCREMENT)")
-	cmd.Flags().StringArrayVar(&dedupeTables, "dedupe-table", nil, "create this consumer dedupe table (package idempotency's SQL store; repeatable); without --table/--tables, only it")
-	addDatabaseFlag(cmd, &dbName)
-	return cmd
+	for _, t := range o.dedupeTables {
+		if err := schema.ValidateIdent(t); err != nil {
+			return usageError("--dedupe-table: %v", err)
+		}
+	}
+	dbs, err := a.openDatabases(cmd.Context(), dbName)
+	if err != nil {
+		return err
+	}
+	defer closeOpDatabases(dbs)
+	if len(o.dedupeTables) > 0 && len(dbs) > 1 {
+		return usageError("--dedupe-table: choose the database that gets it with --database")
+	}
+	fl := cmd.Flags()
+	o.dedupeOnly = len(o.dedupeTables) > 0 && !fl.Changed("table") && !fl.Changed("tables")
+	var pending int
+	for _, d := range dbs {
+		n, err := a.migrateDatabase(cmd, d, o)
+		pending += n
+		if err != nil {
+			return err
+		}
+	}
+	if pending > 0 {
+		return fmt.Errorf("%d table(s) need migrating: run outbox-relay migrate", pending)
+	}
+	return nil
 }
 
 // migrateOptions are migrate's flags.
