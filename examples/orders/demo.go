@@ -82,6 +82,9 @@ func halfWriter(o options, w *outbox.Writer, nameservers []string) (*txmsg.Produ
 	return tp, func() { _ = tp.Close(); _ = p.Shutdown() }, nil
 }
 
+// run is the demo: a database, Redis and a broker, the relay, the idempotent consumer, then
+// the order service writing orders until each committed one is applied once. It reports
+// whether every check held.
 func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
@@ -96,21 +99,12 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return false, fmt.Errorf("Redis at %s: %w (run `make services`)", o.redisAddr, err)
 	}
-
-	nameservers := strings.Split(o.nameservers, ",")
-	var broker *rmqtest.Server
-	if o.nameservers == "" {
-		broker, err = rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {},
-			TransactionTimeout: time.Second, TransactionCheckInterval: time.Second})
-		if err != nil {
-			return false, err
-		}
+	nameservers, broker, err := chooseBroker(o, out)
+	if err != nil {
+		return false, err
+	}
+	if broker != nil {
 		defer broker.Close()
-		broker.SetFaults(rmqtest.Faults{DropAfterStore: o.lostAcks})
-		nameservers = []string{broker.NameServerAddr()}
-		fmt.Fprintf(out, "broker: in-process test broker at %s, losing %.0f%% of acks on purpose\n", nameservers[0], o.lostAcks*100)
-	} else {
-		fmt.Fprintf(out, "broker: RocketMQ name servers %s\n", o.nameservers)
 	}
 
 	var c counters
@@ -118,12 +112,8 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	relayStopped := false
-	defer func() {
-		if !relayStopped {
-			stopRelay()
-		}
-	}()
+	rel := &runningRelay{stop: stopRelay, exited: relayExited}
+	defer rel.Stop()
 	stopConsumer, err := startConsumer(db, nameservers, &c)
 	if err != nil {
 		return false, err
@@ -142,11 +132,63 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	if tp != nil {
 		fmt.Fprintf(out, "writer: half messages (check group %s)\n", checkGroup)
 	}
-	start := time.Now()
-	rolledBack := &sync.Map{}
-	writeDone := make(chan error, 1)
-	go func() { writeDone <- placeOrders(ctx, db, writer, tp, o, &c, rolledBack) }()
+	orders := &orderRun{o: o, db: db, writer: writer, tp: tp, c: &c, rolledBack: &sync.Map{}, broker: broker, out: out}
+	return orders.until(ctx, rel)
+}
 
+// chooseBroker returns the name servers of -nameservers, or starts the in-process test broker
+// (returned, to be closed) losing -lost-acks of its acknowledgements.
+func chooseBroker(o options, out io.Writer) ([]string, *rmqtest.Server, error) {
+	if o.nameservers != "" {
+		fmt.Fprintf(out, "broker: RocketMQ name servers %s\n", o.nameservers)
+		return strings.Split(o.nameservers, ","), nil, nil
+	}
+	broker, err := rmqtest.Start(rmqtest.Options{Logf: func(string, ...any) {},
+		TransactionTimeout: time.Second, TransactionCheckInterval: time.Second})
+	if err != nil {
+		return nil, nil, err
+	}
+	broker.SetFaults(rmqtest.Faults{DropAfterStore: o.lostAcks})
+	fmt.Fprintf(out, "broker: in-process test broker at %s, losing %.0f%% of acks on purpose\n", broker.NameServerAddr(), o.lostAcks*100)
+	return []string{broker.NameServerAddr()}, broker, nil
+}
+
+// runningRelay is the relay the demo started; Stop stops it once, unless it exited by itself.
+type runningRelay struct {
+	stop    func() error
+	exited  <-chan error
+	stopped bool
+}
+
+// Stop stops the relay, the first time only.
+func (r *runningRelay) Stop() error {
+	if r.stopped {
+		return nil
+	}
+	r.stopped = true
+	return r.stop()
+}
+
+// orderRun is the order service's part of the demo: it places the orders and watches them
+// delivered and applied.
+type orderRun struct {
+	o          options
+	db         *sql.DB
+	writer     *outbox.Writer
+	tp         *txmsg.Producer
+	c          *counters
+	rolledBack *sync.Map
+	broker     *rmqtest.Server
+	out        io.Writer
+}
+
+// until places the orders and prints the progress every second, until every committed order
+// is delivered and applied (then it stops the relay and reports), the relay exits by itself,
+// or ctx ends.
+func (r *orderRun) until(ctx context.Context, rel *runningRelay) (bool, error) {
+	start := time.Now()
+	writeDone := make(chan error, 1)
+	go func() { writeDone <- placeOrders(ctx, r.db, r.writer, r.tp, r.o, r.c, r.rolledBack) }()
 	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()
 	writing := true
@@ -157,28 +199,38 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 				return false, err
 			}
 			writing = false
-		case err := <-relayExited:
-			relayStopped = true
+		case err := <-rel.exited:
+			rel.stopped = true
 			return false, fmt.Errorf("the relay exited on its own (%v): %s", err, relayExitHint)
 		case <-ctx.Done():
-			fmt.Fprintln(out, "demo: stopped before every order was applied")
-			return report(context.Background(), db, &c, broker, rolledBack, out, time.Since(start))
+			fmt.Fprintln(r.out, "demo: stopped before every order was applied")
+			return report(context.Background(), r.db, r.c, r.broker, r.rolledBack, r.out, time.Since(start))
 		case <-ticker.C:
-			p, err := progress(ctx, db)
+			done, err := r.printProgress(ctx, start, writing)
 			if err != nil {
 				return false, err
 			}
-			fmt.Fprintf(out, "[%4.1fs] written %d, rolled back %d, delivered %d, consumed %d (deliveries received %d)\n",
-				time.Since(start).Seconds(), c.committed.Load(), c.rolledBack.Load(), p.delivered, p.applied, c.received.Load())
-			if !writing && p.applied >= c.committed.Load() && p.delivered >= c.committed.Load() {
-				if err := stopRelay(); err != nil {
+			if done {
+				if err := rel.Stop(); err != nil {
 					return false, err
 				}
-				relayStopped = true
-				return report(ctx, db, &c, broker, rolledBack, out, time.Since(start))
+				return report(ctx, r.db, r.c, r.broker, r.rolledBack, r.out, time.Since(start))
 			}
 		}
 	}
+}
+
+// printProgress prints the counts so far and reports whether every committed order is
+// delivered and applied, the writing over.
+func (r *orderRun) printProgress(ctx context.Context, start time.Time, writing bool) (bool, error) {
+	p, err := progress(ctx, r.db)
+	if err != nil {
+		return false, err
+	}
+	c := r.c
+	fmt.Fprintf(r.out, "[%4.1fs] written %d, rolled back %d, delivered %d, consumed %d (deliveries received %d)\n",
+		time.Since(start).Seconds(), c.committed.Load(), c.rolledBack.Load(), p.delivered, p.applied, c.received.Load())
+	return !writing && p.applied >= c.committed.Load() && p.delivered >= c.committed.Load(), nil
 }
 
 func setupDatabase(ctx context.Context, o options) (*sql.DB, string, error) {
@@ -391,37 +443,46 @@ var relayExitHint = "see " + filepath.Join(os.TempDir(), "outbox-demo-relay.log"
 // instead of waiting for deliveries that cannot come.
 func startRelay(ctx context.Context, o options, dsn string, db *sql.DB, rdb *redis.Client, nameservers []string, out io.Writer) (stop func() error, exited <-chan error, err error) {
 	if o.relayBin == "" {
-		pub, err := relayrmq.NewPublisher(relayrmq.Config{NameServers: nameservers, SendTimeout: time.Second})
-		if err != nil {
-			return nil, nil, err
+		stop, err := startRelayInProcess(ctx, o, db, rdb, nameservers)
+		if err == nil {
+			fmt.Fprintln(out, "relay: in-process")
 		}
-		r, err := relay.New(db, rdb, pub, relay.Config{PollInterval: 200 * time.Millisecond, LockKey: "outbox-demo:lock:local_message"})
-		if err != nil {
-			return nil, nil, err
-		}
-		stopChecks := func() {}
-		if o.halfMsgs {
-			resp, err := txcheck.New(txcheck.Config{NameServers: nameservers, Groups: []string{checkGroup}, DB: db, Tables: []string{"local_message"},
-				Secrets: []string{checkSecret}})
-			if err != nil {
-				return nil, nil, err
-			}
-			if err := resp.Start(ctx); err != nil {
-				return nil, nil, err
-			}
-			stopChecks = resp.Stop
-		}
-		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan error, 1)
-		go func() { done <- r.Run(rctx) }()
-		fmt.Fprintln(out, "relay: in-process")
-		return func() error { cancel(); err := <-done; stopChecks(); pub.Close(); return err }, nil, nil
+		return stop, nil, err
 	}
-	logPath := filepath.Join(os.TempDir(), "outbox-demo-relay.log")
-	logFile, err := os.Create(logPath)
+	return startSidecar(relayCommand(o, dsn, nameservers), out)
+}
+
+// startRelayInProcess runs the relay as a library, with its check-back responder when the
+// writer sends half messages; stop ends both and returns Run's error.
+func startRelayInProcess(ctx context.Context, o options, db *sql.DB, rdb *redis.Client, nameservers []string) (stop func() error, err error) {
+	pub, err := relayrmq.NewPublisher(relayrmq.Config{NameServers: nameservers, SendTimeout: time.Second})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
+	r, err := relay.New(db, rdb, pub, relay.Config{PollInterval: 200 * time.Millisecond, LockKey: "outbox-demo:lock:local_message"})
+	if err != nil {
+		return nil, err
+	}
+	stopChecks := func() {}
+	if o.halfMsgs {
+		resp, err := txcheck.New(txcheck.Config{NameServers: nameservers, Groups: []string{checkGroup}, DB: db, Tables: []string{"local_message"},
+			Secrets: []string{checkSecret}})
+		if err != nil {
+			return nil, err
+		}
+		if err := resp.Start(ctx); err != nil {
+			return nil, err
+		}
+		stopChecks = resp.Stop
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	return func() error { cancel(); err := <-done; stopChecks(); pub.Close(); return err }, nil
+}
+
+// relayCommand is `outbox-relay run`, configured by environment variables alone.
+func relayCommand(o options, dsn string, nameservers []string) *exec.Cmd {
 	cmd := exec.Command(o.relayBin, "run")
 	cmd.Env = append(os.Environ(),
 		"OUTBOX_MYSQL_DSN="+dsn,
@@ -438,14 +499,24 @@ func startRelay(ctx context.Context, o options, dsn string, db *sql.DB, rdb *red
 		cmd.Env = append(cmd.Env, "OUTBOX_ROCKETMQ_TRANSACTION_CHECK_GROUPS="+checkGroup,
 			"OUTBOX_ROCKETMQ_TRANSACTION_CHECK_SECRETS="+checkSecret)
 	}
+	return cmd
+}
+
+// startSidecar starts the relay's process with its output in a log file. exited receives its
+// exit if it stops before stop is called, after the log is printed; stop sends SIGTERM and
+// waits up to 30 s for a clean exit.
+func startSidecar(cmd *exec.Cmd, out io.Writer) (stop func() error, exited <-chan error, err error) {
+	logPath := filepath.Join(os.TempDir(), "outbox-demo-relay.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, nil, err
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
-		return nil, nil, fmt.Errorf("start relay %s: %w", o.relayBin, err)
+		return nil, nil, fmt.Errorf("start relay %s: %w", cmd.Args[0], err)
 	}
-	done := make(chan error, 1)
-	early := make(chan error, 1)
-	stopping := make(chan struct{})
+	done, early, stopping := make(chan error, 1), make(chan error, 1), make(chan struct{})
 	go func() {
 		err := cmd.Wait()
 		logFile.Close()
@@ -459,7 +530,7 @@ func startRelay(ctx context.Context, o options, dsn string, db *sql.DB, rdb *red
 		}
 		done <- err
 	}()
-	fmt.Fprintf(out, "relay: %s run (pid %d, log %s)\n", o.relayBin, cmd.Process.Pid, logPath)
+	fmt.Fprintf(out, "relay: %s run (pid %d, log %s)\n", cmd.Args[0], cmd.Process.Pid, logPath)
 	return func() error {
 		close(stopping)
 		_ = cmd.Process.Signal(syscall.SIGTERM)
