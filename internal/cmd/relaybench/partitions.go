@@ -47,35 +47,18 @@ func runPartitions(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	var counts []int
-	for _, f := range strings.Split(*relaysFlag, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return fmt.Errorf("--relays: %q is not a relay count", f)
-		}
-		counts = append(counts, n)
+	counts, err := parseRelayCounts(*relaysFlag)
+	if err != nil {
+		return err
 	}
 	if *parts < 1 || *parts > schema.MaxPartitions {
 		return fmt.Errorf("--partitions: must be between 1 and %d, got %d", schema.MaxPartitions, *parts)
 	}
-	bin, tmp, cleanup, err := scratch(ctx, *relayBin)
+	bin, w, closeWorld, err := partitionsWorld(ctx, s, *relayBin, *ownRedis)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-	if *ownRedis {
-		addr, stop, err := startRedis(ctx, tmp)
-		if err != nil {
-			return err
-		}
-		defer stop()
-		s.redisAddr = addr
-	}
-	w, err := newWorld(ctx, s)
-	if err != nil {
-		return err
-	}
-	defer w.Close()
+	defer closeWorld()
 
 	// The baseline: one relay on an unpartitioned table, as before partitions.
 	base, err := measurePartitions(ctx, w, bin, 1, 1, *rows, *idle)
@@ -99,7 +82,53 @@ func runPartitions(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	fmt.Printf("\n%d rows, relay.partitions=%d, lock TTL 2s, in-process broker; %s\n\n", *rows, *parts, w.cfg.Addr)
+	printPartitions(*rows, *parts, w.cfg.Addr, base, results, *seed, seedRate)
+	return nil
+}
+
+// partitionsWorld builds (or takes) the relay binary and opens the world, with a private
+// redis-server when ownRedis; close releases them all.
+func partitionsWorld(ctx context.Context, s serverFlags, relayBin string, ownRedis bool) (bin string, w *world, close func(), err error) {
+	bin, tmp, cleanup, err := scratch(ctx, relayBin)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	stopRedis := func() {}
+	if ownRedis {
+		addr, stop, err := startRedis(ctx, tmp)
+		if err != nil {
+			cleanup()
+			return "", nil, nil, err
+		}
+		stopRedis = stop
+		s.redisAddr = addr
+	}
+	w, err = newWorld(ctx, s)
+	if err != nil {
+		stopRedis()
+		cleanup()
+		return "", nil, nil, err
+	}
+	return bin, w, func() { w.Close(); stopRedis(); cleanup() }, nil
+}
+
+// parseRelayCounts parses --relays: relay counts, comma-separated, each at least 1.
+func parseRelayCounts(list string) ([]int, error) {
+	var counts []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("--relays: %q is not a relay count", f)
+		}
+		counts = append(counts, n)
+	}
+	return counts, nil
+}
+
+// printPartitions prints the table of the baseline, each relay count and, with classic,
+// the classic relay's drain rate, each against the first relay count's rate.
+func printPartitions(rows, parts int, dbAddr string, base partitionsResult, results []partitionsResult, classic bool, seedRate float64) {
+	fmt.Printf("\n%d rows, relay.partitions=%d, lock TTL 2s, in-process broker; %s\n\n", rows, parts, dbAddr)
 	fmt.Println("| relays | rows/s | vs 1 relay | relay CPU s | idle Redis cmds/s | takeover after kill -9 | join until even | SIGTERM until even |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	fmt.Printf("| 1, relay.partitions=1 | %.0f | %.2f× | %.1f | %.1f | | | |\n", base.rowsPerSec, base.rowsPerSec/results[0].rowsPerSec, base.cpu.Seconds(), base.idleCmds)
@@ -107,10 +136,9 @@ func runPartitions(ctx context.Context, args []string) error {
 		fmt.Printf("| %d | %.0f | %.2f× | %.1f | %.1f | %s | %s | %s |\n", r.relays, r.rowsPerSec, r.rowsPerSec/results[0].rowsPerSec,
 			r.cpu.Seconds(), r.idleCmds, orDash(r.killTakeover), orDash(r.joinTakeover), orDash(r.leaveTakeover))
 	}
-	if *seed {
+	if classic {
 		fmt.Printf("| classic relay (1 relay) | %.0f | %.2f× | | | | | |\n", seedRate, seedRate/results[0].rowsPerSec)
 	}
-	return nil
 }
 
 // orDash formats d, or "-" when it was not measured.
