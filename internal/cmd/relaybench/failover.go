@@ -5,9 +5,7 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"slices"
 	"syscall"
 	"time"
 
@@ -30,111 +28,108 @@ type handover struct {
 // nudges), the delivery gap when the leader is killed with kill -9 and when it is stopped
 // with SIGTERM, writers running throughout.
 func runFailover(ctx context.Context, args []string) error {
-	var s serverFlags
-	var wf loadgen.Mix
-	fs := flag.NewFlagSet("failover", flag.ContinueOnError)
-	s.register(fs)
-	registerMix(fs, &wf, 100)
-	rounds := fs.Int("rounds", 3, "handovers measured of each kind")
-	relayBin := fs.String("relay-bin", "", "outbox-relay binary (default: built from this checkout)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := wf.Validate(); err != nil {
-		return err
-	}
-	if *rounds < 1 {
-		return fmt.Errorf("--rounds: must be at least 1, got %d", *rounds)
-	}
-	bin, _, cleanup, err := scratch(ctx, *relayBin)
+	f, err := parseHandoverFlags("failover", args, 3, "handovers measured of each kind", false)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-	w, err := newWorld(ctx, s)
+	if f.rounds < 1 {
+		return fmt.Errorf("--rounds: must be at least 1, got %d", f.rounds)
+	}
+	hb, closeBench, err := newHandoverBench(ctx, f, "lm_failover", "failover")
 	if err != nil {
 		return err
 	}
-	defer w.Close()
+	defer closeBench()
+	fo := &failover{handoverBench: hb, procs: map[string]*proc{}}
+	defer fo.stopAll()
+	if err := fo.startPair(ctx); err != nil {
+		return err
+	}
 
-	table := "lm_failover"
-	topic := "failover"
-	wr, a, err := w.nudgingApp(ctx, table, topic)
+	fmt.Printf("relaybench failover: outbox-relay with default settings (%s), two processes, %d writers at %.0f tx/s with nudges\n",
+		hb.bin, f.wf.Writers, f.wf.Rate)
+	l := loadgen.NewLedger()
+	bg := startWriters(ctx, hb.app, f.wf, l)
+	time.Sleep(2 * time.Second)
+	results, err := fo.handovers(ctx, f.rounds)
+	if err != nil {
+		bg.stop()
+		return err
+	}
+	msgs, res, err := hb.finish(ctx, bg, l)
 	if err != nil {
 		return err
 	}
-	gen := 0
-	procs := map[string]*proc{}
-	defer func() {
-		for _, p := range procs {
-			p.stop(10 * time.Second)
-		}
-	}()
-	start := func() error {
-		p, err := startRelay(relaySpec{algo: algoRelay, relayBin: bin, dsn: w.dsnVia(w.cfg.Addr), table: table,
-			redisAddr: w.rdb.Options().Addr, lockKey: w.prefix + "lock:" + table, nameSrv: w.broker.NameServerAddr(),
-			group: fmt.Sprintf("relay-%d", gen), defaults: true})
-		if err != nil {
-			return err
-		}
-		procs[p.group] = p
-		gen++
-		return nil
+	for i := range results {
+		results[i].maxLatMS = worstLatency(msgs, l, results[i].at, results[i].at.Add(results[i].gap))
 	}
-	if err := start(); err != nil {
+	printHandovers(results)
+	if res.delivered != res.committed || res.fromRolledBack > 0 {
+		return errors.New("not every committed row was delivered exactly from committed transactions")
+	}
+	return nil
+}
+
+// failover is a failover run: its relay processes by producer group.
+type failover struct {
+	*handoverBench
+	procs map[string]*proc
+}
+
+// start starts one more relay.
+func (fo *failover) start() error {
+	p, err := fo.startRelay()
+	if err != nil {
 		return err
 	}
-	if err := wr.InsertNoTx(ctx, w.db, []outbox.Message{{MsgID: "warm-up", Topic: topic, Body: []byte("{}")}}); err != nil {
+	fo.procs[p.group] = p
+	return nil
+}
+
+// stopAll stops every relay still running.
+func (fo *failover) stopAll() {
+	for _, p := range fo.procs {
+		p.stop(10 * time.Second)
+	}
+}
+
+// startPair starts the leader, sends a row through it, then starts the standby.
+func (fo *failover) startPair(ctx context.Context) error {
+	if err := fo.start(); err != nil {
 		return err
 	}
-	if err := waitStored(ctx, w.broker, topic, 1, 60*time.Second); err != nil {
+	if err := fo.warmUp(ctx); err != nil {
 		return err
 	}
-	if err := start(); err != nil {
+	if err := fo.start(); err != nil {
 		return err
 	}
 	time.Sleep(2 * time.Second) // the standby connects
+	return nil
+}
 
-	fmt.Printf("relaybench failover: outbox-relay with default settings (%s), two processes, %d writers at %.0f tx/s with nudges\n",
-		bin, wf.Writers, wf.Rate)
-	l := loadgen.NewLedger()
-	wctx, stopWriters := context.WithCancel(ctx)
-	writeErr := make(chan error, 1)
-	go func() { writeErr <- a.Write(wctx, wf, l, "") }()
-	time.Sleep(2 * time.Second)
-
+// handovers measures rounds handovers of each kind, starting a new standby after each.
+func (fo *failover) handovers(ctx context.Context, rounds int) ([]handover, error) {
 	var results []handover
 	for _, how := range []string{"kill -9", "SIGTERM"} {
-		for i := 0; i < *rounds && ctx.Err() == nil; i++ {
-			h, err := measureHandover(ctx, w.broker, topic, procs, how)
+		for i := 0; i < rounds && ctx.Err() == nil; i++ {
+			h, err := measureHandover(ctx, fo.w.broker, fo.topic, fo.procs, how)
 			if err != nil {
-				stopWriters()
-				return err
+				return nil, err
 			}
 			fmt.Printf("%-8s round %d: gap %s\n", how, i+1, h.gap.Round(time.Millisecond))
 			results = append(results, h)
-			if err := start(); err != nil { // a new standby
-				stopWriters()
-				return err
+			if err := fo.start(); err != nil { // a new standby
+				return nil, err
 			}
 			time.Sleep(3 * time.Second)
 		}
 	}
-	stopWriters()
-	if err := <-writeErr; err != nil {
-		return err
-	}
-	if err := waitStored(ctx, w.broker, topic, l.Commits()+1, 60*time.Second); err != nil {
-		return err
-	}
-	var res loadResult
-	msgs := w.broker.Messages(topic)
-	measure(msgs, l, &res)
-	for i := range results {
-		results[i].maxLatMS = worstLatency(msgs, l, results[i].at, results[i].at.Add(results[i].gap))
-	}
-	fmt.Printf("\n%d committed rows, %d delivered, %d duplicates, %d from rolled-back transactions\n",
-		res.committed, res.delivered, res.duplicates, res.fromRolledBack)
+	return results, nil
+}
+
+// printHandovers prints the table of gaps and worst latencies, per kind of handover.
+func printHandovers(results []handover) {
 	fmt.Println("\n| handover | gaps (ms) | worst commit → ack in the gap (ms) |")
 	fmt.Println("|---|---|---|")
 	for _, how := range []string{"kill -9", "SIGTERM"} {
@@ -147,24 +142,19 @@ func runFailover(ctx context.Context, args []string) error {
 		}
 		fmt.Printf("| %s | %v | %v |\n", how, gaps, lats)
 	}
-	if res.delivered != res.committed || res.fromRolledBack > 0 {
-		return errors.New("not every committed row was delivered exactly from committed transactions")
-	}
-	return nil
 }
 
 // measureHandover signals the current leader (the publisher of the latest message) and
 // waits for another relay to store a message.
 func measureHandover(ctx context.Context, b *rmqtest.Server, topic string, procs map[string]*proc, how string) (handover, error) {
 	h := handover{how: how}
-	msgs := b.Messages(topic)
-	if len(msgs) == 0 {
+	ldr := leaderOf(b, topic)
+	if ldr == "" {
 		return h, errors.New("no message stored yet")
 	}
-	last := slices.MaxFunc(msgs, func(x, y rmqtest.Message) int { return int(x.CommitLogOffset - y.CommitLogOffset) })
-	leader := procs[last.ProducerGroup]
+	leader := procs[ldr]
 	if leader == nil || leader.exited() {
-		return h, fmt.Errorf("the leader %s is not a running process", last.ProducerGroup)
+		return h, fmt.Errorf("the leader %s is not a running process", ldr)
 	}
 	sig := syscall.SIGKILL
 	if how == "SIGTERM" {
@@ -174,26 +164,11 @@ func measureHandover(ctx context.Context, b *rmqtest.Server, topic string, procs
 	if err := leader.cmd.Process.Signal(sig); err != nil {
 		return h, err
 	}
-	deadline := time.After(60 * time.Second)
-	for {
-		first := int64(-1)
-		for _, m := range b.Messages(topic) {
-			if m.ProducerGroup != leader.group && m.StoreTimestamp >= at.UnixMilli() && (first < 0 || m.StoreTimestamp < first) {
-				first = m.StoreTimestamp
-			}
-		}
-		if first >= 0 {
-			h.at, h.gap = at, time.UnixMilli(first).Sub(at)
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return h, ctx.Err()
-		case <-deadline:
-			return h, fmt.Errorf("%s: no other relay published within 60s", how)
-		case <-time.After(20 * time.Millisecond):
-		}
+	gap, err := waitOtherPublisher(ctx, b, topic, leader.group, at, how)
+	if err != nil {
+		return h, err
 	}
+	h.at, h.gap = at, gap
 	select {
 	case <-leader.done:
 	case <-time.After(30 * time.Second):

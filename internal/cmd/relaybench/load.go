@@ -259,49 +259,63 @@ func runScenario(ctx context.Context, w *world, f loadFlags, sc scenario) (loadR
 		return res, err
 	}
 	// Warm up: one row through, so every relay is connected and one of them leads.
-	if err := wr.InsertNoTx(ctx, w.db, []outbox.Message{{MsgID: topic + "-warm-up", Topic: topic, Body: []byte("{}")}}); err != nil {
-		return res, err
-	}
-	if err := waitStored(ctx, w.broker, topic, 1, 60*time.Second+3*sc.poll); err != nil {
+	if err := warmUp(ctx, w, wr, topic, topic+"-warm-up", 60*time.Second+3*sc.poll); err != nil {
 		return res, fmt.Errorf("warm-up: %w\n%s", err, procs[0].out.String())
 	}
 	time.Sleep(time.Second) // let the standbys connect too
+	err = measureScenario(ctx, w, f, scenarioRun{sc: sc, table: table, topic: topic, app: a, proxy: proxy, procs: procs}, &res)
+	return res, err
+}
 
+// scenarioRun is one scenario's relays at work: its table and topic, the application
+// writing, the proxy counting the relays' database commands, and the relay processes.
+type scenarioRun struct {
+	sc           scenario
+	table, topic string
+	app          *loadgen.App
+	proxy        *tcpproxy.Proxy
+	procs        []*proc
+}
+
+// measureScenario writes for f.duration, waits for every row to be stored and fills res:
+// CPU, rows/s, queries per 1k rows, rows recorded and audited, idle queries/s, latencies.
+func measureScenario(ctx context.Context, w *world, f loadFlags, r scenarioRun, res *loadResult) error {
+	sc, table, topic, proxy, procs := r.sc, r.table, r.topic, r.proxy, r.procs
 	cpu0, q0 := cpuOf(procs), proxy.Commands()
 	start := time.Now()
 	l := loadgen.NewLedger()
 	wctx, cancel := context.WithTimeout(ctx, f.duration)
-	err = a.Write(wctx, f.writers, l, "")
+	err := r.app.Write(wctx, f.writers, l, "")
 	cancel()
 	if err != nil {
-		return res, err
+		return err
 	}
 	if ctx.Err() != nil {
-		return res, ctx.Err()
+		return ctx.Err()
 	}
 	if err := waitStored(ctx, w.broker, topic, l.Commits()+1, 60*time.Second+3*sc.poll); err != nil {
-		return res, fmt.Errorf("delivery: %w", err)
+		return fmt.Errorf("delivery: %w", err)
 	}
 	wall := time.Since(start)
 	res.cpuPct = 100 * (cpuOf(procs) - cpu0).Seconds() / wall.Seconds()
 	busyQueries := proxy.Commands() - q0
 	if err := w.db.QueryRowContext(ctx, "SELECT COALESCE(SUM(row_count), 0), COALESCE(SUM(IF(audited_time > 0, row_count, 0)), 0) FROM "+
 		schema.StoredLogTable(table)).Scan(&res.recorded, &res.audited); err != nil {
-		return res, fmt.Errorf("count the rows recorded and audited: %w", err)
+		return fmt.Errorf("count the rows recorded and audited: %w", err)
 	}
 	res.load1 = loadAverage()
 
 	res.idleQPS = idleQueries(proxy, f.idle, sc.poll)
-	lat := measure(w.broker.Messages(topic), l, &res)
+	lat := measure(w.broker.Messages(topic), l, res)
 	res.rowsPerSec = float64(res.delivered) / wall.Seconds()
 	res.queriesPer1k = 1000 * float64(busyQueries) / float64(max(1, res.delivered))
 	res.p50, res.p95, res.p99, res.max = percentile(lat, 0.50), percentile(lat, 0.95), percentile(lat, 0.99), percentile(lat, 1)
 	for _, p := range procs {
 		if p.exited() {
-			return res, fmt.Errorf("relay %s exited during the run: %v\n%s", p.group, p.err, p.out.String())
+			return fmt.Errorf("relay %s exited during the run: %v\n%s", p.group, p.err, p.out.String())
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // auditEnv returns outbox-relay's audit settings for sc: audit.enabled set either way, never

@@ -47,35 +47,18 @@ func runPartitions(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	var counts []int
-	for _, f := range strings.Split(*relaysFlag, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return fmt.Errorf("--relays: %q is not a relay count", f)
-		}
-		counts = append(counts, n)
+	counts, err := parseRelayCounts(*relaysFlag)
+	if err != nil {
+		return err
 	}
 	if *parts < 1 || *parts > schema.MaxPartitions {
 		return fmt.Errorf("--partitions: must be between 1 and %d, got %d", schema.MaxPartitions, *parts)
 	}
-	bin, tmp, cleanup, err := scratch(ctx, *relayBin)
+	bin, w, closeWorld, err := partitionsWorld(ctx, s, *relayBin, *ownRedis)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-	if *ownRedis {
-		addr, stop, err := startRedis(ctx, tmp)
-		if err != nil {
-			return err
-		}
-		defer stop()
-		s.redisAddr = addr
-	}
-	w, err := newWorld(ctx, s)
-	if err != nil {
-		return err
-	}
-	defer w.Close()
+	defer closeWorld()
 
 	// The baseline: one relay on an unpartitioned table, as before partitions.
 	base, err := measurePartitions(ctx, w, bin, 1, 1, *rows, *idle)
@@ -99,7 +82,53 @@ func runPartitions(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	fmt.Printf("\n%d rows, relay.partitions=%d, lock TTL 2s, in-process broker; %s\n\n", *rows, *parts, w.cfg.Addr)
+	printPartitions(*rows, *parts, w.cfg.Addr, base, results, *seed, seedRate)
+	return nil
+}
+
+// partitionsWorld builds (or takes) the relay binary and opens the world, with a private
+// redis-server when ownRedis; close releases them all.
+func partitionsWorld(ctx context.Context, s serverFlags, relayBin string, ownRedis bool) (bin string, w *world, close func(), err error) {
+	bin, tmp, cleanup, err := scratch(ctx, relayBin)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	stopRedis := func() {}
+	if ownRedis {
+		addr, stop, err := startRedis(ctx, tmp)
+		if err != nil {
+			cleanup()
+			return "", nil, nil, err
+		}
+		stopRedis = stop
+		s.redisAddr = addr
+	}
+	w, err = newWorld(ctx, s)
+	if err != nil {
+		stopRedis()
+		cleanup()
+		return "", nil, nil, err
+	}
+	return bin, w, func() { w.Close(); stopRedis(); cleanup() }, nil
+}
+
+// parseRelayCounts parses --relays: relay counts, comma-separated, each at least 1.
+func parseRelayCounts(list string) ([]int, error) {
+	var counts []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("--relays: %q is not a relay count", f)
+		}
+		counts = append(counts, n)
+	}
+	return counts, nil
+}
+
+// printPartitions prints the table of the baseline, each relay count and, with classic,
+// the classic relay's drain rate, each against the first relay count's rate.
+func printPartitions(rows, parts int, dbAddr string, base partitionsResult, results []partitionsResult, classic bool, seedRate float64) {
+	fmt.Printf("\n%d rows, relay.partitions=%d, lock TTL 2s, in-process broker; %s\n\n", rows, parts, dbAddr)
 	fmt.Println("| relays | rows/s | vs 1 relay | relay CPU s | idle Redis cmds/s | takeover after kill -9 | join until even | SIGTERM until even |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 	fmt.Printf("| 1, relay.partitions=1 | %.0f | %.2f× | %.1f | %.1f | | | |\n", base.rowsPerSec, base.rowsPerSec/results[0].rowsPerSec, base.cpu.Seconds(), base.idleCmds)
@@ -107,10 +136,9 @@ func runPartitions(ctx context.Context, args []string) error {
 		fmt.Printf("| %d | %.0f | %.2f× | %.1f | %.1f | %s | %s | %s |\n", r.relays, r.rowsPerSec, r.rowsPerSec/results[0].rowsPerSec,
 			r.cpu.Seconds(), r.idleCmds, orDash(r.killTakeover), orDash(r.joinTakeover), orDash(r.leaveTakeover))
 	}
-	if *seed {
+	if classic {
 		fmt.Printf("| classic relay (1 relay) | %.0f | %.2f× | | | | | |\n", seedRate, seedRate/results[0].rowsPerSec)
 	}
-	return nil
 }
 
 // orDash formats d, or "-" when it was not measured.
@@ -124,103 +152,140 @@ func orDash(d time.Duration) string {
 // measurePartitions drains a backlog of rows with n relay processes sharing parts partitions.
 func measurePartitions(ctx context.Context, w *world, bin string, n, parts, rows int, idle time.Duration) (partitionsResult, error) {
 	res := partitionsResult{relays: n}
-	table := fmt.Sprintf("lm_part_%d_of_%d", n, parts)
-	if err := schema.MigratePartitioned(ctx, w.db, table, parts); err != nil {
+	g := &partGroup{w: w, bin: bin, table: fmt.Sprintf("lm_part_%d_of_%d", n, parts), parts: parts}
+	if err := schema.MigratePartitioned(ctx, w.db, g.table, parts); err != nil {
 		return res, err
 	}
-	if err := drainbench.Fill(ctx, w.db, table, drainbench.Options{Rows: rows, BodyBytes: 200, Topic: "partitions"}); err != nil {
+	if err := drainbench.Fill(ctx, w.db, g.table, drainbench.Options{Rows: rows, BodyBytes: 200, Topic: "partitions"}); err != nil {
 		return res, err
 	}
-	start := func(i int) (*proc, error) {
-		return startRelay(relaySpec{algo: algoRelay, relayBin: bin, dsn: w.cfg.FormatDSN(), table: table,
-			redisAddr: w.rdb.Options().Addr, lockKey: w.prefix + "lock:" + table, nameSrv: w.broker.NameServerAddr(),
-			group: fmt.Sprintf("relay-%d", i), defaults: true, extra: []string{"OUTBOX_RELAY_PARTITIONS=" + strconv.Itoa(parts)}})
-	}
-	var procs []*proc
-	defer func() {
-		for _, p := range procs {
-			p.stop(10 * time.Second)
-		}
-	}()
+	defer g.stopAll()
 	for i := 0; i < n; i++ {
-		p, err := start(i)
-		if err != nil {
+		if _, err := g.start(i); err != nil {
 			return res, err
 		}
-		procs = append(procs, p)
 	}
+	var err error
+	if res.rowsPerSec, res.cpu, err = g.drain(ctx, rows); err != nil {
+		return res, err
+	}
+	if res.idleCmds, err = idleRedisCommands(ctx, w, idle); err != nil {
+		return res, err
+	}
+	if n < 2 {
+		return res, nil
+	}
+	err = g.takeovers(ctx, &res)
+	return res, err
+}
+
+// partGroup is a group of relay processes sharing the partitions of one table.
+type partGroup struct {
+	w     *world
+	bin   string
+	table string
+	parts int
+	procs []*proc // every process started, stopped at the end
+}
+
+// start starts relay i of the group.
+func (g *partGroup) start(i int) (*proc, error) {
+	w := g.w
+	p, err := startRelay(relaySpec{algo: algoRelay, relayBin: g.bin, dsn: w.cfg.FormatDSN(), table: g.table,
+		redisAddr: w.rdb.Options().Addr, lockKey: w.prefix + "lock:" + g.table, nameSrv: w.broker.NameServerAddr(),
+		group: fmt.Sprintf("relay-%d", i), defaults: true, extra: []string{"OUTBOX_RELAY_PARTITIONS=" + strconv.Itoa(g.parts)}})
+	if err != nil {
+		return nil, err
+	}
+	g.procs = append(g.procs, p)
+	return p, nil
+}
+
+// stopAll stops every relay of the group.
+func (g *partGroup) stopAll() {
+	for _, p := range g.procs {
+		p.stop(10 * time.Second)
+	}
+}
+
+// drain waits until all rows are sent and returns the rate, rows over the span of their
+// sent_time, and the relays' CPU time until then.
+func (g *partGroup) drain(ctx context.Context, rows int) (float64, time.Duration, error) {
 	if err := pollUntil(ctx, 10*time.Minute, 100*time.Millisecond, "every row sent", func() (bool, error) {
 		var sent int
-		err := w.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table+" WHERE status = 2").Scan(&sent)
+		err := g.w.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+g.table+" WHERE status = 2").Scan(&sent)
 		return sent == rows, err
 	}); err != nil {
-		return res, err
+		return 0, 0, err
 	}
-	res.cpu = cpuOf(procs)
+	cpu := cpuOf(g.procs)
 	var first, last int64
-	if err := w.db.QueryRowContext(ctx, "SELECT MIN(sent_time), MAX(sent_time) FROM "+table).Scan(&first, &last); err != nil {
-		return res, err
+	if err := g.w.db.QueryRowContext(ctx, "SELECT MIN(sent_time), MAX(sent_time) FROM "+g.table).Scan(&first, &last); err != nil {
+		return 0, 0, err
 	}
-	res.rowsPerSec = float64(rows) / (float64(max(last-first, 1)) / 1000)
+	return float64(rows) / (float64(max(last-first, 1)) / 1000), cpu, nil
+}
 
-	// Idle upkeep: every Redis command in the window is the group's (the bench runs alone).
+// idleRedisCommands is the Redis commands/s over idle, after 2s of settling: every command
+// in the window is the group's (the bench runs alone).
+func idleRedisCommands(ctx context.Context, w *world, idle time.Duration) (float64, error) {
 	time.Sleep(2 * time.Second)
 	before, err := redisCommands(ctx, w)
 	if err != nil {
-		return res, err
+		return 0, err
 	}
 	time.Sleep(idle)
 	after, err := redisCommands(ctx, w)
 	if err != nil {
-		return res, err
+		return 0, err
 	}
 	// Commands run by scripts count as well as the EVALSHA: an extension is 3 (EVALSHA, GET,
 	// PEXPIRE), a heartbeat 5. The INFO itself counts once.
-	res.idleCmds = float64(after-before-1) / idle.Seconds()
+	return float64(after-before-1) / idle.Seconds(), nil
+}
 
-	if n < 2 {
-		return res, nil
+// takeovers measures, on the group of res.relays relays, the time until the partitions are
+// evenly owned again after a kill -9, a join and a SIGTERM, in that order.
+func (g *partGroup) takeovers(ctx context.Context, res *partitionsResult) error {
+	procs := g.procs
+	if err := g.waitEven(ctx, procs, "even shares"); err != nil {
+		return err
 	}
 	// A relay killed with -9: until the survivors own every partition exactly once.
-	if err := pollUntil(ctx, time.Minute, 10*time.Millisecond, "even shares", func() (bool, error) {
-		return evenlyOwned(procs, parts), nil
-	}); err != nil {
-		return res, err
-	}
 	killed := time.Now()
 	_ = procs[0].cmd.Process.Signal(syscall.SIGKILL)
 	<-procs[0].done
 	survivors := procs[1:]
-	if err := pollUntil(ctx, time.Minute, 10*time.Millisecond, "survivors owning every partition", func() (bool, error) {
-		return evenlyOwned(survivors, parts), nil
-	}); err != nil {
-		return res, err
+	if err := g.waitEven(ctx, survivors, "survivors owning every partition"); err != nil {
+		return err
 	}
 	res.killTakeover = time.Since(killed)
 	// A relay joins: until every partition is owned once with even shares again.
 	joined := time.Now()
-	p, err := start(n)
+	p, err := g.start(res.relays)
 	if err != nil {
-		return res, err
+		return err
 	}
-	procs = append(procs, p)
 	all := append(survivors[:len(survivors):len(survivors)], p)
-	if err := pollUntil(ctx, time.Minute, 10*time.Millisecond, "even shares after a join", func() (bool, error) {
-		return evenlyOwned(all, parts), nil
-	}); err != nil {
-		return res, err
+	if err := g.waitEven(ctx, all, "even shares after a join"); err != nil {
+		return err
 	}
 	res.joinTakeover = time.Since(joined)
 	// A relay stopped with SIGTERM: it hands its partitions over and leaves the group.
 	left := time.Now()
 	_ = all[0].cmd.Process.Signal(syscall.SIGTERM)
-	if err := pollUntil(ctx, time.Minute, 10*time.Millisecond, "even shares after a leave", func() (bool, error) {
-		return evenlyOwned(all[1:], parts), nil
-	}); err != nil {
-		return res, err
+	if err := g.waitEven(ctx, all[1:], "even shares after a leave"); err != nil {
+		return err
 	}
 	res.leaveTakeover = time.Since(left)
-	return res, nil
+	return nil
+}
+
+// waitEven waits up to a minute until procs own every partition once, in even shares.
+func (g *partGroup) waitEven(ctx context.Context, procs []*proc, what string) error {
+	return pollUntil(ctx, time.Minute, 10*time.Millisecond, what, func() (bool, error) {
+		return evenlyOwned(procs, g.parts), nil
+	})
 }
 
 // measureSeedDrain drains rows with the classic relay (one process, its 1s job) and returns

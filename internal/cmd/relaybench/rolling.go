@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/loadgen"
 	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
-	"github.com/outbox-relay/outbox-relay/outbox"
 )
 
 // rollStep is one pod replaced during a rolling update.
@@ -42,151 +40,176 @@ type rollStep struct {
 // process took to exit after SIGTERM (what terminationGracePeriodSeconds must cover), the
 // relays' peak RSS and CPU, and the duplicates over the whole run.
 func runRolling(ctx context.Context, args []string) error {
-	var s serverFlags
-	var wf loadgen.Mix
-	fs := flag.NewFlagSet("rolling", flag.ContinueOnError)
-	s.register(fs)
-	registerMix(fs, &wf, 100)
-	replicas := fs.Int("replicas", 2, "relays (pods) of the surge rollout")
-	rounds := fs.Int("rounds", 2, "rollouts of each strategy")
-	relayBin := fs.String("relay-bin", "", "outbox-relay binary (default: built from this checkout)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := wf.Validate(); err != nil {
-		return err
-	}
-	if *replicas < 1 || *rounds < 1 {
-		return fmt.Errorf("--replicas and --rounds: must be at least 1, got %d and %d", *replicas, *rounds)
-	}
-	bin, _, cleanup, err := scratch(ctx, *relayBin)
+	f, err := parseHandoverFlags("rolling", args, 2, "rollouts of each strategy", true)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-	w, err := newWorld(ctx, s)
+	if f.replicas < 1 || f.rounds < 1 {
+		return fmt.Errorf("--replicas and --rounds: must be at least 1, got %d and %d", f.replicas, f.rounds)
+	}
+	hb, closeBench, err := newHandoverBench(ctx, f, "lm_rolling", "rolling")
 	if err != nil {
 		return err
 	}
-	defer w.Close()
+	defer closeBench()
+	r := &rolling{handoverBench: hb, procs: map[string]*rollProc{}}
+	defer r.stopAll()
+	if err := r.startFleet(ctx, f.replicas); err != nil {
+		return err
+	}
 
-	table, topic := "lm_rolling", "rolling"
-	wr, a, err := w.nudgingApp(ctx, table, topic)
+	fmt.Printf("relaybench rolling: outbox-relay with default settings (%s), %d writers at %.0f tx/s with nudges\n", hb.bin, f.wf.Writers, f.wf.Rate)
+	l := loadgen.NewLedger()
+	bg := startWriters(ctx, hb.app, f.wf, l)
+	time.Sleep(3 * time.Second)
+	steps, err := r.rollouts(ctx, f.rounds)
+	if err != nil {
+		bg.wait()
+		return err
+	}
+	_, res, err := hb.finish(ctx, bg, l)
 	if err != nil {
 		return err
 	}
-	gen := 0
-	procs := map[string]*rollProc{}
-	defer func() {
-		for _, p := range procs {
-			p.stop(30 * time.Second)
-		}
-	}()
-	start := func() (*rollProc, error) {
-		addr, err := freeAddr()
-		if err != nil {
-			return nil, err
-		}
-		p, err := startRelay(relaySpec{algo: algoRelay, relayBin: bin, dsn: w.dsnVia(w.cfg.Addr), table: table,
-			redisAddr: w.rdb.Options().Addr, lockKey: w.prefix + "lock:" + table, nameSrv: w.broker.NameServerAddr(),
-			group: fmt.Sprintf("relay-%d", gen), defaults: true, extra: []string{"OUTBOX_HTTP_ADDR=" + addr}})
-		if err != nil {
-			return nil, err
-		}
-		gen++
-		rp := &rollProc{proc: p, addr: addr, started: time.Now()}
-		procs[p.group] = rp
-		return rp, waitReady(ctx, rp)
+	printRollSteps(steps)
+	if res.delivered != res.committed || res.fromRolledBack > 0 {
+		return errors.New("not every committed row was delivered exactly from committed transactions")
 	}
-	if _, err := start(); err != nil {
+	if res.duplicates > 0 {
+		return fmt.Errorf("%d duplicates: a SIGTERMed leader should write its sends back before its successor takes the lock", res.duplicates)
+	}
+	return nil
+}
+
+// rolling is a rolling-update run: its relay processes by producer group.
+type rolling struct {
+	*handoverBench
+	procs map[string]*rollProc
+}
+
+// start starts one more relay with an HTTP address and waits for its /readyz.
+func (r *rolling) start(ctx context.Context) error {
+	addr, err := freeAddr()
+	if err != nil {
 		return err
 	}
-	if err := wr.InsertNoTx(ctx, w.db, []outbox.Message{{MsgID: "warm-up", Topic: topic, Body: []byte("{}")}}); err != nil {
+	p, err := r.startRelay("OUTBOX_HTTP_ADDR=" + addr)
+	if err != nil {
 		return err
 	}
-	if err := waitStored(ctx, w.broker, topic, 1, 60*time.Second); err != nil {
+	rp := &rollProc{proc: p, addr: addr, started: time.Now()}
+	r.procs[p.group] = rp
+	return waitReady(ctx, rp)
+}
+
+// stopAll stops every relay still running.
+func (r *rolling) stopAll() {
+	for _, p := range r.procs {
+		p.stop(30 * time.Second)
+	}
+}
+
+// startFleet starts the first relay, sends a row through it, then starts the others up to
+// replicas.
+func (r *rolling) startFleet(ctx context.Context, replicas int) error {
+	if err := r.start(ctx); err != nil {
 		return err
 	}
-	for len(procs) < *replicas {
-		if _, err := start(); err != nil {
+	if err := r.warmUp(ctx); err != nil {
+		return err
+	}
+	for len(r.procs) < replicas {
+		if err := r.start(ctx); err != nil {
 			return err
 		}
 	}
+	return nil
+}
 
-	fmt.Printf("relaybench rolling: outbox-relay with default settings (%s), %d writers at %.0f tx/s with nudges\n", bin, wf.Writers, wf.Rate)
-	l := loadgen.NewLedger()
-	wctx, stopWriters := context.WithCancel(ctx)
-	writeErr := make(chan error, 1)
-	go func() { writeErr <- a.Write(wctx, wf, l, "") }()
-	time.Sleep(3 * time.Second)
-
+// rollouts runs rounds surge rollouts, shrinks to one relay, then runs rounds recreate
+// rollouts, and returns every step.
+func (r *rolling) rollouts(ctx context.Context, rounds int) ([]rollStep, error) {
 	var steps []rollStep
-	fail := func(err error) error {
-		stopWriters()
-		<-writeErr
-		return err
-	}
-	for round := 0; round < *rounds && ctx.Err() == nil; round++ {
-		// surge: every old relay replaced, one at a time, the new one ready first.
-		old := make([]string, 0, len(procs))
-		for g := range procs {
-			old = append(old, g)
+	for round := 0; round < rounds && ctx.Err() == nil; round++ {
+		st, err := r.surge(ctx, round)
+		if err != nil {
+			return nil, err
 		}
-		for len(old) > 0 {
-			if _, err := start(); err != nil {
-				return fail(err)
-			}
-			victim := old[0]
-			if ldr := leaderOf(w.broker, topic); slices.Contains(old, ldr) {
-				victim = ldr
-			}
-			old = slices.DeleteFunc(old, func(g string) bool { return g == victim })
-			st, err := replace(ctx, w.broker, topic, procs, victim, "surge", nil)
-			if err != nil {
-				return fail(err)
-			}
-			steps = append(steps, st)
-			fmt.Printf("surge    round %d: stopped %s (leader %v): gap %s, exit after %s\n", round+1, victim, st.leader,
-				st.gap.Round(time.Millisecond), st.exit.Round(time.Millisecond))
-			time.Sleep(2 * time.Second)
-		}
+		steps = append(steps, st...)
 	}
-	// recreate: one relay only; it stops before its successor starts.
-	for len(procs) > 1 {
+	r.shrinkToOne()
+	time.Sleep(2 * time.Second)
+	for round := 0; round < rounds && ctx.Err() == nil; round++ {
+		st, err := r.recreate(ctx, round)
+		if err != nil {
+			return nil, err
+		}
+		steps = append(steps, st)
+		time.Sleep(2 * time.Second)
+	}
+	return steps, nil
+}
+
+// surge replaces every old relay, one at a time, the new one ready first, the leader
+// first of the old ones.
+func (r *rolling) surge(ctx context.Context, round int) ([]rollStep, error) {
+	old := make([]string, 0, len(r.procs))
+	for g := range r.procs {
+		old = append(old, g)
+	}
+	var steps []rollStep
+	for len(old) > 0 {
+		if err := r.start(ctx); err != nil {
+			return nil, err
+		}
+		victim := old[0]
+		if ldr := leaderOf(r.w.broker, r.topic); slices.Contains(old, ldr) {
+			victim = ldr
+		}
+		old = slices.DeleteFunc(old, func(g string) bool { return g == victim })
+		st, err := replace(ctx, r.w.broker, r.topic, r.procs, victim, "surge", nil)
+		if err != nil {
+			return nil, err
+		}
+		steps = append(steps, st)
+		fmt.Printf("surge    round %d: stopped %s (leader %v): gap %s, exit after %s\n", round+1, victim, st.leader,
+			st.gap.Round(time.Millisecond), st.exit.Round(time.Millisecond))
+		time.Sleep(2 * time.Second)
+	}
+	return steps, nil
+}
+
+// shrinkToOne stops relays other than the leader until one is left, for the recreate
+// strategy (one relay only; it stops before its successor starts).
+func (r *rolling) shrinkToOne() {
+	for len(r.procs) > 1 {
 		var g string
-		for k := range procs {
-			if k != leaderOf(w.broker, topic) {
+		for k := range r.procs {
+			if k != leaderOf(r.w.broker, r.topic) {
 				g = k
 			}
 		}
-		procs[g].stop(30 * time.Second)
-		delete(procs, g)
+		r.procs[g].stop(30 * time.Second)
+		delete(r.procs, g)
 	}
-	time.Sleep(2 * time.Second)
-	for round := 0; round < *rounds && ctx.Err() == nil; round++ {
-		var only string
-		for g := range procs {
-			only = g
-		}
-		st, err := replace(ctx, w.broker, topic, procs, only, "recreate", func() error { _, err := start(); return err })
-		if err != nil {
-			return fail(err)
-		}
-		steps = append(steps, st)
-		fmt.Printf("recreate round %d: stopped %s: gap %s, exit after %s\n", round+1, only, st.gap.Round(time.Millisecond), st.exit.Round(time.Millisecond))
-		time.Sleep(2 * time.Second)
+}
+
+// recreate replaces the only relay: SIGTERM, exit, then its successor starts.
+func (r *rolling) recreate(ctx context.Context, round int) (rollStep, error) {
+	var only string
+	for g := range r.procs {
+		only = g
 	}
-	stopWriters()
-	if err := <-writeErr; err != nil {
-		return err
+	st, err := replace(ctx, r.w.broker, r.topic, r.procs, only, "recreate", func() error { return r.start(ctx) })
+	if err != nil {
+		return st, err
 	}
-	if err := waitStored(ctx, w.broker, topic, l.Commits()+1, 60*time.Second); err != nil {
-		return err
-	}
-	var res loadResult
-	measure(w.broker.Messages(topic), l, &res)
-	fmt.Printf("\n%d committed rows, %d delivered, %d duplicates, %d from rolled-back transactions\n",
-		res.committed, res.delivered, res.duplicates, res.fromRolledBack)
+	fmt.Printf("recreate round %d: stopped %s: gap %s, exit after %s\n", round+1, only, st.gap.Round(time.Millisecond), st.exit.Round(time.Millisecond))
+	return st, nil
+}
+
+// printRollSteps prints the table of gaps, exit times, peak RSS and CPU per strategy.
+func printRollSteps(steps []rollStep) {
 	fmt.Println("\n| strategy | leader stopped: delivery gap (ms) | SIGTERM → exit (ms), every step | peak RSS of a relay (MiB) | relay CPU over its life (% of a core) |")
 	fmt.Println("|---|---|---|---|---|")
 	for _, how := range []string{"surge", "recreate"} {
@@ -205,13 +228,6 @@ func runRolling(ctx context.Context, args []string) error {
 		fmt.Printf("| %s | %s | %s | %s | %s |\n", how, strings.Join(gaps, " / "), strings.Join(exits, " / "),
 			strings.Join(rss, " / "), strings.Join(cpu, " / "))
 	}
-	if res.delivered != res.committed || res.fromRolledBack > 0 {
-		return errors.New("not every committed row was delivered exactly from committed transactions")
-	}
-	if res.duplicates > 0 {
-		return fmt.Errorf("%d duplicates: a SIGTERMed leader should write its sends back before its successor takes the lock", res.duplicates)
-	}
-	return nil
 }
 
 // rollProc is a relay process with its HTTP address.
@@ -247,26 +263,9 @@ func replace(ctx context.Context, b *rmqtest.Server, topic string, procs map[str
 	if !st.leader {
 		return st, nil
 	}
-	deadline := time.After(60 * time.Second)
-	for {
-		first := int64(-1)
-		for _, m := range b.Messages(topic) {
-			if m.ProducerGroup != g && m.StoreTimestamp >= at.UnixMilli() && (first < 0 || m.StoreTimestamp < first) {
-				first = m.StoreTimestamp
-			}
-		}
-		if first >= 0 {
-			st.gap = time.UnixMilli(first).Sub(at)
-			return st, nil
-		}
-		select {
-		case <-ctx.Done():
-			return st, ctx.Err()
-		case <-deadline:
-			return st, fmt.Errorf("%s: no other relay published within 60s", strategy)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	gap, err := waitOtherPublisher(ctx, b, topic, g, at, strategy)
+	st.gap = gap
+	return st, err
 }
 
 // leaderOf is the producer group of the latest message stored: the relay publishing now.
