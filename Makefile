@@ -166,7 +166,7 @@ bench-partitions: services
 lint: vet
 	@bash scripts/spdx.sh --check
 	@$(GO) run ./internal/cmd/linkcheck .
-	@$(GO) run ./internal/cmd/funclen -max 80 -allow scripts/funclen-relay.allow ./relay/...
+	@$(GO) run ./internal/cmd/funclen -max 80 -allow scripts/funclen.allow ./...
 	@files=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$files" ]; then echo "gofmt needed:"; echo "$$files"; exit 1; fi
 

@@ -5,7 +5,7 @@
 // "file:line name length". An argument ending in /... is walked recursively. With -allow, a
 // file of "file name" lines (# comments allowed), it exits 1 when a function not listed there
 // is too long, or a listed one is no longer too long (so the list stays true). `make lint`
-// runs it over the relay's packages.
+// runs it over the whole module.
 package main
 
 import (
