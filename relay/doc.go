@@ -102,7 +102,8 @@
 // done (it then appends what is pending). DrainOnce runs the appender for its pass when
 // Run does not. Each
 // term (term.go) starts the handover watch, the abort watch and the lock keeper; a term that
-// ends by shutdown or handover waits for the late units (pipeline/late.go), stops the keeper
+// ends by shutdown or handover stops its late units (pipeline/late.go: a startstop.Tasks,
+// whose Stop waits for their write-backs and cancels nothing), stops the keeper
 // and the check of the database it started (pipeline/dbcheck.go), releases the lock, then
 // stops the watches. Group.Run (group.go) starts the nudge listener, the sampler and its
 // partitions' relays, and stops them in the reverse order before leaving the group. Each

@@ -215,9 +215,6 @@ func (r *Relay) lead(ctx context.Context, nudges <-chan struct{}) error {
 	r.eng.CheckDatabase(t.stopLead)
 
 	r.publishWhileLeading(t.stopLead, t.abort, nudges)
-	// The late units (sends a page did not wait for) end or are abandoned with the sends in
-	// flight (abort): their acknowledgements are written back before the lock is released.
-	r.eng.WaitLate()
 	return r.endTerm(t)
 }
 
@@ -295,10 +292,13 @@ func (r *Relay) publishWhileLeading(stopLead, abort context.Context, nudges <-ch
 	}
 }
 
-// endTerm ends a term whose stopLead is done: it says why, and, unless the lock was lost,
-// abandons what is still in flight, stops the lock's extensions and releases it. It
-// returns the term's cause (nil for a shutdown or a handover).
+// endTerm ends a term whose stopLead is done: it waits for the late units, says why, and,
+// unless the lock was lost, abandons what is still in flight, stops the lock's extensions
+// and releases it. It returns the term's cause (nil for a shutdown or a handover).
 func (r *Relay) endTerm(t *term) error {
+	// The late units (sends a page did not wait for) end, or are abandoned with the sends in
+	// flight (abort): their acknowledgements are written back before the lock is released.
+	startstop.StopAll(t.late)
 	cause := context.Cause(t.stopLead)
 	if errors.Is(cause, context.Canceled) {
 		cause = nil // Run's context: a shutdown, or a partition handed over
@@ -318,7 +318,7 @@ func (r *Relay) endTerm(t *term) error {
 	t.abandon(nil)
 	// No extension may follow the release (made with SET NX, it would retake the lock), nor
 	// a check of the database that one started.
-	startstop.StopAll(t.keeper, r.eng.DatabaseCheck())
+	startstop.StopAll(t.keeper, t.check)
 	uctx, ucancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer ucancel()
 	if err := r.lease.Release(uctx); err != nil {

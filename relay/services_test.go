@@ -11,12 +11,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/outbox-relay/outbox-relay/internal/rmqtest"
 	"github.com/outbox-relay/outbox-relay/internal/testenv"
 	"github.com/outbox-relay/outbox-relay/outbox"
 	"github.com/outbox-relay/outbox-relay/relay"
 )
 
-// relayCode marks the goroutines of package relay and of its internal packages.
+// relayCode marks the goroutines of package relay and of its internal packages (those run as
+// services, internal/startstop, have the relay's function in their stacks; the publisher's
+// own, relay/rocketmq, are the publisher's, started and stopped with it, not with Run).
 var relayCode = []string{"outbox-relay/relay.", "outbox-relay/relay/internal/"}
 
 func relayGoroutines() map[string]string { return testenv.Goroutines(relayCode...) }
@@ -134,5 +137,45 @@ func TestRunWaitsForItsBackgroundServices(t *testing.T) {
 			}
 			checkNoneLeft(t, before)
 		})
+	}
+}
+
+// TestRunReturnsOnceItsLateUnitsEnded: Run's context ends while a late unit (a send that
+// outlasted its page: its broker answers 3 s late) is in flight. When Run returns, not
+// after, no goroutine of the relay is left (checked once, not polled: "every goroutine it
+// started has ended when it returns"), and the late unit's row is written back sent.
+func TestRunReturnsOnceItsLateUnitsEnded(t *testing.T) {
+	// Not parallel: the goroutines counted are every test's.
+	b := setup(t)
+	east, eastPub := secondBroker(t, 30*time.Second)
+	east.SetFaults(rmqtest.Faults{Latency: 3 * time.Second})
+	pub := &countingPublisher{Publisher: topicPublisher{"east": eastPub, "west": b.pub}, counts: map[string]int{}}
+	b.insert(t, outbox.Message{MsgID: "slow", Topic: "east", Body: []byte("s")})
+	for i := range 5 {
+		b.insert(t, outbox.Message{MsgID: fmt.Sprintf("w%02d", i), Topic: "west", Body: []byte("w")})
+	}
+	r, err := relay.New(b.db.DB, b.rdb, pub, b.config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := relayGoroutines()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	// The page is done (the other broker's rows written back) while the slow send goes on.
+	eventually(t, 30*time.Second, "the other broker's rows sent", func() bool {
+		return countWhere(t, b.db.DB, "topic = 'west' AND status = 2") == 5
+	})
+	if countWhere(t, b.db.DB, "msg_id = 'slow' AND status = 0") != 1 || pub.count("slow") != 1 {
+		t.Fatalf("the slow send is not in flight as a late unit (%s)", statusCounts(t, b.db.DB))
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	checkNoneLeft(t, before)
+	if n := countWhere(t, b.db.DB, "msg_id = 'slow' AND status = 2"); n != 1 {
+		t.Fatalf("the late unit's row is not written back sent when Run returned (%s)", statusCounts(t, b.db.DB))
 	}
 }

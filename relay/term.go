@@ -30,11 +30,14 @@ type term struct {
 	handover, abortWatch, keeper startstop.Service
 	// check is the engine's check of the database, which the keeper starts now and then.
 	check startstop.Service
+	// late is the engine's late units (sends a page did not wait for), which the passes
+	// start; its Stop waits for them without cancelling them (abort does).
+	late startstop.Service
 }
 
 // newTerm returns a term of ctx, its services not yet started.
 func (r *Relay) newTerm(ctx context.Context) *term {
-	t := &term{check: r.eng.DatabaseCheck()}
+	t := &term{check: r.eng.DatabaseCheck(), late: r.eng.LateUnits()}
 	t.stopLead, t.stopLeading = context.WithCancelCause(ctx)
 	t.abort, t.abandon = context.WithCancelCause(context.WithoutCancel(ctx))
 	t.handover = startstop.New(func(ctx context.Context) { r.gate.watchHandover(ctx, t.stopLeading) })
@@ -50,7 +53,7 @@ func (t *term) services() []startstop.Service {
 
 // end stops the term's services (the keeper, and the check of the database it may have
 // started, first: no extension after the lock's release) and cancels its contexts. It may be
-// called again.
+// called again. The late units are not among them: endTerm has waited for them.
 func (t *term) end() {
 	startstop.StopAll(t.keeper, t.check, t.abortWatch, t.handover)
 	t.abandon(nil)

@@ -43,13 +43,12 @@ func startCheckResponder(ctx context.Context, cfg config.Config, d *runDatabase,
 	if err != nil {
 		return nil, err
 	}
-	if err := r.Start(ctx); err != nil {
+	purge := startstop.New(func(ctx context.Context) { purgeTombstones(ctx, d.pool, d.Tables, log) })
+	if err := startstop.StartAll(ctx, r, purge); err != nil {
 		return nil, err
 	}
 	log.Info().Strs("groups", groups).Msg("answering transactional check-backs")
-	purge := startstop.New(func(ctx context.Context) { purgeTombstones(ctx, d.pool, d.Tables, log) })
-	_ = purge.Start(ctx) // a Func never fails to start
-	return func() { purge.Stop(); r.Stop() }, nil
+	return func() { startstop.StopAll(purge, r) }, nil
 }
 
 // tombstonePurgeInterval is the time between purges of old tombstones.

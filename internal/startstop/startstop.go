@@ -5,7 +5,8 @@
 // only once its goroutine has ended; Stopped tells, or waits for, its end. Both are
 // idempotent and safe to call from several goroutines, so that an owner can start its
 // services in one place and stop them in one place, in an order it chooses, and know that
-// nothing of theirs runs after.
+// nothing of theirs runs after. Tasks is the one kind whose Stop cancels nothing: a set of
+// short tasks (such as sends whose results must be written back) that Stop waits for.
 package startstop
 
 import (

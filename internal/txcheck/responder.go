@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outbox-relay/outbox-relay/internal/remoting"
+	"github.com/outbox-relay/outbox-relay/internal/startstop"
 	"github.com/outbox-relay/outbox-relay/schema"
 )
 
@@ -181,9 +182,7 @@ type Responder struct {
 	// discardSeen is, per discarded half (broker/offset), when this process first read it
 	// (database clock, epoch ms).
 	discardSeen map[string]int64
-	cancel      context.CancelFunc
-	done        chan struct{}
-	workers     sync.WaitGroup
+	svc         *startstop.Func // run
 }
 
 // New checks cfg and returns a Responder; Start runs it.
@@ -207,54 +206,52 @@ func New(cfg Config) (*Responder, error) {
 		discardAt:   map[string]int64{},
 		discardSeen: map[string]int64{},
 	}
+	r.svc = startstop.NewReady(r.run)
 	return r, nil
 }
 
 // Start registers the groups with the masters the name servers know now (the first
 // heartbeat is sent before Start returns where a master answers) and keeps them
 // registered until Stop. Name servers or brokers that do not answer yet are asked again
-// every second until they do.
-func (r *Responder) Start(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
+// every second until they do. It never fails; the error is startstop.Service's.
+func (r *Responder) Start(ctx context.Context) error { return r.svc.Start(ctx) }
+
+// Stop closes the connections (the brokers forget the registrations) and waits for the
+// answers in progress. Safe to call twice, or without Start.
+func (r *Responder) Stop() { r.svc.Stop() }
+
+// Stopped returns a channel closed once the Responder does not run.
+func (r *Responder) Stopped() <-chan struct{} { return r.svc.Stopped() }
+
+// run is the Responder's service: the workers and the loop, until ctx ends; then the
+// connections are closed and the answers in progress waited for.
+func (r *Responder) run(ctx context.Context, ready func()) {
 	masters, err := r.masters(ctx)
 	if err != nil {
 		r.cfg.Logger.Warn().Err(err).Msg("transactional checks: no name server answered yet; retrying")
 	}
-	r.mu.Lock()
-	r.cancel, r.done = cancel, make(chan struct{})
-	r.mu.Unlock()
-	r.workers.Add(r.cfg.Workers)
+	var workers startstop.Tasks
+	defer workers.Stop() // the answers in progress, after the connections are closed
+	defer r.closeConns()
 	for i := 0; i < r.cfg.Workers; i++ {
-		go r.work(ctx)
+		workers.Go(func() { r.work(ctx) })
 	}
 	r.sync(ctx, masters)
-	go r.loop(ctx, masters)
-	return nil
+	ready()
+	r.loop(ctx, masters)
 }
 
-// Stop closes the connections (the brokers forget the registrations) and waits for the
-// answers in progress. Safe to call twice, or without Start.
-func (r *Responder) Stop() {
+// closeConns closes the connections to the masters.
+func (r *Responder) closeConns() {
 	r.mu.Lock()
-	cancel, done := r.cancel, r.done
-	r.cancel = nil
-	r.mu.Unlock()
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-	r.mu.Lock()
+	defer r.mu.Unlock()
 	for addr, c := range r.conns {
 		_ = c.Close()
 		delete(r.conns, addr)
 	}
-	r.mu.Unlock()
-	r.workers.Wait()
 }
 
 func (r *Responder) loop(ctx context.Context, masters []string) {
-	defer close(r.done)
 	r.recoverDiscarded(ctx)
 	tick := time.Second
 	if r.cfg.HeartbeatInterval < tick {
@@ -430,7 +427,6 @@ type job struct {
 
 // work answers queued checks until ctx ends.
 func (r *Responder) work(ctx context.Context) {
-	defer r.workers.Done()
 	for {
 		select {
 		case <-ctx.Done():

@@ -37,7 +37,7 @@ func (s *Stats) add(o Stats) {
 
 // Drain is relay.DrainOnce with a fence: when fence is set and returns false (the lock's validity
 // has run out), nothing more is published. With detach, a page does not wait for its slow
-// units (publish): they go on after the pass, and the leader waits for them (WaitLate) before
+// units (publish): they go on after the pass, and the leader waits for them (LateUnits) before
 // its term ends.
 func (r *Engine) Drain(stop, ctx context.Context, fence func() bool, detach bool) (Stats, error) {
 	r.ReviewParked(stop)

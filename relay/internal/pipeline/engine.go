@@ -111,8 +111,8 @@ type Engine struct {
 	// passes begin; guarded by inflightMu.
 	settled map[int64]uint64
 	passSeq atomic.Uint64
-	// late counts the late units running; lateDone wakes the leader when one has ended.
-	late     sync.WaitGroup
+	// late runs the late units (late.go); lateDone wakes the leader when one has ended.
+	late     startstop.Tasks
 	lateDone chan struct{}
 	// parks is what the engine knows of the keys whose held rows it parked (park.go).
 	parks parkBook
@@ -153,8 +153,9 @@ func (r *Engine) Progress() *Progress { return &r.progress }
 // Store is the engine's table statements.
 func (r *Engine) Store() *outboxsql.Store { return &r.store }
 
-// WaitLate waits until the late units running have ended and their results are written back.
-func (r *Engine) WaitLate() { r.late.Wait() }
+// LateUnits is the service of the late units running (goLate): its Stop cancels none, it
+// returns once they have ended and their results are written back.
+func (r *Engine) LateUnits() startstop.Service { return &r.late }
 
 // LateDone is signalled each time a late unit has ended: the rows behind it may go.
 func (r *Engine) LateDone() <-chan struct{} { return r.lateDone }

@@ -39,7 +39,8 @@ func (r *Engine) beginPass() uint64 {
 // passes skip them) until it ends and its results are judged and written back on their own,
 // acknowledged sends whatever the lock, like any page's. Then the leader is woken: the rows
 // behind them (the rest of an ordered key) may go. It returns the bodies' bytes the unit
-// now holds of the MemoryBudget, which it releases when its sends have ended.
+// now holds of the MemoryBudget, which it releases when its sends have ended. The unit runs
+// in the engine's LateUnits, which the leader stops (waits for) before it releases the lock.
 func (r *Engine) goLate(ctx context.Context, ru *running, items []item, fence func() bool) (bodies int64) {
 	lateItems := make([]item, len(ru.u.idx))
 	rows := make([]outboxsql.Row, len(ru.u.idx))
@@ -52,9 +53,7 @@ func (r *Engine) goLate(ctx context.Context, ru *running, items []item, fence fu
 		r.inflight[rows[n].ID] = struct{}{}
 	}
 	r.inflightMu.Unlock()
-	r.late.Add(1)
-	go func() {
-		defer r.late.Done()
+	r.late.Go(func() {
 		<-ru.done
 		r.cfg.MemoryBudget.release(bodies) // sent or failed: the client holds the bodies no more
 		r.judge(ctx, lateItems, ru.out)
@@ -74,6 +73,6 @@ func (r *Engine) goLate(ctx context.Context, ru *running, items []item, fence fu
 		case r.lateDone <- struct{}{}:
 		default:
 		}
-	}()
+	})
 	return bodies
 }
