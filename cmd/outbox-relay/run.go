@@ -110,7 +110,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	}
 	defer stopChecks()
 	defer startAuditors(ctx, cfg, dbs, router, reg, log, audits)()
-	srv, err := serveHTTP(cfg.HTTP, reg, dbs, rdb, ui, log)
+	srv, served, err := serveHTTP(cfg.HTTP, reg, dbs, rdb, ui, log)
 	if err != nil {
 		return err
 	}
@@ -118,6 +118,7 @@ func runRelay(ctx context.Context, cfg config.Config, log zerolog.Logger) error 
 	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer scancel()
 	_ = srv.Shutdown(sctx)
+	<-served // Shutdown closed the listener: Serve has returned or is about to
 	log.Info().Msg("stopped")
 	return nil
 }
@@ -394,24 +395,27 @@ func dashboardConfig(cfg config.Config, sources []dashboard.Source, log *zerolog
 // /healthz fails when a leading relay has heard nothing from its database for its stall
 // timeout (it is about to give its lock up); /readyz fails when a database is not ready (down
 // at start and being retried) or does not answer, or Redis does not answer, and says which
-// tables this process leads and which it waits for.
-func serveHTTP(hc config.HTTP, reg *prometheus.Registry, dbs []*runDatabase, rdb redis.UniversalClient, ui http.Handler, log zerolog.Logger) (*httpserve.Server, error) {
+// tables this process leads and which it waits for. served is closed once the server's
+// goroutine has returned, after Shutdown.
+func serveHTTP(hc config.HTTP, reg *prometheus.Registry, dbs []*runDatabase, rdb redis.UniversalClient, ui http.Handler, log zerolog.Logger) (srv *httpserve.Server, served <-chan struct{}, err error) {
 	mux := http.NewServeMux()
 	mux.Handle("/ui/", ui)
 	mux.Handle("/metrics", newMetricsPage(reg))
 	mux.HandleFunc("/healthz", healthzHandler(dbs))
 	mux.HandleFunc("/readyz", readyzHandler(dbs, rdb))
-	srv, err := httpserve.Listen(hc.Addr, mux, httpserve.Limits{MaxConnections: hc.MaxConnections, ReservedPaths: []string{"/healthz", "/readyz"}})
+	srv, err = httpserve.Listen(hc.Addr, mux, httpserve.Limits{MaxConnections: hc.MaxConnections, ReservedPaths: []string{"/healthz", "/readyz"}})
 	if err != nil {
-		return nil, fmt.Errorf("http.addr %s: %w", hc.Addr, err)
+		return nil, nil, fmt.Errorf("http.addr %s: %w", hc.Addr, err)
 	}
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		if err := srv.Serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error().Err(err).Msg("http server")
 		}
 	}()
 	log.Info().Str("addr", srv.Addr().String()).Bool("bodies_need_token", !hc.Loopback()).Msg("http: /metrics /healthz /readyz /ui/")
-	return srv, nil
+	return srv, done, nil
 }
 
 // healthzHandler answers /healthz: 503 naming the first leading relay that has heard nothing from
