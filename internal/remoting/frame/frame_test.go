@@ -223,3 +223,17 @@ func BenchmarkDecodeSendHeader(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkEncodeSendAnswer encodes what the test broker answers a send with: a response
+// header of a few ext fields.
+func BenchmarkEncodeSendAnswer(b *testing.B) {
+	c := &Command{Code: 0, Flag: FlagResponse, Opaque: 7, Language: "JAVA", Ext: map[string]string{
+		"msgId": "7F00000100002A9F0000000000001234", "queueId": "3", "queueOffset": "123456",
+		"transactionId": "", "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Encode(c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

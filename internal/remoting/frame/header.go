@@ -5,25 +5,13 @@ package frame
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
-
-// jsonHeader is the JSON header as encodeJSON writes it, the language and the ext fields
-// already encoded.
-type jsonHeader struct {
-	Code      int16           `json:"code"`
-	Language  json.RawMessage `json:"language,omitempty"`
-	Version   int16           `json:"version"`
-	Opaque    int32           `json:"opaque"`
-	Flag      int32           `json:"flag"`
-	Remark    string          `json:"remark,omitempty"`
-	ExtFields json.RawMessage `json:"extFields,omitempty"`
-}
 
 // decodeJSON reads a JSON header as RocketMQ's clients and servers write it, in one pass
 // (jsonScan). The language is a name from Java ("GO", "JAVA") but may be a number from other
@@ -131,23 +119,96 @@ func (s *jsonScan) extFields(c *Command) error {
 	return err
 }
 
+// encodeJSON writes c's JSON header byte for byte as encoding/json wrote it before (the
+// differential fuzz test holds it to that): code, language, version, opaque, flag, then the
+// remark and the ext fields (by key) unless empty, strings escaped alike. It never fails.
 func encodeJSON(c *Command) ([]byte, error) {
-	lang, err := json.Marshal(c.Language)
-	if err != nil {
-		return nil, err
+	size := 96 + len(c.Language) + len(c.Remark)
+	keys := make([]string, 0, len(c.Ext))
+	for k, v := range c.Ext {
+		keys = append(keys, k)
+		size += len(k) + len(v) + 6
 	}
-	var ext json.RawMessage
-	if len(c.Ext) > 0 {
-		if ext, err = json.Marshal(c.Ext); err != nil {
-			return nil, fmt.Errorf("remoting frame: encode ext fields: %w", err)
+	slices.Sort(keys)
+	b := make([]byte, 0, size)
+	b = append(b, `{"code":`...)
+	b = strconv.AppendInt(b, int64(c.Code), 10)
+	b = append(b, `,"language":`...)
+	b = appendJSONString(b, c.Language)
+	b = append(b, `,"version":`...)
+	b = strconv.AppendInt(b, int64(c.Version), 10)
+	b = append(b, `,"opaque":`...)
+	b = strconv.AppendInt(b, int64(c.Opaque), 10)
+	b = append(b, `,"flag":`...)
+	b = strconv.AppendInt(b, int64(c.Flag), 10)
+	if c.Remark != "" {
+		b = append(b, `,"remark":`...)
+		b = appendJSONString(b, c.Remark)
+	}
+	if len(keys) > 0 {
+		b = append(b, `,"extFields":{`...)
+		for i, k := range keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+			b = append(b, ':')
+			b = appendJSONString(b, c.Ext[k])
 		}
+		b = append(b, '}')
 	}
-	b, err := json.Marshal(jsonHeader{Code: c.Code, Language: lang, Version: c.Version, Opaque: c.Opaque,
-		Flag: c.Flag, Remark: c.Remark, ExtFields: ext})
-	if err != nil {
-		return nil, fmt.Errorf("remoting frame: encode header: %w", err)
+	return append(b, '}'), nil
+}
+
+// appendJSONString appends s as a JSON string, escaped as encoding/json escapes it: quotes,
+// backslashes and control characters; <, > and & (HTML); U+2028 and U+2029; each invalid
+// UTF-8 byte as U+FFFD.
+func appendJSONString(b []byte, s string) []byte {
+	const hexDigits = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(append(b, s[start:i]...), `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(append(b, s[start:i]...), '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
 	}
-	return b, nil
+	return append(append(b, s[start:]...), '"')
 }
 
 // binReader reads a binary header, each length checked against what remains.
